@@ -1,1 +1,79 @@
-//! placeholder
+//! Distributed mutual exclusion over N independent Redis masters: the Redlock algorithm, with a
+//! per-node timeout, a decision taken as soon as a quorum answers, rollback of every failed
+//! attempt, and optional fencing tokens.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use quorumlock::Redlock;
+//!
+//! # async fn run() -> Result<(), quorumlock::Error> {
+//! let rl = Redlock::builder([
+//!     "redis://10.0.0.1:6379",
+//!     "redis://10.0.0.2:6379",
+//!     "redis://10.0.0.3:6379",
+//!     "redis://10.0.0.4:6379",
+//!     "redis://10.0.0.5:6379",
+//! ])
+//! .build()?;
+//! let lock = rl.acquire("orders:42", Duration::from_secs(10)).await?;
+//! // Only one holder at a time gets here, for at most lock.remaining().
+//! lock.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The algorithm
+//!
+//! With N masters, a lock needs a quorum q = ⌊N/2⌋ + 1 of the **configured** N. One attempt:
+//!
+//! 1. Note the start on the monotonic clock, and send `SET key token NX PX ttl` to every master
+//!    at once over long-lived multiplexed connections, each request bounded by the node timeout.
+//! 2. Count the answers as they arrive and decide as soon as the outcome is known: q grants win,
+//!    N − q + 1 refusals or failures lose. A slow minority adds no latency.
+//! 3. Validity = TTL − elapsed − drift (drift = TTL × drift factor + 2 ms). A win with no validity
+//!    left is a loss.
+//! 4. On a loss, release on **every** master, including those that timed out: a late `SET` is
+//!    executed before the release queued behind it on the same connection.
+//!
+//! Release is compare-and-delete and extend is compare-and-`PEXPIRE`, both by Lua script, so a
+//! holder whose lease ran out never touches the next holder's key.
+//!
+//! # Guarantees, and what they assume
+//!
+//! At most one holder's validity window is open at a time for a resource, **while**:
+//! the holder finishes within the validity it was given; masters keep their keys across restarts
+//! (AOF with `appendfsync always`) or stay down for at least one TTL after a crash; clocks do not
+//! jump; and no master is listed twice. A paused holder (GC pause, `SIGSTOP`) can outlive its
+//! lease without knowing: protect the resource itself with [fencing
+//! tokens](RedlockBuilder::fencing).
+//!
+//! A single master with an asynchronous replica can lose a lock on failover. N independent
+//! masters tolerate the loss of the keys on up to q − 1 − (N − k) of them, where k is how many
+//! masters the holder actually locked.
+//!
+//! Use an odd number of masters: an even count tolerates no more failures than one fewer.
+//!
+//! # Layout
+//!
+//! * [`Redlock`] / [`RedlockBuilder`] — the client and its configuration.
+//! * [`Lock`] / [`LockToken`] — a held lease: extend, release.
+//! * [`Error`] / [`NodeError`] — outcomes, with every node's own.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod builder;
+mod error;
+mod lock;
+mod node;
+mod quorum;
+mod redlock;
+mod retry;
+mod scripts;
+
+pub use builder::{
+    RedlockBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_NODE_TIMEOUT,
+    DEFAULT_NODE_TIMEOUT_DIVISOR, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
+};
+pub use error::{ConfigError, Error, NodeError, NodeErrorKind};
+pub use lock::{Lock, LockToken};
+pub use redlock::{Health, Redlock, Released};

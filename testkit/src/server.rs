@@ -1,0 +1,757 @@
+//! Real `redis-server` processes in throw-away sandboxes.
+//!
+//! Each [`RedisServer`] is a child process listening on a free loopback port, with its own temporary
+//! directory holding its data files and its log. It can be killed, restarted on the same port with
+//! the same data directory, paused and resumed, which is what the fault tests need. [`RedisNodes`]
+//! is a set of independent masters, the shape Redlock runs over, and prints every server's log when
+//! it is dropped during a panic so that a failing test shows what the servers saw.
+//!
+//! Everything here is synchronous (`std::process`), so it can be used from plain tests and from
+//! inside multi-threaded tokio tests alike.
+
+use std::fmt;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::ops::{Index, IndexMut};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+/// Environment variable naming the `redis-server` binary to run instead of the one on `PATH`.
+pub const REDIS_SERVER_ENV: &str = "QUORUMLOCK_REDIS_SERVER";
+
+/// The binary looked up on `PATH` when neither [`RedisServerBuilder::binary`] nor
+/// [`REDIS_SERVER_ENV`] names one.
+const DEFAULT_BINARY: &str = "redis-server";
+
+/// Name of the log file inside a server's directory.
+const LOG_FILE: &str = "redis.log";
+
+/// Name of the file inside a server's directory that takes its stdout and stderr: configuration
+/// errors are printed there, before the log file is opened.
+const OUTPUT_FILE: &str = "redis.out";
+
+/// How long a server may take to answer `PING` after it is started.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause between two readiness probes.
+const READY_POLL: Duration = Duration::from_millis(10);
+
+/// Connect, read and write timeout of one readiness probe.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// How many fresh ports [`RedisServerBuilder::spawn`] tries when the port it picked is taken.
+const SPAWN_ATTEMPTS: usize = 5;
+
+/// How many times [`RedisServer::restart`] tries its port when it is briefly taken.
+const RESTART_ATTEMPTS: usize = 10;
+
+/// Pause between two restart attempts.
+const RESTART_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How many log lines an error message or a panic report carries.
+const LOG_TAIL_LINES: usize = 40;
+
+/// Arguments whose following argument is a secret and is hidden from `Debug`.
+const SECRET_FLAGS: &[&str] = &["--requirepass", "--masterauth"];
+
+/// Configures and starts a [`RedisServer`].
+///
+/// The defaults are a server without persistence (`--appendonly no --save ""`), with `DEBUG`
+/// enabled, on a free port of `127.0.0.1`, running the binary named by [`REDIS_SERVER_ENV`] or else
+/// `redis-server` from `PATH`. Setters never fail; everything is checked in [`spawn`](Self::spawn).
+///
+/// # Examples
+///
+/// ```no_run
+/// use quorumlock_testkit::RedisServerBuilder;
+///
+/// let server = RedisServerBuilder::new()
+///     .aof(true)
+///     .arg("--requirepass")
+///     .arg("secret")
+///     .spawn()?;
+/// println!("listening on {}", server.url());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct RedisServerBuilder {
+    aof: bool,
+    args: Vec<String>,
+    binary: Option<PathBuf>,
+}
+
+impl fmt::Debug for RedisServerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServerBuilder")
+            .field("aof", &self.aof)
+            .field("args", &redacted(&self.args))
+            .field("binary", &self.binary)
+            .finish()
+    }
+}
+
+impl RedisServerBuilder {
+    /// A builder with the defaults described on [`RedisServerBuilder`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Turns append-only-file persistence on (`--appendonly yes --appendfsync always`), so that
+    /// every acknowledged write survives [`RedisServer::kill`] and [`RedisServer::restart`].
+    ///
+    /// Off by default (`--appendonly no`); snapshots are always off (`--save ""`).
+    pub fn aof(mut self, on: bool) -> Self {
+        self.aof = on;
+        self
+    }
+
+    /// Appends one extra command-line argument, after the builder's own, so it can override them.
+    ///
+    /// Flags and values are separate arguments: `.arg("--requirepass").arg("secret")`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Runs this binary instead of looking at [`REDIS_SERVER_ENV`] and `PATH`.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// Starts the server on a free loopback port and waits until it answers `PING`.
+    ///
+    /// If another process takes the chosen port before the server binds it, a new port is tried,
+    /// up to five times.
+    ///
+    /// # Errors
+    ///
+    /// * [`io::ErrorKind::NotFound`] if the `redis-server` binary cannot be found or executed; the
+    ///   message says how to install it or point [`REDIS_SERVER_ENV`] at it.
+    /// * [`io::ErrorKind::TimedOut`] if the server does not answer within ten seconds.
+    /// * Any other error if the temporary directory cannot be created, no free port can be found,
+    ///   or the server exits during start-up (the message then carries the end of its log).
+    pub fn spawn(self) -> io::Result<RedisServer> {
+        let binary = self.resolve_binary();
+        let mut last_error = None;
+        for _ in 0..SPAWN_ATTEMPTS {
+            let dir = tempfile::Builder::new()
+                .prefix("quorumlock-redis-")
+                .tempdir()?;
+            let port = free_port()?;
+            let mut server = RedisServer {
+                child: Mutex::new(None),
+                port,
+                binary: binary.clone(),
+                aof: self.aof,
+                args: self.args.clone(),
+                dir,
+            };
+            match server.start() {
+                Ok(()) => return Ok(server),
+                Err(StartError::PortTaken(error)) => last_error = Some(error),
+                Err(StartError::Fatal(error)) => return Err(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("redis-server could not be started")))
+    }
+
+    fn resolve_binary(&self) -> PathBuf {
+        if let Some(binary) = &self.binary {
+            return binary.clone();
+        }
+        match std::env::var_os(REDIS_SERVER_ENV) {
+            Some(path) if !path.is_empty() => PathBuf::from(path),
+            _ => PathBuf::from(DEFAULT_BINARY),
+        }
+    }
+}
+
+/// One `redis-server` child process on a loopback port, with its own temporary directory.
+///
+/// Dropping it kills the process (by the PID of this child only), reaps it and removes the
+/// directory.
+///
+/// # Examples
+///
+/// ```no_run
+/// use quorumlock_testkit::RedisServer;
+///
+/// let mut server = RedisServer::spawn()?;
+/// let url = server.url(); // "redis://127.0.0.1:PORT"
+/// server.kill()?;         // the node crashes
+/// server.restart()?;      // and comes back on the same port
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct RedisServer {
+    /// The running process; `None` after [`kill`](Self::kill). Behind a mutex so that `&self`
+    /// methods can check whether it has exited without ever signalling a reaped (and so possibly
+    /// reused) PID.
+    child: Mutex<Option<Child>>,
+    port: u16,
+    binary: PathBuf,
+    aof: bool,
+    args: Vec<String>,
+    /// Dropped after the process is killed in `Drop::drop`, which removes the directory.
+    dir: TempDir,
+}
+
+impl fmt::Debug for RedisServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisServer")
+            .field("port", &self.port)
+            .field("pid", &self.pid())
+            .field("dir", &self.dir.path())
+            .field("aof", &self.aof)
+            .field("args", &redacted(&self.args))
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisServer {
+    /// Starts a server with the defaults of [`RedisServerBuilder`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServerBuilder::spawn`].
+    pub fn spawn() -> io::Result<Self> {
+        RedisServerBuilder::new().spawn()
+    }
+
+    /// A builder for a server with non-default settings.
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::new()
+    }
+
+    /// The loopback port the server listens on; it stays the same across restarts.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:port`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// `redis://127.0.0.1:PORT`, without credentials.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's own temporary directory, holding its data files and its log.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The PID of the server process, or `None` after [`kill`](Self::kill) or once it has exited.
+    pub fn pid(&self) -> Option<u32> {
+        let mut child = self.lock_child();
+        let child = child.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(_)) => None,
+            Ok(None) | Err(_) => Some(child.id()),
+        }
+    }
+
+    /// Whether the server process is alive (a paused server is alive).
+    pub fn is_running(&self) -> bool {
+        self.pid().is_some()
+    }
+
+    /// Kills the server with `SIGKILL`, which also works while it is paused, and reaps it.
+    ///
+    /// Does nothing if it is not running.
+    ///
+    /// # Errors
+    ///
+    /// If the signal cannot be sent or the process cannot be reaped.
+    pub fn kill(&mut self) -> io::Result<()> {
+        let slot = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(child) = slot.as_mut() {
+            match signal_child(child, Signal::SIGKILL) {
+                Ok(()) | Err(SignalError::Exited) => {}
+                Err(SignalError::Io(error)) => return Err(error),
+            }
+            child.wait()?;
+            *slot = None;
+        }
+        Ok(())
+    }
+
+    /// Kills the server if it is running, then starts it again on the same port, with the same
+    /// directory and arguments, and waits until it answers `PING`.
+    ///
+    /// With [`aof(true)`](RedisServerBuilder::aof) the data written before survives; without it
+    /// the server comes back empty. If the port is briefly taken by another process, it is tried
+    /// again a few times.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServerBuilder::spawn`], and if the port stays taken.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill()?;
+        let mut last_error = None;
+        for attempt in 0..RESTART_ATTEMPTS {
+            if attempt > 0 {
+                thread::sleep(RESTART_BACKOFF);
+            }
+            match self.start() {
+                Ok(()) => return Ok(()),
+                Err(StartError::PortTaken(error)) => last_error = Some(error),
+                Err(StartError::Fatal(error)) => return Err(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("redis-server could not be restarted")))
+    }
+
+    /// Freezes the server with `SIGSTOP`: connections stay open but nothing is answered.
+    ///
+    /// # Errors
+    ///
+    /// If the server is not running or the signal cannot be sent.
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    /// Lets a paused server run again with `SIGCONT`.
+    ///
+    /// # Errors
+    ///
+    /// If the server is not running or the signal cannot be sent.
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    /// The contents of the server's log file, across restarts; empty if it cannot be read.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join(LOG_FILE)
+    }
+
+    fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn signal(&self, signal: Signal) -> io::Result<()> {
+        let mut slot = self.lock_child();
+        let result = match slot.as_mut() {
+            Some(child) => signal_child(child, signal),
+            None => Err(SignalError::Exited),
+        };
+        result.map_err(|error| match error {
+            SignalError::Io(error) => error,
+            SignalError::Exited => io::Error::other(format!(
+                "redis-server on port {} is not running, cannot send {signal}",
+                self.port
+            )),
+        })
+    }
+
+    fn command_args(&self) -> Vec<String> {
+        let dir = self.dir.path().display().to_string();
+        let log = self.log_path().display().to_string();
+        let mut args: Vec<String> = [
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            &dir,
+            "--logfile",
+            &log,
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+        ]
+        .iter()
+        .map(|arg| (*arg).to_owned())
+        .collect();
+        if self.aof {
+            args.extend(["--appendonly", "yes", "--appendfsync", "always"].map(String::from));
+        } else {
+            args.extend(["--appendonly", "no"].map(String::from));
+        }
+        args.extend(["--enable-debug-command", "yes"].map(String::from));
+        args.extend(self.args.iter().cloned());
+        args
+    }
+
+    /// Starts the process (the slot must be empty) and waits until it is ready. On failure the
+    /// process is killed and reaped and the slot left empty.
+    fn start(&mut self) -> Result<(), StartError> {
+        let dir = self.dir.path();
+        let marks = Marks::take(dir);
+        let output = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(OUTPUT_FILE))
+            .map_err(StartError::Fatal)?;
+        let stderr = output.try_clone().map_err(StartError::Fatal)?;
+        let child = Command::new(&self.binary)
+            .args(self.command_args())
+            .stdin(Stdio::null())
+            .stdout(output)
+            .stderr(stderr)
+            .spawn()
+            .map_err(|error| StartError::Fatal(not_found(&self.binary, &error)))?;
+        let slot = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let child = slot.insert(child);
+        let result = wait_ready(child, self.port, dir, marks);
+        if result.is_err() {
+            if let Ok(None) = child.try_wait() {
+                let _ = signal_child(child, Signal::SIGKILL);
+            }
+            let _ = child.wait();
+            *slot = None;
+        }
+        result
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}
+
+/// A set of independent `redis-server` masters, the nodes a Redlock runs over.
+///
+/// Dropping it during a panic prints the last lines of every server's log to stderr, so that a
+/// failing test shows what the servers saw; then every server is killed.
+///
+/// # Examples
+///
+/// ```no_run
+/// use quorumlock_testkit::RedisNodes;
+///
+/// let mut nodes = RedisNodes::spawn(5)?;
+/// let urls = nodes.urls();
+/// nodes[0].pause()?; // a minority of nodes stops answering
+/// nodes[1].kill()?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct RedisNodes {
+    servers: Vec<RedisServer>,
+}
+
+impl RedisNodes {
+    /// Starts `n` servers with the defaults of [`RedisServerBuilder`].
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServerBuilder::spawn`]; servers already started are stopped again.
+    pub fn spawn(n: usize) -> io::Result<Self> {
+        Self::spawn_with(n, &RedisServerBuilder::new())
+    }
+
+    /// Starts `n` servers, each from a clone of `builder`, concurrently.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServerBuilder::spawn`]; servers already started are stopped again.
+    pub fn spawn_with(n: usize, builder: &RedisServerBuilder) -> io::Result<Self> {
+        let results: Vec<io::Result<RedisServer>> = thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|_| scope.spawn(|| builder.clone().spawn()))
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| {
+                    handle.join().unwrap_or_else(|_| {
+                        Err(io::Error::other("a thread starting redis-server panicked"))
+                    })
+                })
+                .collect()
+        });
+        let servers = results.into_iter().collect::<io::Result<Vec<_>>>()?;
+        Ok(Self { servers })
+    }
+
+    /// Every server's `redis://127.0.0.1:PORT` url, in order.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// How many servers there are.
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Whether there are no servers.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// The servers, in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, RedisServer> {
+        self.servers.iter()
+    }
+
+    /// Every server's whole log, each headed by its url.
+    pub fn logs(&self) -> String {
+        self.servers
+            .iter()
+            .map(|server| format!("==== {} ====\n{}", server.url(), server.log()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Index<usize> for RedisNodes {
+    type Output = RedisServer;
+
+    fn index(&self, index: usize) -> &RedisServer {
+        &self.servers[index]
+    }
+}
+
+impl IndexMut<usize> for RedisNodes {
+    fn index_mut(&mut self, index: usize) -> &mut RedisServer {
+        &mut self.servers[index]
+    }
+}
+
+impl<'a> IntoIterator for &'a RedisNodes {
+    type Item = &'a RedisServer;
+    type IntoIter = std::slice::Iter<'a, RedisServer>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.servers.iter()
+    }
+}
+
+impl Drop for RedisNodes {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            for server in &self.servers {
+                eprintln!(
+                    "==== redis-server {} (last {LOG_TAIL_LINES} log lines) ====\n{}",
+                    server.url(),
+                    tail(&server.log(), LOG_TAIL_LINES)
+                );
+            }
+        }
+    }
+}
+
+/// Why a start attempt failed.
+enum StartError {
+    /// Another process holds the port; another port (or a later try) may work.
+    PortTaken(io::Error),
+    /// Trying again would not help.
+    Fatal(io::Error),
+}
+
+/// Why a signal was not delivered.
+enum SignalError {
+    /// The child has already exited and been reaped; its PID may belong to someone else now.
+    Exited,
+    Io(io::Error),
+}
+
+/// Sends `signal` to `child`, only if it has not been reaped: an unreaped child keeps its PID, so
+/// the signal cannot reach an unrelated process.
+fn signal_child(child: &mut Child, signal: Signal) -> Result<(), SignalError> {
+    if child.try_wait().map_err(SignalError::Io)?.is_some() {
+        return Err(SignalError::Exited);
+    }
+    let pid = i32::try_from(child.id())
+        .map_err(|_| SignalError::Io(io::Error::other("child PID out of range")))?;
+    signal::kill(Pid::from_raw(pid), signal).map_err(|errno| SignalError::Io(errno.into()))
+}
+
+/// A port of `127.0.0.1` that nothing listens on right now.
+fn free_port() -> io::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// The error for a binary that cannot be run.
+fn not_found(binary: &Path, error: &io::Error) -> io::Error {
+    let kind = match error.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => io::ErrorKind::NotFound,
+        other => other,
+    };
+    io::Error::new(
+        kind,
+        format!(
+            "redis-server was not found: cannot run {} ({error}); install the Debian package \
+             `redis-server` (`make test` and `make demo` do it) or set \
+             {REDIS_SERVER_ENV}=/path/to/redis-server",
+            binary.display()
+        ),
+    )
+}
+
+/// Polls the server until it answers `PING` (or `-NOAUTH`, when it needs a password), checking
+/// that the answer comes from `child` and not from another process on the port.
+fn wait_ready(child: &mut Child, port: u16, dir: &Path, marks: Marks) -> Result<(), StartError> {
+    let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait().map_err(StartError::Fatal)? {
+            let new_log = marks.since(dir);
+            let message = format!(
+                "redis-server on port {port} exited during start-up ({status}); log:\n{}",
+                tail(&new_log, LOG_TAIL_LINES)
+            );
+            return Err(if port_in_use(&new_log) {
+                StartError::PortTaken(io::Error::new(io::ErrorKind::AddrInUse, message))
+            } else {
+                StartError::Fatal(io::Error::other(message))
+            });
+        }
+        let last = match probe(addr) {
+            Ok(Probe::Ready(pid)) => {
+                // An answer from a process that is not ours means our server lost the port.
+                if pid.is_some_and(|pid| pid != child.id()) {
+                    return Err(StartError::PortTaken(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("port {port} is served by another redis-server"),
+                    )));
+                }
+                if child.try_wait().map_err(StartError::Fatal)?.is_none() {
+                    return Ok(());
+                }
+                // It exited right after answering: report that on the next turn.
+                continue;
+            }
+            Ok(Probe::NotYet(reply)) => format!("reply {reply:?}"),
+            Err(error) => error.to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(StartError::Fatal(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "redis-server on port {port} did not answer PING within {READY_TIMEOUT:?} \
+                     (last: {last}); log:\n{}",
+                    tail(&marks.since(dir), LOG_TAIL_LINES)
+                ),
+            )));
+        }
+        thread::sleep(READY_POLL);
+    }
+}
+
+/// The outcome of one readiness probe that got an answer.
+enum Probe {
+    /// The server serves commands; with the PID it reported, when it would tell.
+    Ready(Option<u32>),
+    /// The server is up but not ready (`-LOADING`, ...), with its reply.
+    NotYet(String),
+}
+
+fn probe(addr: SocketAddr) -> io::Result<Probe> {
+    let stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+    stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
+    let mut reader = BufReader::new(stream);
+    reader.get_mut().write_all(b"PING\r\n")?;
+    let reply = read_line(&mut reader)?;
+    if reply.starts_with("-NOAUTH") {
+        return Ok(Probe::Ready(None));
+    }
+    if reply != "+PONG" {
+        return Ok(Probe::NotYet(reply));
+    }
+    reader.get_mut().write_all(b"INFO server\r\n")?;
+    let header = read_line(&mut reader)?;
+    let Some(len) = header
+        .strip_prefix('$')
+        .and_then(|len| len.parse::<usize>().ok())
+    else {
+        // INFO renamed or refused by the extra arguments: PING is all we can check.
+        return Ok(Probe::Ready(None));
+    };
+    let mut body = vec![0; len + 2];
+    reader.read_exact(&mut body)?;
+    let pid = String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok());
+    Ok(Probe::Ready(pid))
+}
+
+fn read_line(reader: &mut impl BufRead) -> io::Result<String> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed",
+        ));
+    }
+    Ok(line.trim_end().to_owned())
+}
+
+/// Where one start attempt's diagnostics begin in the files it appends to, which also hold those
+/// of earlier runs in the same directory.
+#[derive(Clone, Copy)]
+struct Marks {
+    output: u64,
+    log: u64,
+}
+
+impl Marks {
+    fn take(dir: &Path) -> Self {
+        let len = |name| std::fs::metadata(dir.join(name)).map_or(0, |meta| meta.len());
+        Self {
+            output: len(OUTPUT_FILE),
+            log: len(LOG_FILE),
+        }
+    }
+
+    /// What the attempt printed (configuration errors) followed by what it logged.
+    fn since(self, dir: &Path) -> String {
+        let read = |name, start: u64| {
+            let text = std::fs::read(dir.join(name)).unwrap_or_default();
+            let start = usize::try_from(start).unwrap_or(0).min(text.len());
+            String::from_utf8_lossy(&text[start..]).into_owned()
+        };
+        let mut text = read(OUTPUT_FILE, self.output);
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&read(LOG_FILE, self.log));
+        text
+    }
+}
+
+fn port_in_use(log: &str) -> bool {
+    log.contains("Address already in use") || log.contains("Failed listening on port")
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `args` with the values of password flags and ACL passwords hidden.
+fn redacted(args: &[String]) -> Vec<String> {
+    let mut hide_next = false;
+    args.iter()
+        .map(|arg| {
+            let hide = hide_next || arg.starts_with('>') || arg.starts_with('#');
+            hide_next = SECRET_FLAGS.contains(&arg.as_str());
+            if hide {
+                "<redacted>".to_owned()
+            } else {
+                arg.clone()
+            }
+        })
+        .collect()
+}

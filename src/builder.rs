@@ -1,0 +1,247 @@
+//! `RedlockBuilder`: consuming setters with documented defaults, validated once in `build()`.
+
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+
+use crate::error::{ConfigError, Error};
+use crate::node::Node;
+use crate::redlock::{Redlock, Settings};
+use crate::retry::RetryPolicy;
+
+/// Retries after the first attempt, by default.
+pub const DEFAULT_RETRY_COUNT: u32 = 3;
+/// Base delay between attempts, by default.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
+/// Spread of the delay between attempts (`delay ± jitter`), by default.
+pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
+/// Clock-drift allowance as a fraction of the TTL, by default (2 ms are always added).
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// When no node timeout is set, each request is bounded by the TTL divided by this…
+pub const DEFAULT_NODE_TIMEOUT_DIVISOR: u32 = 20;
+/// …but never by more than this.
+pub const DEFAULT_MAX_NODE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bound on opening a connection to a node, by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Configures a [`Redlock`]. Setters never fail; [`build`](RedlockBuilder::build) validates.
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::Redlock;
+///
+/// let rl = Redlock::builder([
+///     "redis://127.0.0.1:7001",
+///     "redis://127.0.0.1:7002",
+///     "redis://127.0.0.1:7003",
+/// ])
+/// .retry_count(5)
+/// .retry_delay(Duration::from_millis(100))
+/// .node_timeout(Duration::from_millis(50))
+/// .key_prefix("locks:")
+/// .build()?; // no I/O happens here
+/// assert_eq!(rl.quorum(), 2);
+/// # Ok::<(), quorumlock::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct RedlockBuilder {
+    urls: Vec<String>,
+    retry: RetryPolicy,
+    drift_factor: f64,
+    node_timeout: Option<Duration>,
+    connect_timeout: Duration,
+    acquire_timeout: Option<Duration>,
+    key_prefix: String,
+    fencing: bool,
+}
+
+impl std::fmt::Debug for RedlockBuilder {
+    // URLs may carry passwords: show them redacted.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| redact(u)).collect();
+        f.debug_struct("RedlockBuilder")
+            .field("urls", &urls)
+            .field("retry", &self.retry)
+            .field("drift_factor", &self.drift_factor)
+            .field("node_timeout", &self.node_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("key_prefix", &self.key_prefix)
+            .field("fencing", &self.fencing)
+            .finish()
+    }
+}
+
+impl RedlockBuilder {
+    pub(crate) fn new<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedlockBuilder {
+            urls: urls.into_iter().map(|u| u.as_ref().to_owned()).collect(),
+            retry: RetryPolicy {
+                retries: DEFAULT_RETRY_COUNT,
+                delay: DEFAULT_RETRY_DELAY,
+                jitter: DEFAULT_RETRY_JITTER,
+            },
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            node_timeout: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            acquire_timeout: None,
+            key_prefix: String::new(),
+            fencing: false,
+        }
+    }
+
+    /// Retries after the first attempt in [`Redlock::acquire`]. Default: [`DEFAULT_RETRY_COUNT`].
+    pub fn retry_count(mut self, retries: u32) -> Self {
+        self.retry.retries = retries;
+        self
+    }
+
+    /// Base delay between attempts. Default: [`DEFAULT_RETRY_DELAY`].
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry.delay = delay;
+        self
+    }
+
+    /// Each delay is drawn uniformly from `retry_delay ± jitter` (never below zero), so clients
+    /// that collided spread out. Default: [`DEFAULT_RETRY_JITTER`].
+    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
+        self.retry.jitter = jitter;
+        self
+    }
+
+    /// Clock-drift allowance as a fraction of the TTL, in `[0, 1)`; 2 ms are always added.
+    /// Default: [`DEFAULT_DRIFT_FACTOR`].
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// Bound on each request to one node, so a hung node cannot stall an operation. Default:
+    /// the TTL / [`DEFAULT_NODE_TIMEOUT_DIVISOR`], at most [`DEFAULT_MAX_NODE_TIMEOUT`].
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// Bound on opening a connection to a node. Default: [`DEFAULT_CONNECT_TIMEOUT`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Overall deadline for [`Redlock::acquire`]: no attempt starts after it. Default: none (the
+    /// retry count alone limits it).
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = Some(timeout);
+        self
+    }
+
+    /// Prepended to every resource name to form the Redis key. Default: none, the key is the
+    /// resource name itself.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Gives every lock a fencing token ([`Lock::fencing_token`](crate::Lock::fencing_token)),
+    /// strictly increasing across successive holders of a resource. It keeps a counter per
+    /// resource under the key `<prefix><resource>:fence`, and needs nodes that keep their data
+    /// across restarts (AOF). Default: off.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// Validates the configuration and creates the client. Does no I/O: connections open on
+    /// first use, so nodes that are down at start-up do not stop construction.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when no node is given, a URL does not parse (the error names it, with
+    /// any password hidden), the same node is listed twice, the drift factor is outside `[0, 1)`,
+    /// or a timeout is zero.
+    pub fn build(self) -> Result<Redlock, Error> {
+        if self.urls.is_empty() {
+            return Err(ConfigError::NoNodes.into());
+        }
+        if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
+            return Err(ConfigError::DriftFactor(self.drift_factor).into());
+        }
+        if self.node_timeout == Some(Duration::ZERO) || self.connect_timeout.is_zero() {
+            return Err(ConfigError::ZeroNodeTimeout.into());
+        }
+
+        let mut nodes: Vec<Node> = Vec::with_capacity(self.urls.len());
+        let mut seen: Vec<(String, i64)> = Vec::with_capacity(self.urls.len());
+        for url in &self.urls {
+            let invalid = |reason: String| ConfigError::InvalidUrl {
+                url: redact(url),
+                reason,
+            };
+            let info = url
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| invalid(e.to_string()))?;
+            let identity = (info.addr().to_string().to_ascii_lowercase(), info.redis_settings().db());
+            if let Some((first, _)) = seen.iter().find(|seen| **seen == identity) {
+                return Err(ConfigError::DuplicateNode {
+                    first: first.clone(),
+                    second: identity.0,
+                    why: "same address and database",
+                }
+                .into());
+            }
+            seen.push(identity);
+            nodes.push(Node::new(info, self.connect_timeout).map_err(|e| invalid(e.to_string()))?);
+        }
+
+        if nodes.len() % 2 == 0 {
+            tracing::warn!(
+                nodes = nodes.len(),
+                "an even number of nodes tolerates no more failures than one node fewer; prefer an odd count"
+            );
+        }
+
+        Ok(Redlock::new(
+            nodes,
+            Settings {
+                retry: self.retry,
+                drift_factor: self.drift_factor,
+                node_timeout: self.node_timeout,
+                acquire_timeout: self.acquire_timeout,
+                key_prefix: self.key_prefix,
+                fencing: self.fencing,
+            },
+        ))
+    }
+}
+
+/// The URL with any password (or whole user-info part) replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..scheme_end + 3], &rest[at..]),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_user_info_and_keeps_the_rest() {
+        assert_eq!(redact("redis://:hunter2@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("rediss://u:p@w@h:1"), "rediss://***@h:1");
+        assert_eq!(redact("redis://h:1/0?x=@"), "redis://h:1/0?x=@");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+}

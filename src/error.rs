@@ -1,0 +1,309 @@
+//! Errors: the operation's outcome, with every node's own outcome inside it.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything that can go wrong with a quorumlock operation.
+///
+/// One node's failure is not the operation's failure: the variants that talk to the nodes carry
+/// each node's own outcome as a [`NodeError`], named by `host:port` (never by a URL with
+/// credentials). Use the classification methods ([`is_contention`](Error::is_contention),
+/// [`is_unavailable`](Error::is_unavailable), [`is_retriable`](Error::is_retriable)) rather than
+/// matching on variants when deciding what to do next.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The builder's settings are invalid, or two configured nodes are the same server.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+
+    /// The resource name cannot be locked.
+    #[error("invalid resource name: {reason}")]
+    InvalidResource {
+        /// Why the name was rejected.
+        reason: &'static str,
+    },
+
+    /// The TTL is unusable with this configuration.
+    #[error("invalid TTL {ttl:?}: {reason}")]
+    InvalidTtl {
+        /// The TTL that was asked for.
+        ttl: Duration,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// Fewer than a quorum of nodes granted the lock.
+    #[error(
+        "{resource:?} not acquired: {granted}/{quorum} nodes granted after {attempts} attempt(s){}",
+        NodeList(nodes)
+    )]
+    NotAcquired {
+        /// The resource that was asked for.
+        resource: String,
+        /// How many nodes granted the last attempt.
+        granted: usize,
+        /// How many grants a lock needs.
+        quorum: usize,
+        /// How many attempts were made.
+        attempts: u32,
+        /// Why each node that did not grant the last attempt refused.
+        nodes: Vec<NodeError>,
+    },
+
+    /// A quorum granted the lock, but so late that no validity was left: the attempt was rolled back.
+    #[error(
+        "{resource:?} not acquired: a quorum granted it after {elapsed:?}, leaving no validity of the {ttl:?} TTL (after {attempts} attempt(s))"
+    )]
+    ValidityExhausted {
+        /// The resource that was asked for.
+        resource: String,
+        /// Time from the start of the last attempt to the quorum's grant.
+        elapsed: Duration,
+        /// The TTL that was asked for.
+        ttl: Duration,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+
+    /// The lock's validity ran out before the operation could start; nothing was sent.
+    #[error("{resource:?} lock has expired")]
+    Expired {
+        /// The lock's resource.
+        resource: String,
+    },
+
+    /// Fewer than a quorum of nodes confirmed an extension before the lock's deadline.
+    ///
+    /// The lock keeps its old deadline and nothing was deleted.
+    #[error(
+        "{resource:?} not extended: {extended}/{quorum} nodes confirmed before the deadline{}",
+        NodeList(nodes)
+    )]
+    NotExtended {
+        /// The lock's resource.
+        resource: String,
+        /// How many nodes confirmed the extension.
+        extended: usize,
+        /// How many confirmations an extension needs.
+        quorum: usize,
+        /// Why each node that did not confirm failed.
+        nodes: Vec<NodeError>,
+    },
+
+    /// Fewer than a quorum of nodes confirmed a release.
+    ///
+    /// The nodes that did not answer keep the key until its TTL runs out.
+    #[error(
+        "{resource:?} release confirmed by {confirmed}/{quorum} nodes; the rest keep it until its TTL{}",
+        NodeList(nodes)
+    )]
+    NotReleased {
+        /// The lock's resource.
+        resource: String,
+        /// How many nodes confirmed the key is gone.
+        confirmed: usize,
+        /// How many confirmations a release needs.
+        quorum: usize,
+        /// Why each node that did not confirm failed.
+        nodes: Vec<NodeError>,
+    },
+
+    /// Fewer than a quorum of nodes could be reached.
+    #[error("only {reachable}/{quorum} nodes reachable{}", NodeList(nodes))]
+    Unavailable {
+        /// How many nodes answered.
+        reachable: usize,
+        /// How many nodes any lock needs.
+        quorum: usize,
+        /// Why each unreachable node failed.
+        nodes: Vec<NodeError>,
+    },
+}
+
+impl Error {
+    /// `true` when the lock is held by someone else: at least one node refused because another
+    /// token holds the key.
+    pub fn is_contention(&self) -> bool {
+        match self {
+            Error::NotAcquired { nodes, .. } => nodes.iter().any(NodeError::is_contention),
+            _ => false,
+        }
+    }
+
+    /// `true` when the failure came from nodes that could not take part (timeouts, refused or
+    /// broken connections, server errors) rather than from another holder: no node that answered
+    /// reported the key held by another token.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Unavailable { .. } => true,
+            Error::NotAcquired { nodes, .. }
+            | Error::NotExtended { nodes, .. }
+            | Error::NotReleased { nodes, .. } => {
+                nodes.iter().any(NodeError::is_unavailable)
+                    && !nodes.iter().any(NodeError::is_contention)
+            }
+            _ => false,
+        }
+    }
+
+    /// `true` when trying the same operation again later may succeed: contention, unavailable
+    /// nodes, or validity lost to a slow quorum. Configuration and input errors, an expired lock,
+    /// and an extension refused because the token is gone, are not retriable.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::NotAcquired { .. }
+            | Error::ValidityExhausted { .. }
+            | Error::NotReleased { .. }
+            | Error::Unavailable { .. } => true,
+            // Extending again helps only if nodes were out; a token gone from a majority is gone.
+            Error::NotExtended { .. } => self.is_unavailable(),
+            Error::Config(_)
+            | Error::InvalidResource { .. }
+            | Error::InvalidTtl { .. }
+            | Error::Expired { .. } => false,
+        }
+    }
+}
+
+/// An invalid setting found by [`RedlockBuilder::build`](crate::RedlockBuilder::build) or by
+/// [`Redlock::connect`](crate::Redlock::connect).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No node URLs were given.
+    #[error("no nodes configured: a lock needs at least one Redis master")]
+    NoNodes,
+
+    /// A node URL could not be parsed.
+    #[error("node URL {url:?} is invalid: {reason}")]
+    InvalidUrl {
+        /// The URL as given, with any password replaced by `***`.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// Two configured nodes are the same Redis server.
+    #[error("nodes {first} and {second} are the same Redis server ({why}); each master must be listed once")]
+    DuplicateNode {
+        /// The first listing.
+        first: String,
+        /// The second listing.
+        second: String,
+        /// How the duplicate was recognised.
+        why: &'static str,
+    },
+
+    /// The drift factor is outside `[0, 1)`.
+    #[error("drift factor {0} is outside [0, 1)")]
+    DriftFactor(f64),
+
+    /// The per-node timeout is zero.
+    #[error("node timeout must be greater than zero")]
+    ZeroNodeTimeout,
+}
+
+/// What went wrong on one node, named by its `host:port`.
+#[derive(Debug)]
+pub struct NodeError {
+    node: String,
+    kind: NodeErrorKind,
+}
+
+/// The reason one node did not do what was asked.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// The key is held by another token (for acquire), or no longer holds this lock's token (for
+    /// extend).
+    Held,
+    /// No reply within the per-node timeout.
+    Timeout(Duration),
+    /// The request failed: connection refused or broken, authentication, a server error.
+    Redis(redis::RedisError),
+    /// The server replied with something the scripts never return.
+    UnexpectedReply(String),
+}
+
+impl NodeError {
+    pub(crate) fn new(node: &str, kind: NodeErrorKind) -> Self {
+        NodeError {
+            node: node.to_owned(),
+            kind,
+        }
+    }
+
+    /// The node, as `host:port`.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &NodeErrorKind {
+        &self.kind
+    }
+
+    /// `true` when the node refused because another token holds the key.
+    pub fn is_contention(&self) -> bool {
+        matches!(self.kind, NodeErrorKind::Held)
+    }
+
+    /// `true` when the node did not answer within the per-node timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self.kind, NodeErrorKind::Timeout(_))
+    }
+
+    /// `true` when the node could not take part: a timeout, a connection or server error.
+    pub fn is_unavailable(&self) -> bool {
+        !self.is_contention()
+    }
+
+    /// The client library's error, when the request itself failed.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match &self.kind {
+            NodeErrorKind::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.node, self.kind)
+    }
+}
+
+impl fmt::Display for NodeErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeErrorKind::Held => f.write_str("held by another token"),
+            NodeErrorKind::Timeout(t) => write!(f, "no reply within {t:?}"),
+            NodeErrorKind::Redis(e) => write!(f, "{e}"),
+            NodeErrorKind::UnexpectedReply(r) => write!(f, "unexpected reply {r}"),
+        }
+    }
+}
+
+// The node's reason is part of this error's own message (there is one reason per node, not one
+// source), so `source()` stays empty and nothing is printed twice.
+impl std::error::Error for NodeError {}
+
+/// Formats per-node errors as `" (a:1: reason; b:2: reason)"`, or nothing when there are none.
+struct NodeList<'a>(&'a [NodeError]);
+
+impl fmt::Display for NodeList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        f.write_str(" (")?;
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        f.write_str(")")
+    }
+}

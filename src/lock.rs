@@ -1,0 +1,246 @@
+//! `Lock`: a held lease on a resource, and the random token that proves whose it is.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, NodeErrorKind};
+use crate::quorum::{self, Decision};
+use crate::redlock::{spawn_release, Lease, Redlock, Released};
+
+/// The random value that marks a lock as this holder's on every node: 128 bits from the
+/// operating system's random source, fresh for every acquisition.
+///
+/// Its `Debug` and `Display` never show the value; use [`expose`](LockToken::expose) where the
+/// value itself is needed.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LockToken(String);
+
+impl LockToken {
+    pub(crate) fn generate() -> Self {
+        LockToken(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// The token as stored in Redis (32 hex digits). Treat it as a secret: whoever has it can
+    /// release or extend the lock.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// A short, non-secret fingerprint for logs and status displays (a hash prefix, not a
+    /// substring of the token).
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.0)
+    }
+}
+
+/// A short non-reversible fingerprint of a token: FNV-1a, 32 bits, as 8 hex digits.
+pub(crate) fn fingerprint(token: &str) -> String {
+    let hash = token.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{hash:08x}")
+}
+
+impl fmt::Debug for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockToken({})", self.fingerprint())
+    }
+}
+
+impl fmt::Display for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.fingerprint())
+    }
+}
+
+/// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
+///
+/// Release it with [`release`](Lock::release). A `Lock` dropped without release is released in
+/// the background when a tokio runtime is running; otherwise its keys expire at the TTL.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # async fn run(rl: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+/// let mut lock = rl.acquire("reports:nightly", Duration::from_secs(30)).await?;
+/// println!("holding {} for {:?}", lock.resource(), lock.remaining());
+/// lock.extend(Duration::from_secs(30)).await?;
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct Lock {
+    redlock: Redlock,
+    resource: String,
+    key: String,
+    token: LockToken,
+    lease: Lease,
+    deadline: Instant,
+    fence: Option<u64>,
+    released: bool,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("resource", &self.resource)
+            .field("token", &self.token)
+            .field("remaining", &self.remaining())
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(
+        redlock: Redlock,
+        resource: String,
+        key: String,
+        token: LockToken,
+        lease: Lease,
+        deadline: Instant,
+        fence: Option<u64>,
+    ) -> Self {
+        Lock {
+            redlock,
+            resource,
+            key,
+            token,
+            lease,
+            deadline,
+            fence,
+            released: false,
+        }
+    }
+
+    /// The resource name this lock holds.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// This holder's token.
+    pub fn token(&self) -> &LockToken {
+        &self.token
+    }
+
+    /// The fencing token, when the client was built with
+    /// [`fencing(true)`](crate::RedlockBuilder::fencing): strictly greater than that of every
+    /// earlier holder of the resource. Pass it to the storage you protect and let it reject
+    /// writes carrying a smaller one.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// The TTL of the last acquire or extend, in whole milliseconds.
+    pub fn ttl(&self) -> Duration {
+        self.lease.ttl
+    }
+
+    /// The instant the lock stops being valid: the start of the acquire (or extend) that set it,
+    /// plus the TTL, minus the clock-drift allowance.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Validity left; [`Duration::ZERO`] once expired.
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// `true` while validity is left.
+    pub fn is_valid(&self) -> bool {
+        !self.remaining().is_zero()
+    }
+
+    /// Renews the lock for `ttl` from now, on a quorum of nodes, before the current deadline.
+    ///
+    /// On success the new deadline is computed from the start of this extend. On failure the
+    /// lock keeps its old deadline and nothing is deleted on any node.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Expired`] when the lock's validity has already run out (no node is contacted);
+    /// [`Error::InvalidTtl`] for an unusable TTL; [`Error::NotExtended`] when fewer than a
+    /// quorum of nodes confirmed before the current deadline, with every node's outcome.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if dropped, the deadline stays as it was (some nodes may hold the key
+    /// longer, which only delays other clients).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        let lease = self.redlock.lease(ttl)?;
+        if !self.is_valid() {
+            return Err(Error::Expired {
+                resource: self.resource.clone(),
+            });
+        }
+        let start = Instant::now();
+        let (key, token) = (&self.key, self.token.expose());
+        // Confirmations that arrive after the current deadline do not count: by then another
+        // client may hold the lock.
+        let outcome = self
+            .redlock
+            .fan_out(
+                |node| node.extend(key, token, lease.ttl_ms, lease.node_timeout),
+                |renewed| if renewed { Ok(()) } else { Err(NodeErrorKind::Held) },
+                Some(self.deadline),
+            )
+            .await;
+        let elapsed = start.elapsed();
+        if outcome.decision == Decision::Won {
+            if let Some(validity) = quorum::validity(lease.ttl, elapsed, lease.drift) {
+                self.lease = lease;
+                self.deadline = start + elapsed + validity;
+                return Ok(());
+            }
+        }
+        Err(Error::NotExtended {
+            resource: self.resource.clone(),
+            extended: outcome.yes.len(),
+            quorum: self.redlock.quorum_size(),
+            nodes: outcome.no,
+        })
+    }
+
+    /// Releases the lock on every node (compare-and-delete: a key that expired or was taken by
+    /// another holder is left alone).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotReleased`] when fewer than a quorum of nodes confirmed; those that did not
+    /// answer keep the key until its TTL runs out.
+    ///
+    /// # Cancel safety
+    ///
+    /// If dropped midway, the release is sent again in the background from `Drop`.
+    pub async fn release(mut self) -> Result<Released, Error> {
+        let (released, nodes) = self
+            .redlock
+            .release_everywhere(&self.key, &self.token, self.lease.node_timeout)
+            .await;
+        self.released = true;
+        let confirmed = released.deleted + released.absent;
+        let quorum = self.redlock.quorum_size();
+        if confirmed >= quorum {
+            Ok(released)
+        } else {
+            Err(Error::NotReleased {
+                resource: std::mem::take(&mut self.resource),
+                confirmed,
+                quorum,
+                nodes,
+            })
+        }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !self.released && self.is_valid() {
+            spawn_release(
+                self.redlock.clone(),
+                std::mem::take(&mut self.key),
+                self.token.clone(),
+                self.lease.node_timeout,
+            );
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! One Redis master: its long-lived multiplexed connection, the per-request time bound, and the
+//! commands and scripts the algorithm sends it.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, ConnectionInfo, RedisResult};
+
+use crate::error::{NodeError, NodeErrorKind};
+use crate::scripts;
+
+/// After this many timeouts in a row with no reply at all, the connection is presumed dead (a
+/// blackholed route answers nothing and never closes) and is replaced by a fresh one.
+const TIMEOUTS_BEFORE_RECONNECT: u32 = 3;
+
+/// A node's answer to an acquire request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// The key was set; with fencing, the node's new counter value.
+    Granted { fence: Option<u64> },
+    /// Another token holds the key.
+    Held,
+}
+
+/// One configured master.
+pub(crate) struct Node {
+    /// `host:port` (or the socket path): how the node is named in errors and logs.
+    id: String,
+    client: Client,
+    connect_timeout: Duration,
+    /// Created lazily inside the caller's runtime on first use, so that building a `Redlock`
+    /// does no I/O and needs no runtime. Cloning a `ConnectionManager` is cheap (an `Arc`).
+    connection: Mutex<Option<ConnectionManager>>,
+    timeouts_in_a_row: AtomicU32,
+}
+
+impl std::fmt::Debug for Node {
+    // The client holds the connection info, password included: show the identity only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("id", &self.id).finish()
+    }
+}
+
+impl Node {
+    pub(crate) fn new(info: ConnectionInfo, connect_timeout: Duration) -> RedisResult<Self> {
+        let id = info.addr().to_string();
+        Ok(Node {
+            id,
+            client: Client::open(info)?,
+            connect_timeout,
+            connection: Mutex::new(None),
+            timeouts_in_a_row: AtomicU32::new(0),
+        })
+    }
+
+    /// `host:port` of this node.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `SET key token NX PX ttl`, or the fenced acquire script when `fence_key` is given.
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        fence_key: Option<&str>,
+        token: &str,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Result<Grant, NodeError> {
+        let mut conn = self.connection()?;
+        match fence_key {
+            None => {
+                let cmd = redis::cmd("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .to_owned();
+                let reply: Option<String> = self
+                    .bounded(timeout, async move { cmd.query_async(&mut conn).await })
+                    .await?;
+                Ok(match reply {
+                    Some(_) => Grant::Granted { fence: None },
+                    None => Grant::Held,
+                })
+            }
+            Some(fence_key) => {
+                let mut call = scripts::ACQUIRE_FENCED.prepare_invoke();
+                call.key(key).key(fence_key).arg(token).arg(ttl_ms);
+                let fence: u64 = self
+                    .bounded(timeout, async move { call.invoke_async(&mut conn).await })
+                    .await?;
+                Ok(match fence {
+                    0 => Grant::Held,
+                    fence => Grant::Granted { fence: Some(fence) },
+                })
+            }
+        }
+    }
+
+    /// Compare-and-delete. `Ok(true)` when this token's key was deleted, `Ok(false)` when the key
+    /// was already gone or belongs to another token.
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        token: &str,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let mut conn = self.connection()?;
+        let mut call = scripts::RELEASE.prepare_invoke();
+        call.key(key).arg(token);
+        let deleted: i64 = self
+            .bounded(timeout, async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    /// Compare-and-PEXPIRE. `Ok(true)` when renewed, `Ok(false)` when the token is gone.
+    pub(crate) async fn extend(
+        &self,
+        key: &str,
+        token: &str,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let mut conn = self.connection()?;
+        let mut call = scripts::EXTEND.prepare_invoke();
+        call.key(key).arg(token).arg(ttl_ms);
+        let renewed: i64 = self
+            .bounded(timeout, async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok(renewed == 1)
+    }
+
+    /// Raises the fencing counter to at least `fence` where `token` still holds the key.
+    /// `Ok(true)` when the counter now holds at least `fence`.
+    pub(crate) async fn raise_fence(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        fence: u64,
+        timeout: Duration,
+    ) -> Result<bool, NodeError> {
+        let mut conn = self.connection()?;
+        let mut call = scripts::RAISE_FENCE.prepare_invoke();
+        call.key(key).key(fence_key).arg(token).arg(fence);
+        let raised: i64 = self
+            .bounded(timeout, async move { call.invoke_async(&mut conn).await })
+            .await?;
+        Ok(raised == 1)
+    }
+
+    /// The server's `run_id` from `INFO server`: it tells two listings of one server apart from
+    /// two servers.
+    pub(crate) async fn run_id(&self) -> Result<String, NodeError> {
+        let mut conn = self.connection()?;
+        let info: String = self
+            .bounded(self.connect_timeout, async move {
+                redis::cmd("INFO").arg("server").query_async(&mut conn).await
+            })
+            .await?;
+        info.lines()
+            .find_map(|line| line.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_owned())
+            .ok_or_else(|| {
+                NodeError::new(
+                    &self.id,
+                    NodeErrorKind::UnexpectedReply("INFO server without run_id".into()),
+                )
+            })
+    }
+
+    /// The node's connection, created on first use. It reconnects on its own after I/O errors.
+    fn connection(&self) -> Result<ConnectionManager, NodeError> {
+        let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(conn) = slot.as_ref() {
+            return Ok(conn.clone());
+        }
+        let config = ConnectionManagerConfig::new()
+            // The per-request bound is ours (`bounded`), applied per operation.
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(self.connect_timeout))
+            // Fail fast while a node is down: the next request starts a new connection attempt,
+            // and the algorithm already tolerates a minority of failed nodes.
+            .set_number_of_retries(0);
+        let conn = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            .map_err(|e| NodeError::new(&self.id, NodeErrorKind::Redis(e)))?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs one request against this node, bounded by `timeout`.
+    ///
+    /// A request cut off by the timeout may still have been written to the connection; anything
+    /// sent after it on the same connection is executed after it, which is what lets a rollback
+    /// clean up an acquire that lands late.
+    async fn bounded<T>(
+        &self,
+        timeout: Duration,
+        request: impl Future<Output = RedisResult<T>>,
+    ) -> Result<T, NodeError> {
+        match tokio::time::timeout(timeout, request).await {
+            Ok(reply) => {
+                self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+                reply.map_err(|e| NodeError::new(&self.id, NodeErrorKind::Redis(e)))
+            }
+            Err(_elapsed) => {
+                let in_a_row = self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+                if in_a_row >= TIMEOUTS_BEFORE_RECONNECT {
+                    self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+                    self.forget_connection();
+                }
+                Err(NodeError::new(&self.id, NodeErrorKind::Timeout(timeout)))
+            }
+        }
+    }
+
+    fn forget_connection(&self) {
+        tracing::debug!(node = %self.id, "no reply to {TIMEOUTS_BEFORE_RECONNECT} requests in a row; reconnecting");
+        let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = None;
+    }
+}

@@ -1,0 +1,601 @@
+//! `Redlock`: the client. Fans each operation out to every node and decides on a quorum.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::builder::{RedlockBuilder, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
+use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
+use crate::lock::{Lock, LockToken};
+use crate::node::{Grant, Node};
+use crate::quorum::{self, Decision, Tally, Vote};
+use crate::retry::RetryPolicy;
+
+/// A distributed lock client over N independent Redis masters.
+///
+/// Cheap to clone (an `Arc` inside): share one per process. Connections to the nodes open on
+/// first use, one multiplexed connection per node, and reconnect on their own.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use quorumlock::Redlock;
+///
+/// # async fn run() -> Result<(), quorumlock::Error> {
+/// let rl = Redlock::builder([
+///     "redis://10.0.0.1:6379",
+///     "redis://10.0.0.2:6379",
+///     "redis://10.0.0.3:6379",
+/// ])
+/// .build()?;
+/// let lock = rl.acquire("orders:42", Duration::from_secs(10)).await?;
+/// // ... the critical section, finished well within lock.remaining() ...
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    nodes: Vec<Node>,
+    quorum: usize,
+    settings: Settings,
+}
+
+/// Validated settings, fixed at build time.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) retry: RetryPolicy,
+    pub(crate) drift_factor: f64,
+    pub(crate) node_timeout: Option<Duration>,
+    pub(crate) acquire_timeout: Option<Duration>,
+    pub(crate) key_prefix: String,
+    pub(crate) fencing: bool,
+}
+
+/// The timing of one lease, derived from its TTL and validated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lease {
+    /// The TTL in whole milliseconds, as the nodes receive it.
+    pub(crate) ttl: Duration,
+    pub(crate) ttl_ms: u64,
+    pub(crate) drift: Duration,
+    pub(crate) node_timeout: Duration,
+}
+
+/// What the nodes that answered a fan-out said, as far as the decision needed.
+#[derive(Debug)]
+pub(crate) struct Outcome<T> {
+    pub(crate) decision: Decision,
+    /// Node index and value for each node that said yes.
+    pub(crate) yes: Vec<(usize, T)>,
+    /// Each node that said no, or failed.
+    pub(crate) no: Vec<NodeError>,
+}
+
+/// Why one acquire attempt failed.
+enum Failure {
+    NotGranted { granted: usize, nodes: Vec<NodeError> },
+    Late { elapsed: Duration, ttl: Duration },
+}
+
+/// Which nodes still hold a token after a release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Released {
+    /// Nodes on which this lock's key was still present and was deleted.
+    pub deleted: usize,
+    /// Nodes on which the key had already expired or never landed.
+    pub absent: usize,
+}
+
+/// How many nodes answered [`Redlock::connect`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Health {
+    /// Nodes that answered.
+    pub reachable: usize,
+    /// The nodes that did not, and why.
+    pub unreachable: Vec<NodeError>,
+}
+
+impl Redlock {
+    /// Starts configuring a client for these node URLs (`redis://[user:password@]host:port[/db]`).
+    /// List each independent master once; use an odd count (3, 5, 7).
+    pub fn builder<I, S>(urls: I) -> RedlockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedlockBuilder::new(urls)
+    }
+
+    pub(crate) fn new(nodes: Vec<Node>, settings: Settings) -> Self {
+        let quorum = quorum::quorum(nodes.len());
+        Redlock {
+            inner: Arc::new(Inner {
+                nodes,
+                quorum,
+                settings,
+            }),
+        }
+    }
+
+    /// How many nodes must agree: ⌊N/2⌋ + 1 of the **configured** nodes, however many are up.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// How many nodes are configured.
+    pub fn node_count(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// The nodes as `host:port`, in configuration order.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.inner.nodes.iter().map(Node::id)
+    }
+
+    /// Connects to every node now, instead of on first use, and checks that no server is listed
+    /// twice under different names (by its `run_id`).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::DuplicateNode`] when two nodes report the same `run_id`;
+    /// [`Error::Unavailable`] when fewer than a quorum answer. A minority down is not an error:
+    /// it is reported in [`Health::unreachable`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn connect(&self) -> Result<Health, Error> {
+        let answers =
+            futures::future::join_all(self.inner.nodes.iter().map(|node| node.run_id())).await;
+        let mut seen: Vec<(String, &str)> = Vec::new();
+        let mut unreachable = Vec::new();
+        for (node, answer) in self.inner.nodes.iter().zip(answers) {
+            match answer {
+                Ok(run_id) => {
+                    if let Some((_, first)) = seen.iter().find(|(id, _)| *id == run_id) {
+                        return Err(ConfigError::DuplicateNode {
+                            first: (*first).to_owned(),
+                            second: node.id().to_owned(),
+                            why: "same run_id",
+                        }
+                        .into());
+                    }
+                    seen.push((run_id, node.id()));
+                }
+                Err(e) => unreachable.push(e),
+            }
+        }
+        if seen.len() < self.inner.quorum {
+            return Err(Error::Unavailable {
+                reachable: seen.len(),
+                quorum: self.inner.quorum,
+                nodes: unreachable,
+            });
+        }
+        for e in &unreachable {
+            tracing::warn!(error = %e, "node unreachable");
+        }
+        Ok(Health {
+            reachable: seen.len(),
+            unreachable,
+        })
+    }
+
+    /// Acquires `resource` for `ttl`, retrying by the configured policy (retry count, jittered
+    /// delay, optional overall deadline).
+    ///
+    /// On success the lock is valid for [`Lock::remaining`]: the TTL minus the time the
+    /// successful attempt took, minus the clock-drift allowance. Finish the critical section
+    /// within it, or [`extend`](Lock::extend) it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`] / [`Error::InvalidTtl`] for bad input (no node is contacted);
+    /// [`Error::NotAcquired`] with every node's outcome when the last attempt failed to gather
+    /// a quorum; [`Error::ValidityExhausted`] when a quorum answered too late to leave validity.
+    /// Every failed attempt has been rolled back on all nodes.
+    ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped mid-attempt, the partial acquisition is released in the
+    /// background (when a tokio runtime is running); no lock is returned.
+    pub async fn acquire(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        let lease = self.lease(ttl)?;
+        let key = self.key(resource)?;
+        let policy = self.inner.settings.retry;
+        let deadline = self
+            .inner
+            .settings
+            .acquire_timeout
+            .and_then(|t| Instant::now().checked_add(t));
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let failure = match self.attempt(resource, &key, &lease).await {
+                Ok(lock) => return Ok(lock),
+                Err(failure) => failure,
+            };
+            if attempts >= policy.attempts() {
+                return Err(self.give_up(resource, failure, attempts));
+            }
+            let delay = policy.delay(&mut rand::rng());
+            if let Some(deadline) = deadline {
+                if Instant::now() + delay >= deadline {
+                    return Err(self.give_up(resource, failure, attempts));
+                }
+            }
+            tracing::debug!(resource, attempts, ?delay, "not acquired; retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Makes exactly one attempt to acquire `resource` for `ttl`.
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Redlock::acquire), with `attempts` = 1.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`acquire`](Redlock::acquire).
+    pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
+        let lease = self.lease(ttl)?;
+        let key = self.key(resource)?;
+        self.attempt(resource, &key, &lease)
+            .await
+            .map_err(|failure| self.give_up(resource, failure, 1))
+    }
+
+    fn give_up(&self, resource: &str, failure: Failure, attempts: u32) -> Error {
+        match failure {
+            Failure::NotGranted { granted, nodes } => Error::NotAcquired {
+                resource: resource.to_owned(),
+                granted,
+                quorum: self.inner.quorum,
+                attempts,
+                nodes,
+            },
+            Failure::Late { elapsed, ttl } => Error::ValidityExhausted {
+                resource: resource.to_owned(),
+                elapsed,
+                ttl,
+                attempts,
+            },
+        }
+    }
+
+    /// One attempt of the algorithm: fan out, decide early, check validity, fence, or roll back.
+    async fn attempt(&self, resource: &str, key: &str, lease: &Lease) -> Result<Lock, Failure> {
+        let token = LockToken::generate();
+        let fence_key = self.inner.settings.fencing.then(|| fence_key(key));
+        // Armed until the lock is handed out: a dropped future or a failed attempt releases
+        // on every node, including those whose SET may still land.
+        let rollback = Rollback::new(self, key, &token, lease.node_timeout);
+
+        let start = Instant::now();
+        let outcome = self
+            .fan_out(|node| {
+                node.acquire(
+                    key,
+                    fence_key.as_deref(),
+                    token.expose(),
+                    lease.ttl_ms,
+                    lease.node_timeout,
+                )
+            }, |grant| match grant {
+                Grant::Granted { fence } => Ok(fence),
+                Grant::Held => Err(NodeErrorKind::Held),
+            }, None)
+            .await;
+
+        let failure = match outcome.decision {
+            Decision::Won => {
+                let fence = match &fence_key {
+                    None => Ok(None),
+                    Some(fence_key) => self
+                        .settle_fence(key, fence_key, &token, &outcome.yes, lease)
+                        .await
+                        .map(Some),
+                };
+                let elapsed = start.elapsed();
+                match (fence, quorum::validity(lease.ttl, elapsed, lease.drift)) {
+                    (Ok(fence), Some(validity)) => {
+                        rollback.disarm();
+                        return Ok(Lock::new(
+                            self.clone(),
+                            resource.to_owned(),
+                            key.to_owned(),
+                            token,
+                            *lease,
+                            start + elapsed + validity,
+                            fence,
+                        ));
+                    }
+                    (Err(nodes), _) => Failure::NotGranted {
+                        granted: outcome.yes.len(),
+                        nodes,
+                    },
+                    (Ok(_), None) => Failure::Late {
+                        elapsed,
+                        ttl: lease.ttl,
+                    },
+                }
+            }
+            Decision::Lost | Decision::Pending => Failure::NotGranted {
+                granted: outcome.yes.len(),
+                nodes: outcome.no,
+            },
+        };
+        rollback.release_now().await;
+        Err(failure)
+    }
+
+    /// Makes the fence T = max of the granted counters safe to hand out: unless a quorum of
+    /// nodes already holds T, raise the counter to T on the granting nodes that hold less, where
+    /// this token is still present, until a quorum holds at least T. Then any later majority
+    /// overlaps one of them, and its INCR goes past T.
+    async fn settle_fence(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &LockToken,
+        granted: &[(usize, Option<u64>)],
+        lease: &Lease,
+    ) -> Result<u64, Vec<NodeError>> {
+        let fence = granted.iter().filter_map(|(_, f)| *f).max().unwrap_or(0);
+        let at_fence = granted.iter().filter(|(_, f)| *f == Some(fence)).count();
+        if at_fence >= self.inner.quorum {
+            return Ok(fence);
+        }
+        let behind: Vec<usize> = granted
+            .iter()
+            .filter(|(_, f)| *f != Some(fence))
+            .map(|(i, _)| *i)
+            .collect();
+        let raised = futures::future::join_all(behind.iter().map(|&i| {
+            self.inner.nodes[i].raise_fence(key, fence_key, token.expose(), fence, lease.node_timeout)
+        }))
+        .await;
+        let mut nodes = Vec::new();
+        let mut holding = at_fence;
+        for (&i, result) in behind.iter().zip(raised) {
+            match result {
+                Ok(true) => holding += 1,
+                Ok(false) => nodes.push(NodeError::new(self.inner.nodes[i].id(), NodeErrorKind::Held)),
+                Err(e) => nodes.push(e),
+            }
+        }
+        if holding >= self.inner.quorum {
+            Ok(fence)
+        } else {
+            Err(nodes)
+        }
+    }
+
+    /// Sends one request per node concurrently and counts the answers as they arrive, stopping
+    /// as soon as the outcome is known, or at `deadline`: nodes that have not answered by then
+    /// count as timed out. `judge` turns a node's reply into a yes (with a value) or a no (with
+    /// the reason).
+    ///
+    /// Requests still in flight when the decision is taken are dropped here; whatever they had
+    /// already written to a connection is still executed by the node.
+    pub(crate) async fn fan_out<'a, R, T, Fut>(
+        &'a self,
+        request: impl Fn(&'a Node) -> Fut,
+        judge: impl Fn(R) -> Result<T, NodeErrorKind>,
+        deadline: Option<Instant>,
+    ) -> Outcome<T>
+    where
+        Fut: std::future::Future<Output = Result<R, NodeError>>,
+    {
+        let nodes = &self.inner.nodes;
+        let mut pending: FuturesUnordered<_> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let reply = request(node);
+                async move { (i, reply.await) }
+            })
+            .collect();
+        let mut answered = vec![false; nodes.len()];
+        let mut tally = Tally::new(nodes.len());
+        let mut outcome = Outcome {
+            decision: Decision::Pending,
+            yes: Vec::new(),
+            no: Vec::new(),
+        };
+        let started = Instant::now();
+        loop {
+            let next = match deadline {
+                None => pending.next().await,
+                Some(deadline) => match tokio::time::timeout_at(deadline.into(), pending.next()).await {
+                    Ok(next) => next,
+                    Err(_deadline_passed) => {
+                        let waited = started.elapsed();
+                        for (i, _) in answered.iter().enumerate().filter(|(_, a)| !**a) {
+                            outcome.no.push(NodeError::new(nodes[i].id(), NodeErrorKind::Timeout(waited)));
+                        }
+                        outcome.decision = Decision::Lost;
+                        return outcome;
+                    }
+                },
+            };
+            let Some((i, reply)) = next else {
+                return outcome;
+            };
+            answered[i] = true;
+            let vote = match reply.map(&judge) {
+                Ok(Ok(value)) => {
+                    outcome.yes.push((i, value));
+                    Vote::Yes
+                }
+                Ok(Err(kind)) => {
+                    outcome.no.push(NodeError::new(nodes[i].id(), kind));
+                    Vote::No
+                }
+                Err(e) => {
+                    outcome.no.push(e);
+                    Vote::No
+                }
+            };
+            outcome.decision = tally.record(vote);
+            if outcome.decision != Decision::Pending {
+                return outcome;
+            }
+        }
+    }
+
+    /// Compare-and-delete on every node, waiting for each (bounded by `node_timeout`).
+    pub(crate) async fn release_everywhere(
+        &self,
+        key: &str,
+        token: &LockToken,
+        node_timeout: Duration,
+    ) -> (Released, Vec<NodeError>) {
+        let replies = futures::future::join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| node.release(key, token.expose(), node_timeout)),
+        )
+        .await;
+        let mut released = Released {
+            deleted: 0,
+            absent: 0,
+        };
+        let mut failed = Vec::new();
+        for reply in replies {
+            match reply {
+                Ok(true) => released.deleted += 1,
+                Ok(false) => released.absent += 1,
+                Err(e) => failed.push(e),
+            }
+        }
+        (released, failed)
+    }
+
+    /// Validates a TTL against this configuration and derives the lease timing.
+    pub(crate) fn lease(&self, ttl: Duration) -> Result<Lease, Error> {
+        let invalid = |reason: String| Error::InvalidTtl { ttl, reason };
+        let ttl_ms = u64::try_from(ttl.as_millis())
+            .ok()
+            .filter(|ms| i64::try_from(*ms).is_ok())
+            .ok_or_else(|| invalid("its milliseconds overflow".into()))?;
+        if ttl_ms == 0 {
+            return Err(invalid("it must be at least 1 ms".into()));
+        }
+        let ttl = Duration::from_millis(ttl_ms);
+        if Instant::now().checked_add(ttl).is_none() {
+            return Err(invalid("it overflows the clock".into()));
+        }
+        let drift = quorum::drift(ttl, self.inner.settings.drift_factor);
+        let node_timeout = self.inner.settings.node_timeout.unwrap_or_else(|| {
+            (ttl / DEFAULT_NODE_TIMEOUT_DIVISOR)
+                .clamp(Duration::from_millis(1), DEFAULT_MAX_NODE_TIMEOUT)
+        });
+        if ttl <= drift + node_timeout {
+            return Err(invalid(format!(
+                "it must be longer than the drift allowance ({drift:?}) plus the node timeout ({node_timeout:?})"
+            )));
+        }
+        Ok(Lease {
+            ttl,
+            ttl_ms,
+            drift,
+            node_timeout,
+        })
+    }
+
+    fn key(&self, resource: &str) -> Result<String, Error> {
+        if resource.is_empty() {
+            return Err(Error::InvalidResource {
+                reason: "it is empty",
+            });
+        }
+        Ok(format!("{}{}", self.inner.settings.key_prefix, resource))
+    }
+
+    pub(crate) fn quorum_size(&self) -> usize {
+        self.inner.quorum
+    }
+}
+
+/// The Redis key of a resource's fencing counter.
+fn fence_key(key: &str) -> String {
+    format!("{key}:fence")
+}
+
+/// Releases a token on every node unless disarmed: on failure explicitly, on cancellation from
+/// `Drop` in the background.
+struct Rollback<'a> {
+    redlock: &'a Redlock,
+    key: &'a str,
+    token: &'a LockToken,
+    node_timeout: Duration,
+    armed: bool,
+}
+
+impl<'a> Rollback<'a> {
+    fn new(redlock: &'a Redlock, key: &'a str, token: &'a LockToken, node_timeout: Duration) -> Self {
+        Rollback {
+            redlock,
+            key,
+            token,
+            node_timeout,
+            armed: true,
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    async fn release_now(mut self) {
+        self.armed = false;
+        let (released, failed) = self
+            .redlock
+            .release_everywhere(self.key, self.token, self.node_timeout)
+            .await;
+        tracing::debug!(
+            key = self.key,
+            deleted = released.deleted,
+            unreachable = failed.len(),
+            "rolled back a failed attempt"
+        );
+    }
+}
+
+impl Drop for Rollback<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            spawn_release(
+                self.redlock.clone(),
+                self.key.to_owned(),
+                self.token.clone(),
+                self.node_timeout,
+            );
+        }
+    }
+}
+
+/// Best-effort release in the background, when a tokio runtime is running.
+pub(crate) fn spawn_release(redlock: Redlock, key: String, token: LockToken, node_timeout: Duration) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move {
+                let (released, failed) = redlock.release_everywhere(&key, &token, node_timeout).await;
+                tracing::debug!(key, deleted = released.deleted, unreachable = failed.len(), "released in the background");
+            });
+        }
+        Err(_) => {
+            tracing::warn!(key, "no tokio runtime to release the lock from Drop; it expires at its TTL")
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! The Lua scripts the nodes run, each built (and its SHA1 computed) once per process.
+//!
+//! Every script compares the stored token before touching a key, so a holder whose lease has
+//! expired can never delete, renew or fence a lock that another holder has taken since.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Compare-and-delete.
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+
+/// Compare-and-PEXPIRE.
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
+
+/// `SET NX PX` plus `INCR` of the fencing counter, atomically.
+pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/acquire_fenced.lua")));
+
+/// Raise the fencing counter where the token is still held.
+pub(crate) static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/raise_fence.lua")));

@@ -1,0 +1,87 @@
+//! Shared helpers for the integration tests: real masters, and direct reads of what they hold.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::time::Duration;
+
+use quorumlock::{Redlock, RedlockBuilder};
+use quorumlock_testkit::{RedisNodes, RedisServer};
+
+/// Five independent masters.
+pub fn five() -> RedisNodes {
+    RedisNodes::spawn(5).unwrap()
+}
+
+/// A builder over these masters with settings that keep tests quick: short retry delays and a
+/// node timeout far above loopback round trips.
+pub fn builder(nodes: &RedisNodes) -> RedlockBuilder {
+    Redlock::builder(nodes.urls())
+        .retry_delay(Duration::from_millis(20))
+        .retry_jitter(Duration::from_millis(10))
+        .node_timeout(Duration::from_millis(300))
+}
+
+pub fn client(nodes: &RedisNodes) -> Redlock {
+    builder(nodes).build().unwrap()
+}
+
+/// A direct connection to one server, bypassing the library.
+pub fn direct(server: &RedisServer) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap()
+}
+
+/// The value of `key` on `server`.
+pub fn get(server: &RedisServer, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(&mut direct(server)).unwrap()
+}
+
+/// The remaining TTL of `key` on `server`, in milliseconds (`-2` when absent).
+pub fn pttl(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(&mut direct(server)).unwrap()
+}
+
+/// Sets `key` to `value` on `server` with a TTL, as another client would.
+pub fn set(server: &RedisServer, key: &str, value: &str, ttl: Duration) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(ttl.as_millis() as u64)
+        .query(&mut direct(server))
+        .unwrap();
+}
+
+/// How many of the running servers hold `key` with exactly `value`.
+pub fn holders(nodes: &RedisNodes, key: &str, value: &str) -> usize {
+    nodes
+        .iter()
+        .filter(|s| s.is_running())
+        .filter(|s| get(s, key).as_deref() == Some(value))
+        .count()
+}
+
+/// How many of the running servers have `key` at all.
+pub fn present(nodes: &RedisNodes, key: &str) -> usize {
+    nodes
+        .iter()
+        .filter(|s| s.is_running())
+        .filter(|s| get(s, key).is_some())
+        .count()
+}
+
+/// Polls `check` until it holds or `within` passes; returns whether it held.
+pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
