@@ -1,6 +1,8 @@
 //! `Lock`: a held lease on a resource, and the random token that proves whose it is.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, NodeErrorKind};
@@ -13,11 +15,11 @@ use crate::redlock::{spawn_release, Lease, Redlock, Released};
 /// Its `Debug` and `Display` never show the value; use [`expose`](LockToken::expose) where the
 /// value itself is needed.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct LockToken(String);
+pub struct LockToken(Arc<str>);
 
 impl LockToken {
     pub(crate) fn generate() -> Self {
-        LockToken(uuid::Uuid::new_v4().simple().to_string())
+        LockToken(uuid::Uuid::new_v4().simple().to_string().into())
     }
 
     /// The token as stored in Redis (32 hex digits). Treat it as a secret: whoever has it can
@@ -70,12 +72,13 @@ impl fmt::Display for LockToken {
 pub struct Lock {
     redlock: Redlock,
     resource: String,
-    key: String,
+    key: Arc<str>,
     token: LockToken,
     lease: Lease,
     deadline: Instant,
     fence: Option<u64>,
-    released: bool,
+    /// Shared with the background task finishing this lock's straggling acquire requests.
+    released: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Lock {
@@ -93,11 +96,12 @@ impl Lock {
     pub(crate) fn new(
         redlock: Redlock,
         resource: String,
-        key: String,
+        key: Arc<str>,
         token: LockToken,
         lease: Lease,
         deadline: Instant,
         fence: Option<u64>,
+        released: Arc<AtomicBool>,
     ) -> Self {
         Lock {
             redlock,
@@ -107,7 +111,7 @@ impl Lock {
             lease,
             deadline,
             fence,
-            released: false,
+            released,
         }
     }
 
@@ -173,17 +177,21 @@ impl Lock {
             });
         }
         let start = Instant::now();
-        let (key, token) = (&self.key, self.token.expose());
+        let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         // Confirmations that arrive after the current deadline do not count: by then another
         // client may hold the lock.
-        let outcome = self
+        let (outcome, stragglers) = self
             .redlock
             .fan_out(
-                |node| node.extend(key, token, lease.ttl_ms, lease.node_timeout),
+                |rl, i| {
+                    let (key, token) = (self.key.clone(), self.token.clone());
+                    async move { rl.node(i).extend(&key, token.expose(), ttl_ms, node_timeout).await }
+                },
                 |renewed| if renewed { Ok(()) } else { Err(NodeErrorKind::Held) },
                 Some(self.deadline),
             )
             .await;
+        stragglers.finish();
         let elapsed = start.elapsed();
         if outcome.decision == Decision::Won {
             if let Some(validity) = quorum::validity(lease.ttl, elapsed, lease.drift) {
@@ -195,7 +203,7 @@ impl Lock {
         Err(Error::NotExtended {
             resource: self.resource.clone(),
             extended: outcome.yes.len(),
-            quorum: self.redlock.quorum_size(),
+            quorum: self.redlock.quorum(),
             nodes: outcome.no,
         })
     }
@@ -212,13 +220,13 @@ impl Lock {
     ///
     /// If dropped midway, the release is sent again in the background from `Drop`.
     pub async fn release(mut self) -> Result<Released, Error> {
+        self.released.store(true, Ordering::SeqCst);
         let (released, nodes) = self
             .redlock
             .release_everywhere(&self.key, &self.token, self.lease.node_timeout)
             .await;
-        self.released = true;
         let confirmed = released.deleted + released.absent;
-        let quorum = self.redlock.quorum_size();
+        let quorum = self.redlock.quorum();
         if confirmed >= quorum {
             Ok(released)
         } else {
@@ -234,10 +242,10 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        if !self.released && self.is_valid() {
+        if !self.released.swap(true, Ordering::SeqCst) && self.is_valid() {
             spawn_release(
                 self.redlock.clone(),
-                std::mem::take(&mut self.key),
+                self.key.clone(),
                 self.token.clone(),
                 self.lease.node_timeout,
             );

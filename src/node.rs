@@ -111,10 +111,14 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let mut conn = self.connection()?;
-        let mut call = scripts::RELEASE.prepare_invoke();
-        call.key(key).arg(token);
+        let cmd = redis::cmd("EVAL")
+            .arg(scripts::RELEASE_SOURCE)
+            .arg(1)
+            .arg(key)
+            .arg(token)
+            .to_owned();
         let deleted: i64 = self
-            .bounded(timeout, async move { call.invoke_async(&mut conn).await })
+            .bounded(timeout, async move { cmd.query_async(&mut conn).await })
             .await?;
         Ok(deleted == 1)
     }

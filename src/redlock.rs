@@ -1,5 +1,8 @@
 //! `Redlock`: the client. Fans each operation out to every node and decides on a quorum.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -74,6 +77,59 @@ pub(crate) struct Outcome<T> {
     pub(crate) yes: Vec<(usize, T)>,
     /// Each node that said no, or failed.
     pub(crate) no: Vec<NodeError>,
+}
+
+/// One node's reply in a fan-out, tagged with the node's index.
+type Reply<R> = Pin<Box<dyn Future<Output = (usize, Result<R, NodeError>)> + Send>>;
+
+/// Requests still in flight when a fan-out was decided.
+pub(crate) struct Stragglers<R> {
+    pending: FuturesUnordered<Reply<R>>,
+}
+
+impl<R: Send + 'static> Stragglers<R> {
+    /// Lets the remaining requests run to completion in the background (each is bounded by the
+    /// node timeout).
+    pub(crate) fn finish(self) {
+        self.spawn(None);
+    }
+
+    /// As [`finish`](Self::finish), and once `released` is set, releases the token on each node
+    /// whose request completes from then on.
+    ///
+    /// This orders a release after a late `SET` on the same node. Either the `SET`'s reply came
+    /// before `released` was set, so the holder's own release was sent after the `SET` had
+    /// executed; or this task sees `released` and releases again after the reply.
+    pub(crate) fn finish_then_release(self, cleanup: Cleanup) {
+        self.spawn(Some(cleanup));
+    }
+
+    fn spawn(mut self, cleanup: Option<Cleanup>) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            while let Some((i, _)) = self.pending.next().await {
+                if let Some(c) = cleanup.as_ref().filter(|c| c.released.load(Ordering::SeqCst)) {
+                    let _ = c.redlock.node(i).release(&c.key, c.token.expose(), c.node_timeout).await;
+                }
+            }
+        });
+    }
+}
+
+/// What a straggling request needs to clean up after itself.
+pub(crate) struct Cleanup {
+    pub(crate) redlock: Redlock,
+    pub(crate) key: Arc<str>,
+    pub(crate) token: LockToken,
+    pub(crate) node_timeout: Duration,
+    /// Set once the lock is released (or the attempt failed): from then on a late grant must be
+    /// undone.
+    pub(crate) released: Arc<AtomicBool>,
 }
 
 /// Why one acquire attempt failed.
@@ -272,27 +328,37 @@ impl Redlock {
     }
 
     /// One attempt of the algorithm: fan out, decide early, check validity, fence, or roll back.
-    async fn attempt(&self, resource: &str, key: &str, lease: &Lease) -> Result<Lock, Failure> {
+    async fn attempt(&self, resource: &str, key: &Arc<str>, lease: &Lease) -> Result<Lock, Failure> {
         let token = LockToken::generate();
-        let fence_key = self.inner.settings.fencing.then(|| fence_key(key));
-        // Armed until the lock is handed out: a dropped future or a failed attempt releases
-        // on every node, including those whose SET may still land.
-        let rollback = Rollback::new(self, key, &token, lease.node_timeout);
+        let fence_key: Option<Arc<str>> = self.inner.settings.fencing.then(|| fence_key(key).into());
+        // Armed until the lock is handed out: a dropped future releases on every node in the
+        // background.
+        let rollback = Rollback {
+            redlock: self,
+            key,
+            token: &token,
+            node_timeout: lease.node_timeout,
+            armed: true,
+        };
 
         let start = Instant::now();
-        let outcome = self
-            .fan_out(|node| {
-                node.acquire(
-                    key,
-                    fence_key.as_deref(),
-                    token.expose(),
-                    lease.ttl_ms,
-                    lease.node_timeout,
-                )
-            }, |grant| match grant {
-                Grant::Granted { fence } => Ok(fence),
-                Grant::Held => Err(NodeErrorKind::Held),
-            }, None)
+        let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
+        let (outcome, stragglers) = self
+            .fan_out(
+                |rl, i| {
+                    let (key, fence_key, token) = (key.clone(), fence_key.clone(), token.clone());
+                    async move {
+                        let node = rl.node(i);
+                        node.acquire(&key, fence_key.as_deref(), token.expose(), ttl_ms, node_timeout)
+                            .await
+                    }
+                },
+                |grant| match grant {
+                    Grant::Granted { fence } => Ok(fence),
+                    Grant::Held => Err(NodeErrorKind::Held),
+                },
+                None,
+            )
             .await;
 
         let failure = match outcome.decision {
@@ -308,14 +374,23 @@ impl Redlock {
                 match (fence, quorum::validity(lease.ttl, elapsed, lease.drift)) {
                     (Ok(fence), Some(validity)) => {
                         rollback.disarm();
+                        let released = Arc::new(AtomicBool::new(false));
+                        stragglers.finish_then_release(Cleanup {
+                            redlock: self.clone(),
+                            key: key.clone(),
+                            token: token.clone(),
+                            node_timeout: lease.node_timeout,
+                            released: released.clone(),
+                        });
                         return Ok(Lock::new(
                             self.clone(),
                             resource.to_owned(),
-                            key.to_owned(),
+                            key.clone(),
                             token,
                             *lease,
                             start + elapsed + validity,
                             fence,
+                            released,
                         ));
                     }
                     (Err(nodes), _) => Failure::NotGranted {
@@ -333,6 +408,13 @@ impl Redlock {
                 nodes: outcome.no,
             },
         };
+        stragglers.finish_then_release(Cleanup {
+            redlock: self.clone(),
+            key: key.clone(),
+            token: token.clone(),
+            node_timeout: lease.node_timeout,
+            released: Arc::new(AtomicBool::new(true)),
+        });
         rollback.release_now().await;
         Err(failure)
     }
@@ -384,24 +466,24 @@ impl Redlock {
     /// count as timed out. `judge` turns a node's reply into a yes (with a value) or a no (with
     /// the reason).
     ///
-    /// Requests still in flight when the decision is taken are dropped here; whatever they had
-    /// already written to a connection is still executed by the node.
-    pub(crate) async fn fan_out<'a, R, T, Fut>(
-        &'a self,
-        request: impl Fn(&'a Node) -> Fut,
+    /// The requests still in flight at the decision are handed back as [`Stragglers`]: the
+    /// caller lets them finish in the background, so that a slow node still gets the key (or
+    /// still gets cleaned up) instead of the request being abandoned half-way.
+    pub(crate) async fn fan_out<R, T, Fut>(
+        &self,
+        request: impl Fn(Redlock, usize) -> Fut,
         judge: impl Fn(R) -> Result<T, NodeErrorKind>,
         deadline: Option<Instant>,
-    ) -> Outcome<T>
+    ) -> (Outcome<T>, Stragglers<R>)
     where
-        Fut: std::future::Future<Output = Result<R, NodeError>>,
+        Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
+        R: Send + 'static,
     {
         let nodes = &self.inner.nodes;
-        let mut pending: FuturesUnordered<_> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let reply = request(node);
-                async move { (i, reply.await) }
+        let mut pending: FuturesUnordered<Reply<R>> = (0..nodes.len())
+            .map(|i| {
+                let reply = request(self.clone(), i);
+                Box::pin(async move { (i, reply.await) }) as Reply<R>
             })
             .collect();
         let mut answered = vec![false; nodes.len()];
@@ -412,23 +494,27 @@ impl Redlock {
             no: Vec::new(),
         };
         let started = Instant::now();
-        loop {
+        while outcome.decision == Decision::Pending {
             let next = match deadline {
                 None => pending.next().await,
-                Some(deadline) => match tokio::time::timeout_at(deadline.into(), pending.next()).await {
-                    Ok(next) => next,
-                    Err(_deadline_passed) => {
-                        let waited = started.elapsed();
-                        for (i, _) in answered.iter().enumerate().filter(|(_, a)| !**a) {
-                            outcome.no.push(NodeError::new(nodes[i].id(), NodeErrorKind::Timeout(waited)));
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline.into(), pending.next()).await {
+                        Ok(next) => next,
+                        Err(_deadline_passed) => {
+                            let waited = started.elapsed();
+                            let late = answered.iter().enumerate().filter(|(_, a)| !**a);
+                            for (i, _) in late {
+                                let timeout = NodeErrorKind::Timeout(waited);
+                                outcome.no.push(NodeError::new(nodes[i].id(), timeout));
+                            }
+                            outcome.decision = Decision::Lost;
+                            break;
                         }
-                        outcome.decision = Decision::Lost;
-                        return outcome;
                     }
-                },
+                }
             };
             let Some((i, reply)) = next else {
-                return outcome;
+                break;
             };
             answered[i] = true;
             let vote = match reply.map(&judge) {
@@ -446,10 +532,8 @@ impl Redlock {
                 }
             };
             outcome.decision = tally.record(vote);
-            if outcome.decision != Decision::Pending {
-                return outcome;
-            }
         }
+        (outcome, Stragglers { pending })
     }
 
     /// Compare-and-delete on every node, waiting for each (bounded by `node_timeout`).
@@ -513,17 +597,17 @@ impl Redlock {
         })
     }
 
-    fn key(&self, resource: &str) -> Result<String, Error> {
+    fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
         if resource.is_empty() {
             return Err(Error::InvalidResource {
                 reason: "it is empty",
             });
         }
-        Ok(format!("{}{}", self.inner.settings.key_prefix, resource))
+        Ok(format!("{}{}", self.inner.settings.key_prefix, resource).into())
     }
 
-    pub(crate) fn quorum_size(&self) -> usize {
-        self.inner.quorum
+    pub(crate) fn node(&self, index: usize) -> &Node {
+        &self.inner.nodes[index]
     }
 }
 
@@ -536,23 +620,13 @@ fn fence_key(key: &str) -> String {
 /// `Drop` in the background.
 struct Rollback<'a> {
     redlock: &'a Redlock,
-    key: &'a str,
+    key: &'a Arc<str>,
     token: &'a LockToken,
     node_timeout: Duration,
     armed: bool,
 }
 
-impl<'a> Rollback<'a> {
-    fn new(redlock: &'a Redlock, key: &'a str, token: &'a LockToken, node_timeout: Duration) -> Self {
-        Rollback {
-            redlock,
-            key,
-            token,
-            node_timeout,
-            armed: true,
-        }
-    }
-
+impl Rollback<'_> {
     fn disarm(mut self) {
         self.armed = false;
     }
@@ -564,7 +638,7 @@ impl<'a> Rollback<'a> {
             .release_everywhere(self.key, self.token, self.node_timeout)
             .await;
         tracing::debug!(
-            key = self.key,
+            key = &**self.key,
             deleted = released.deleted,
             unreachable = failed.len(),
             "rolled back a failed attempt"
@@ -577,7 +651,7 @@ impl Drop for Rollback<'_> {
         if self.armed {
             spawn_release(
                 self.redlock.clone(),
-                self.key.to_owned(),
+                self.key.clone(),
                 self.token.clone(),
                 self.node_timeout,
             );
@@ -586,16 +660,16 @@ impl Drop for Rollback<'_> {
 }
 
 /// Best-effort release in the background, when a tokio runtime is running.
-pub(crate) fn spawn_release(redlock: Redlock, key: String, token: LockToken, node_timeout: Duration) {
+pub(crate) fn spawn_release(redlock: Redlock, key: Arc<str>, token: LockToken, node_timeout: Duration) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(async move {
                 let (released, failed) = redlock.release_everywhere(&key, &token, node_timeout).await;
-                tracing::debug!(key, deleted = released.deleted, unreachable = failed.len(), "released in the background");
+                tracing::debug!(key = &*key, deleted = released.deleted, unreachable = failed.len(), "released in the background");
             });
         }
         Err(_) => {
-            tracing::warn!(key, "no tokio runtime to release the lock from Drop; it expires at its TTL")
+            tracing::warn!(key = &*key, "no tokio runtime to release the lock from Drop; it expires at its TTL")
         }
     }
 }

@@ -7,9 +7,13 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Compare-and-delete.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+/// Compare-and-delete, sent as `EVAL` with its source rather than `EVALSHA`.
+///
+/// A release is often sent to a node that is slow or paused, to clean up a `SET` still in flight.
+/// `EVALSHA` needs a second round trip (`SCRIPT LOAD`) on a node that restarted and lost its
+/// script cache; if the first reply comes after the per-node timeout, that second round trip is
+/// never sent and the cleanup silently does not happen. `EVAL` always runs in one round trip.
+pub(crate) const RELEASE_SOURCE: &str = include_str!("lua/release.lua");
 
 /// Compare-and-PEXPIRE.
 pub(crate) static EXTEND: LazyLock<Script> =

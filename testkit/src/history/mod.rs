@@ -1,0 +1,332 @@
+//! Recording what chaos-test clients did, and checking it afterwards.
+//!
+//! A chaos test runs client tasks that contend for locks while faults are injected. Each client
+//! records every acquire / extend / release attempt as an [`Op`] in a shared [`History`]; the fault
+//! driver records each fault with [`History::fault`] / [`History::heal`]. At the end
+//! [`History::check`] runs every checker and returns a [`Report`] whose `Display` is meant to be
+//! printed as the test's failure message.
+//!
+//! Two kinds of evidence are checked:
+//!
+//! * **Protocol level**, from the clients' own timestamps and reported validities:
+//!   [`check_overlaps`] (two holders' leases on one resource never overlap) and
+//!   [`check_fence_order`] (fencing tokens increase in real-time order).
+//! * **Effect level**, from witnesses the clients call inside their critical sections, which trust
+//!   no client timestamp: [`OccupancyWitness`] (never two holders inside at once),
+//!   [`LostUpdateRegister`] (a read–sleep–write counter that loses updates when two holders
+//!   interleave) and [`FencedRegister`] (storage that rejects stale fencing tokens).
+//!
+//! Everything here is plain data and `std` synchronisation; nothing talks to Redis. Lock tokens are
+//! never printed: `Debug`, `Display` and the report show a [`TokenFingerprint`] instead.
+//!
+//! # Layout
+//!
+//! * this module — the [`History`] recorder;
+//! * `record` — what is recorded: [`Op`], [`Fault`] and their parts;
+//! * `checks` — the protocol-level checkers;
+//! * `witness` — the effect-level witnesses;
+//! * `violation` — [`Violation`], what every checker and witness reports;
+//! * `report` — [`Report`], the verdict on a whole history.
+
+mod checks;
+mod record;
+mod report;
+#[cfg(test)]
+mod testing;
+mod violation;
+mod witness;
+
+pub use checks::{check_fence_order, check_overlaps, Acquisition, Lease};
+pub use record::{Fault, FaultId, Op, OpKind, Outcome, TokenFingerprint};
+pub use report::{OpCounts, Report};
+pub use violation::Violation;
+pub use witness::{
+    FencedCounts, FencedRegister, LostUpdateRegister, OccupancyGuard, OccupancyWitness, Occupant,
+    Stale,
+};
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+/// Locks a mutex, carrying on with the data if another thread panicked while holding it: a
+/// recorder must keep working (and keep its evidence) when one client task panics.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A thread-safe recorder of operations and faults, shared by the client tasks of one chaos run.
+///
+/// Cheap to clone: every clone records into the same history. It remembers the [`Instant`] it was
+/// created at (its [`origin`](History::origin)); the report prints times as offsets from it.
+///
+/// # Example
+///
+/// ```
+/// use quorumlock_testkit::{History, Op, OpKind, Outcome};
+/// use std::time::{Duration, Instant};
+///
+/// let history = History::new();
+/// let witness = history.occupancy_witness("orders:42");
+///
+/// // A client task:
+/// let start = Instant::now();
+/// // ... acquire the lock with a 1 s TTL; the library reported 990 ms of validity ...
+/// let valid_until = start + Duration::from_millis(990);
+/// history.record(Op {
+///     client: 0,
+///     resource: "orders:42".into(),
+///     token: "3f1c0a9e-secret".into(),
+///     kind: OpKind::Acquire,
+///     start,
+///     end: Instant::now(),
+///     outcome: Outcome::Ok { valid_until: Some(valid_until) },
+///     fence: Some(1),
+/// });
+/// {
+///     let _inside = witness.enter(0);
+///     // ... the critical section ...
+/// }
+///
+/// // The fault driver:
+/// let paused = history.fault("node 2 paused");
+/// history.heal(paused);
+///
+/// let report = history.check();
+/// assert!(report.is_clean(), "{report}");
+/// ```
+#[derive(Clone, Debug)]
+pub struct History {
+    origin: Instant,
+    inner: Arc<Mutex<Recorded>>,
+}
+
+#[derive(Debug, Default)]
+struct Recorded {
+    ops: Vec<Op>,
+    faults: Vec<Fault>,
+    witnesses: Vec<Witness>,
+}
+
+/// A witness created through a [`History`], so that [`History::check`] includes its verdict.
+#[derive(Clone, Debug)]
+enum Witness {
+    Occupancy(OccupancyWitness),
+    LostUpdate(LostUpdateRegister),
+    Fenced(FencedRegister),
+}
+
+impl Default for History {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl History {
+    /// An empty history whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            inner: Arc::new(Mutex::new(Recorded::default())),
+        }
+    }
+
+    /// When this history was created; the report prints every time as an offset from it.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+
+    /// Records one finished operation (successful or not).
+    pub fn record(&self, op: Op) {
+        lock(&self.inner).ops.push(op);
+    }
+
+    /// Records that a fault starts now (for example `"node 2 paused"`) and returns its id, to be
+    /// passed to [`heal`](History::heal) when the fault ends. A fault never healed lasts until the
+    /// end of the run.
+    pub fn fault(&self, description: impl Into<String>) -> FaultId {
+        let start = Instant::now();
+        let mut recorded = lock(&self.inner);
+        let id = FaultId(recorded.faults.len());
+        recorded.faults.push(Fault {
+            id,
+            description: description.into(),
+            start,
+            end: None,
+        });
+        id
+    }
+
+    /// Records that the fault `id` ends now. Healing a fault twice keeps the first end; an id from
+    /// another history is ignored.
+    pub fn heal(&self, id: FaultId) {
+        let now = Instant::now();
+        if let Some(fault) = lock(&self.inner).faults.get_mut(id.0) {
+            fault.end.get_or_insert(now);
+        }
+    }
+
+    /// A copy of every operation recorded so far, in recording order.
+    pub fn ops(&self) -> Vec<Op> {
+        lock(&self.inner).ops.clone()
+    }
+
+    /// A copy of every fault recorded so far, in the order they started.
+    pub fn faults(&self) -> Vec<Fault> {
+        lock(&self.inner).faults.clone()
+    }
+
+    /// A new [`OccupancyWitness`] for `resource` whose violations [`check`](History::check) reports.
+    pub fn occupancy_witness(&self, resource: impl Into<String>) -> OccupancyWitness {
+        let witness = OccupancyWitness::new(resource);
+        self.include(Witness::Occupancy(witness.clone()));
+        witness
+    }
+
+    /// A new [`LostUpdateRegister`] for `resource`; [`check`](History::check) runs
+    /// [`LostUpdateRegister::check`] on it with its own [`commits`](LostUpdateRegister::commits)
+    /// as the expected count.
+    pub fn lost_update_register(&self, resource: impl Into<String>) -> LostUpdateRegister {
+        let register = LostUpdateRegister::new(resource);
+        self.include(Witness::LostUpdate(register.clone()));
+        register
+    }
+
+    /// A new [`FencedRegister`] for `resource`; [`check`](History::check) reports its violations
+    /// and the report counts its accepted and rejected writes.
+    pub fn fenced_register(&self, resource: impl Into<String>) -> FencedRegister {
+        let register = FencedRegister::new(resource);
+        self.include(Witness::Fenced(register.clone()));
+        register
+    }
+
+    /// Has [`check`](History::check) include `witness`'s verdict.
+    fn include(&self, witness: Witness) {
+        lock(&self.inner).witnesses.push(witness);
+    }
+
+    /// Runs every checker over what has been recorded so far — [`check_overlaps`],
+    /// [`check_fence_order`] and the witnesses created through this history — and returns the
+    /// report.
+    pub fn check(&self) -> Report {
+        let (ops, faults, witnesses) = {
+            let recorded = lock(&self.inner);
+            (
+                recorded.ops.clone(),
+                recorded.faults.clone(),
+                recorded.witnesses.clone(),
+            )
+        };
+        let mut report = Report::new(self.origin, &ops, faults);
+        report.add_violations(check_overlaps(&ops));
+        report.add_violations(check_fence_order(&ops));
+        for witness in &witnesses {
+            match witness {
+                Witness::Occupancy(witness) => report.add_violations(witness.violations()),
+                Witness::LostUpdate(register) => {
+                    report.add_violations(register.check(register.commits()));
+                }
+                Witness::Fenced(register) => {
+                    let totals = register.totals();
+                    let entry = report
+                        .fenced_writes
+                        .entry(register.resource().to_owned())
+                        .or_default();
+                    entry.accepted += totals.accepted;
+                    entry.rejected += totals.rejected;
+                    report.add_violations(register.violations());
+                }
+            }
+        }
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{failed, Clock};
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn report_counts_ops_and_includes_witnesses_made_by_the_history() {
+        let history = History::new();
+        let c = Clock(history.origin());
+        history.record(c.acquire(0, "tok-a", (0, 5), 100, Some(1)));
+        history.record(c.extend(0, "tok-a", (30, 35), 130));
+        history.record(c.release(0, "tok-a", (50, 55)));
+        history.record(failed(c.acquire(1, "tok-b", (10, 15), 110, None)));
+        let register = history.lost_update_register("r");
+        let fenced = history.fenced_register("r");
+        let witness = history.occupancy_witness("r");
+        let clean = history.check();
+        assert!(clean.is_clean(), "{clean}");
+
+        let guard = witness.enter(0);
+        drop(witness.enter(1));
+        drop(guard);
+        let v = register.read();
+        register.write(v);
+        fenced.write(2, 0).unwrap();
+        fenced.write(1, 1).unwrap_err();
+
+        let report = history.check();
+        assert_eq!(report.acquires, OpCounts { ok: 1, failed: 1 });
+        assert_eq!(report.extends, OpCounts { ok: 1, failed: 0 });
+        assert_eq!(report.releases, OpCounts { ok: 1, failed: 0 });
+        assert_eq!(report.acquired.get("r"), Some(&1));
+        assert_eq!(
+            report.fenced_writes.get("r"),
+            Some(&FencedCounts {
+                accepted: 1,
+                rejected: 1
+            })
+        );
+        // The double occupancy, the stale write and the lost update.
+        assert_eq!(report.violations.len(), 3, "{report}");
+        let text = report.to_string();
+        assert!(text.contains("two holders inside"), "{text}");
+        assert!(text.contains("1 accepted, 1 rejected"), "{text}");
+    }
+
+    #[test]
+    fn heal_ends_a_fault_once() {
+        let history = History::new();
+        let id = history.fault("node 0 paused");
+        let open = history.faults();
+        assert_eq!(open[0].end, None);
+        history.heal(id);
+        let end = history.faults()[0].end;
+        assert!(end.is_some());
+        history.heal(id);
+        assert_eq!(history.faults()[0].end, end);
+        assert_eq!(history.faults()[0].description, "node 0 paused");
+    }
+
+    /// The `History` doc example, kept compiling and passing here.
+    #[test]
+    fn the_documented_example_is_clean() {
+        let history = History::new();
+        let witness = history.occupancy_witness("orders:42");
+        let start = Instant::now();
+        let valid_until = start + Duration::from_millis(990);
+        history.record(Op {
+            client: 0,
+            resource: "orders:42".into(),
+            token: "3f1c0a9e-secret".into(),
+            kind: OpKind::Acquire,
+            start,
+            end: Instant::now(),
+            outcome: Outcome::Ok {
+                valid_until: Some(valid_until),
+            },
+            fence: Some(1),
+        });
+        {
+            let _inside = witness.enter(0);
+        }
+        let paused = history.fault("node 2 paused");
+        history.heal(paused);
+        let report = history.check();
+        assert!(report.is_clean(), "{report}");
+    }
+}

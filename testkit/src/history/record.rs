@@ -1,0 +1,181 @@
+//! What a [`History`](crate::History) records: the clients' operations and the injected faults.
+
+use std::fmt;
+use std::time::Instant;
+
+/// Identifies a fault recorded by [`History::fault`](crate::History::fault).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FaultId(pub(super) usize);
+
+impl fmt::Display for FaultId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// A fault injected during the run: active from `start` until `end`, or until the end of the run
+/// when it was never healed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Fault {
+    /// The id [`History::fault`](crate::History::fault) returned.
+    pub id: FaultId,
+    /// What happened, e.g. `"node 2 paused"`.
+    pub description: String,
+    /// When the fault started.
+    pub start: Instant,
+    /// When it was healed; `None` if it lasted until the end of the run.
+    pub end: Option<Instant>,
+}
+
+impl Fault {
+    /// Whether the fault was active at some point of the closed window `[from, until]`
+    /// (`until == None`: the window runs to the end of the run).
+    pub fn active_during(&self, from: Instant, until: Option<Instant>) -> bool {
+        let started_in_time = until.is_none_or(|until| self.start <= until);
+        let not_yet_healed = self.end.is_none_or(|end| end > from);
+        started_in_time && not_yet_healed
+    }
+}
+
+/// One finished acquire, extend or release attempt of one client.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Op {
+    /// Which client task made the attempt.
+    pub client: usize,
+    /// The locked resource name.
+    pub resource: String,
+    /// The lock's token (opaque and secret: never printed, see [`TokenFingerprint`]).
+    pub token: String,
+    /// What was attempted.
+    pub kind: OpKind,
+    /// When the attempt started (before the first request was sent).
+    pub start: Instant,
+    /// When the attempt returned to the client.
+    pub end: Instant,
+    /// What the client was told.
+    pub outcome: Outcome,
+    /// The fencing token the acquire returned, if fencing is on.
+    pub fence: Option<u64>,
+}
+
+impl Op {
+    /// Whether the attempt succeeded.
+    pub fn succeeded(&self) -> bool {
+        matches!(self.outcome, Outcome::Ok { .. })
+    }
+
+    /// The reported end of validity of a successful attempt (`None` if it failed or reported none).
+    pub fn valid_until(&self) -> Option<Instant> {
+        match self.outcome {
+            Outcome::Ok { valid_until } => valid_until,
+            Outcome::Failed { .. } => None,
+        }
+    }
+
+    /// A short, printable fingerprint of the token.
+    pub fn token_fingerprint(&self) -> TokenFingerprint {
+        TokenFingerprint::of(&self.token)
+    }
+}
+
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Op")
+            .field("client", &self.client)
+            .field("resource", &self.resource)
+            .field("token", &self.token_fingerprint())
+            .field("kind", &self.kind)
+            .field("start", &self.start)
+            .field("end", &self.end)
+            .field("outcome", &self.outcome)
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+/// What an [`Op`] attempted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum OpKind {
+    /// Take the lock.
+    Acquire,
+    /// Push the lock's deadline further.
+    Extend,
+    /// Give the lock up.
+    Release,
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpKind::Acquire => "acquire",
+            OpKind::Extend => "extend",
+            OpKind::Release => "release",
+        })
+    }
+}
+
+/// What the client was told about an [`Op`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The attempt succeeded.
+    Ok {
+        /// For an acquire or extend: the start of the attempt plus the validity the library
+        /// reported, i.e. the deadline as the client computed it. `None` for a release. A
+        /// successful acquire or extend without one is taken to hold until it is released.
+        valid_until: Option<Instant>,
+    },
+    /// The attempt failed.
+    Failed {
+        /// Why, for the report.
+        reason: String,
+    },
+}
+
+/// A short fingerprint of a lock token, printed instead of the token itself.
+///
+/// 32 bits of a FNV-1a hash, shown as `#` and eight hex digits. Only for reading reports: the
+/// checkers always compare full tokens.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TokenFingerprint(u32);
+
+impl TokenFingerprint {
+    /// The fingerprint of `token`.
+    pub fn of(token: &str) -> Self {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in token.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // Fold the 64-bit hash so every input bit affects the 32 shown.
+        Self(((hash >> 32) ^ hash) as u32)
+    }
+}
+
+impl fmt::Display for TokenFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{:08x}", self.0)
+    }
+}
+
+impl fmt::Debug for TokenFingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::history::testing::Clock;
+
+    #[test]
+    fn ops_print_a_fingerprint_instead_of_the_token() {
+        let c = Clock::new();
+        let op = c.acquire(0, "tok-a-secret", (0, 5), 100, Some(1));
+        let debug = format!("{op:?}");
+        assert!(!debug.contains("secret"), "{debug}");
+        assert!(debug.contains(&op.token_fingerprint().to_string()));
+    }
+}

@@ -1,0 +1,316 @@
+//! [`Violation`]: what a checker or a witness found, and how it is printed.
+
+use super::{Acquisition, Lease, Occupant};
+use std::fmt;
+use std::time::Instant;
+
+/// One safety violation found by a checker or a witness.
+///
+/// `Display` prints times in milliseconds from the violation's own first instant;
+/// [`display_from`](Violation::display_from) (used by the [`Report`](crate::Report)) prints them
+/// from a given origin instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// Two leases of different tokens on one resource overlap
+    /// ([`check_overlaps`](crate::check_overlaps)).
+    Overlap {
+        /// The resource.
+        resource: String,
+        /// The lease that started first.
+        first: Lease,
+        /// The lease that started while `first` was still held.
+        second: Lease,
+        /// Start of the overlap.
+        from: Instant,
+        /// End of the overlap; `None` if it never ended.
+        until: Option<Instant>,
+    },
+    /// An acquire that began after another had returned got a fence that is not higher
+    /// ([`check_fence_order`](crate::check_fence_order)).
+    FenceOrder {
+        /// The resource.
+        resource: String,
+        /// The acquire that returned first.
+        earlier: Acquisition,
+        /// The acquire that started after `earlier` returned.
+        later: Acquisition,
+    },
+    /// A client entered a critical section while others were inside
+    /// ([`OccupancyWitness`](crate::OccupancyWitness)).
+    DoubleOccupancy {
+        /// The resource.
+        resource: String,
+        /// Who was inside.
+        holders: Vec<Occupant>,
+        /// Who entered.
+        intruder: Occupant,
+    },
+    /// A write did not raise a [`LostUpdateRegister`](crate::LostUpdateRegister): its writer read
+    /// before another critical section committed.
+    StaleWrite {
+        /// The resource.
+        resource: String,
+        /// The value written.
+        written: u64,
+        /// The value it replaced.
+        overwritten: u64,
+        /// When it was written.
+        at: Instant,
+    },
+    /// A [`LostUpdateRegister`](crate::LostUpdateRegister) ended below the number of committed
+    /// critical sections.
+    LostUpdate {
+        /// The resource.
+        resource: String,
+        /// The register's final value.
+        final_value: u64,
+        /// How many critical sections committed.
+        expected: u64,
+        /// How many writes the register saw.
+        writes: u64,
+    },
+    /// Two clients wrote to a [`FencedRegister`](crate::FencedRegister) under the same fence.
+    SharedFence {
+        /// The resource.
+        resource: String,
+        /// The shared fence.
+        fence: u64,
+        /// The client that first wrote with it.
+        first_client: usize,
+        /// Another client writing with it.
+        second_client: usize,
+        /// When the second client wrote.
+        at: Instant,
+    },
+}
+
+impl Violation {
+    /// The resource involved.
+    pub fn resource(&self) -> &str {
+        match self {
+            Violation::Overlap { resource, .. }
+            | Violation::FenceOrder { resource, .. }
+            | Violation::DoubleOccupancy { resource, .. }
+            | Violation::StaleWrite { resource, .. }
+            | Violation::LostUpdate { resource, .. }
+            | Violation::SharedFence { resource, .. } => resource,
+        }
+    }
+
+    /// The closed time window the violation concerns, used to find the faults active during it;
+    /// `None` when it is a whole-run verdict ([`Violation::LostUpdate`]). The window's end is
+    /// `None` when it runs to the end of the run.
+    ///
+    /// Overlap: the overlap itself. Fence order: from the earlier acquire's start to the later one's
+    /// end. Double occupancy: from the first holder's entry to the intruder's. Stale write and
+    /// shared fence: the instant of the offending write.
+    pub fn window(&self) -> Option<(Instant, Option<Instant>)> {
+        match self {
+            Violation::Overlap { from, until, .. } => Some((*from, *until)),
+            Violation::FenceOrder { earlier, later, .. } => {
+                Some((earlier.start.min(later.start), Some(later.end)))
+            }
+            Violation::DoubleOccupancy {
+                holders, intruder, ..
+            } => {
+                let first = holders
+                    .iter()
+                    .map(|h| h.entered)
+                    .min()
+                    .map_or(intruder.entered, |e| e.min(intruder.entered));
+                Some((first, Some(intruder.entered)))
+            }
+            Violation::StaleWrite { at, .. } | Violation::SharedFence { at, .. } => {
+                Some((*at, Some(*at)))
+            }
+            Violation::LostUpdate { .. } => None,
+        }
+    }
+
+    /// The earliest instant the violation mentions.
+    fn first_instant(&self) -> Option<Instant> {
+        match self {
+            Violation::Overlap { first, second, .. } => Some(first.start.min(second.start)),
+            _ => self.window().map(|(from, _)| from),
+        }
+    }
+
+    /// Displays the violation with times in milliseconds from `origin`.
+    pub fn display_from(&self, origin: Instant) -> impl fmt::Display + '_ {
+        ViolationFrom {
+            violation: self,
+            origin,
+        }
+    }
+
+    fn write_from(&self, f: &mut fmt::Formatter<'_>, origin: Instant) -> fmt::Result {
+        let at = |t: Instant| ms(origin, t);
+        match self {
+            Violation::Overlap {
+                resource,
+                first,
+                second,
+                from,
+                until: end,
+            } => {
+                write!(f, "overlapping leases on {resource:?}: ")?;
+                write_lease(f, first, origin)?;
+                f.write_str(" and ")?;
+                write_lease(f, second, origin)?;
+                write!(f, "; overlap [{}, {})", at(*from), until(origin, *end))
+            }
+            Violation::FenceOrder {
+                resource,
+                earlier,
+                later,
+            } => {
+                let how = if earlier.fence == later.fence {
+                    "repeated"
+                } else {
+                    "went backwards"
+                };
+                write!(f, "fence {how} on {resource:?}: ")?;
+                write_acquisition(f, earlier, origin)?;
+                f.write_str(" returned before ")?;
+                write_acquisition(f, later, origin)?;
+                write!(f, " started, yet {} ≥ {}", earlier.fence, later.fence)
+            }
+            Violation::DoubleOccupancy {
+                resource,
+                holders,
+                intruder,
+            } => {
+                write!(
+                    f,
+                    "two holders inside {resource:?}: client {} entered at {} while ",
+                    intruder.client,
+                    at(intruder.entered)
+                )?;
+                for (i, holder) in holders.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(
+                        f,
+                        "client {} (entered at {})",
+                        holder.client,
+                        at(holder.entered)
+                    )?;
+                }
+                f.write_str(" was inside")
+            }
+            Violation::StaleWrite {
+                resource,
+                written,
+                overwritten,
+                at: when,
+            } => write!(
+                f,
+                "stale write to {resource:?} at {}: wrote {written} over {overwritten}, \
+                 so its writer read before another critical section committed",
+                at(*when)
+            ),
+            Violation::LostUpdate {
+                resource,
+                final_value,
+                expected,
+                writes,
+            } => write!(
+                f,
+                "lost update on {resource:?}: final value {final_value}, \
+                 but {expected} critical sections committed ({writes} writes)"
+            ),
+            Violation::SharedFence {
+                resource,
+                fence,
+                first_client,
+                second_client,
+                at: when,
+            } => write!(
+                f,
+                "shared fence on {resource:?}: client {second_client} wrote with fence {fence} \
+                 at {}, already used by client {first_client}",
+                at(*when)
+            ),
+        }
+    }
+}
+
+fn write_lease(f: &mut fmt::Formatter<'_>, lease: &Lease, origin: Instant) -> fmt::Result {
+    write!(f, "client {} (token {}", lease.client, lease.token)?;
+    if let Some(fence) = lease.fence {
+        write!(f, ", fence {fence}")?;
+    }
+    let (start, end) = (ms(origin, lease.start), until(origin, lease.end));
+    write!(f, ") held [{start}, {end})")
+}
+
+fn write_acquisition(
+    f: &mut fmt::Formatter<'_>,
+    acquisition: &Acquisition,
+    origin: Instant,
+) -> fmt::Result {
+    let (start, end) = (ms(origin, acquisition.start), ms(origin, acquisition.end));
+    write!(
+        f,
+        "client {} (token {}, fence {}, acquire [{start}, {end}])",
+        acquisition.client, acquisition.token, acquisition.fence
+    )
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let origin = self.first_instant().unwrap_or_else(Instant::now);
+        self.write_from(f, origin)
+    }
+}
+
+struct ViolationFrom<'a> {
+    violation: &'a Violation,
+    origin: Instant,
+}
+
+impl fmt::Display for ViolationFrom<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.violation.write_from(f, self.origin)
+    }
+}
+
+/// `t` printed as signed milliseconds from `origin`.
+pub(super) fn ms(origin: Instant, t: Instant) -> impl fmt::Display {
+    Ms { origin, t }
+}
+
+/// The end of a window, `t`, printed like [`ms`], or "end of run" when it has none.
+pub(super) fn until(origin: Instant, t: Option<Instant>) -> impl fmt::Display {
+    Until { origin, t }
+}
+
+struct Ms {
+    origin: Instant,
+    t: Instant,
+}
+
+impl fmt::Display for Ms {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.t.checked_duration_since(self.origin) {
+            Some(after) => write!(f, "{:.1}ms", after.as_secs_f64() * 1e3),
+            None => write!(f, "-{:.1}ms", (self.origin - self.t).as_secs_f64() * 1e3),
+        }
+    }
+}
+
+struct Until {
+    origin: Instant,
+    t: Option<Instant>,
+}
+
+impl fmt::Display for Until {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.t {
+            Some(t) => ms(self.origin, t).fmt(f),
+            None => f.write_str("end of run"),
+        }
+    }
+}
