@@ -1,0 +1,22 @@
+# quorumlock — the two commands: `make demo` and `make test`.
+CARGO ?= cargo
+
+.PHONY: demo test lint bench chaos redis-server
+
+## Install redis-server (and openssl for the TLS tests) when missing.
+redis-server:
+	@scripts/ensure-redis-server.sh
+
+## Five local masters, contending workers, a master killed and restarted; prints the report.
+demo: redis-server
+	$(CARGO) run --release -q -p quorumlock-cli -- demo
+
+## The whole test suite against real redis-server processes.
+test: redis-server
+	$(CARGO) test --workspace --lib --bins --tests --examples
+	$(CARGO) test --workspace --doc
+
+## Formatting and lints, as CI runs them.
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings

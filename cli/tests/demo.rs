@@ -1,0 +1,24 @@
+//! The demo, run as a user runs it: the real binary against its own local masters.
+
+use std::process::Command;
+
+#[test]
+fn demo_reports_zero_overlaps_while_masters_fail() {
+    let out = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .args(["demo", "--workers", "4", "--duration", "3s", "--ttl", "500ms"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("master 3 killed"), "{stdout}");
+    assert!(stdout.contains("master 3 restarted"), "{stdout}");
+    assert!(stdout.lines().any(|l| l == "overlaps: 0"), "{stdout}");
+    let acquisitions: u64 = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("acquisitions"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(acquisitions > 0, "{stdout}");
+}
