@@ -77,3 +77,8 @@ pub use builder::{
 pub use error::{ConfigError, Error, NodeError, NodeErrorKind};
 pub use lock::{Lock, LockToken};
 pub use redlock::{Health, Redlock, Released};
+
+/// The README's code examples, compiled as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
