@@ -109,6 +109,27 @@ pub enum Error {
         nodes: Vec<NodeError>,
     },
 
+    /// The lock held by [`Redlock::with_lock`](crate::Redlock::with_lock) ended before the
+    /// body finished, and the body was stopped.
+    ///
+    /// The loss signal ([`Held::lost`](crate::Held::lost)) fired before the lease's deadline;
+    /// the work the body had done so far may be incomplete, but none of it ran after the
+    /// deadline.
+    #[error(
+        "{resource:?} lock lost after {renewals} renewal(s): {reason}{}",
+        NodeList(nodes)
+    )]
+    Lost {
+        /// The lock's resource.
+        resource: String,
+        /// Why the lease ended.
+        reason: LossReason,
+        /// How many renewals succeeded before.
+        renewals: u32,
+        /// Each node's outcome in the last renewal that failed (empty when none failed).
+        nodes: Vec<NodeError>,
+    },
+
     /// Fewer than a quorum of nodes could be reached.
     #[error("only {reachable}/{quorum} nodes reachable{}", NodeList(nodes))]
     Unavailable {
@@ -122,6 +143,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// `true` when a lock held by [`Redlock::with_lock`](crate::Redlock::with_lock) ended before
+    /// its body finished ([`Error::Lost`]).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Lost { .. })
+    }
+
     /// `true` when the lock is held by someone else: at least one node refused because another
     /// token holds the key.
     pub fn is_contention(&self) -> bool {
@@ -137,6 +164,9 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
             Error::Unavailable { .. } => true,
+            Error::Lost { reason, nodes, .. } => {
+                *reason == LossReason::NotRenewed && !nodes.iter().any(NodeError::is_contention)
+            }
             Error::NotAcquired { nodes, .. }
             | Error::NotExtended { nodes, .. }
             | Error::NotReleased { nodes, .. } => {
@@ -158,11 +188,37 @@ impl Error {
             | Error::Unavailable { .. } => true,
             // Extending again helps only if nodes were out; a token gone from a majority is gone.
             Error::NotExtended { .. } => self.is_unavailable(),
+            // Holding it again may work; hitting the configured limit again would not help.
+            Error::Lost { reason, .. } => *reason != LossReason::HoldLimit,
             Error::Config(_)
             | Error::InvalidResource { .. }
             | Error::InvalidTtl { .. }
             | Error::Expired { .. } => false,
         }
+    }
+}
+
+/// Why a lock held by [`Redlock::with_lock`](crate::Redlock::with_lock) ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// No renewal reached a quorum in time (nodes down, paused or too slow): the loss signal
+    /// fired the configured margin before the deadline.
+    NotRenewed,
+    /// A quorum of nodes no longer holds this lock's token (the keys expired or were lost, and
+    /// may now belong to another holder).
+    TokenGone,
+    /// The hold reached [`HoldOptions::max_hold`](crate::HoldOptions::max_hold).
+    HoldLimit,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LossReason::NotRenewed => "no renewal reached a quorum before the deadline",
+            LossReason::TokenGone => "a quorum of nodes no longer holds the token",
+            LossReason::HoldLimit => "the maximum hold time was reached",
+        })
     }
 }
 

@@ -31,8 +31,9 @@
 //!    N − q + 1 refusals or failures lose. A slow minority adds no latency.
 //! 3. Validity = TTL − elapsed − drift (drift = TTL × drift factor + 2 ms). A win with no validity
 //!    left is a loss.
-//! 4. On a loss, release on **every** master, including those that timed out: a late `SET` is
-//!    executed before the release queued behind it on the same connection.
+//! 4. On a loss, release on every master that did not refuse, including those that timed out: a
+//!    late `SET` is executed before the release queued behind it on the same connection. (A
+//!    master that answered "held by another token" set nothing.)
 //!
 //! Release is compare-and-delete and extend is compare-and-`PEXPIRE`, both by Lua script, so a
 //! holder whose lease ran out never touches the next holder's key.
@@ -52,31 +53,73 @@
 //!
 //! Use an odd number of masters: an even count tolerates no more failures than one fewer.
 //!
+//! # Holding a lock
+//!
+//! [`Redlock::with_lock`] holds a lock for as long as its body runs: it renews the lease every
+//! TTL / 3, and if no renewal reaches a quorum it fires the body's loss signal
+//! ([`Held::lost`]) **before** the lease's deadline, drops the body, and returns
+//! [`Error::Lost`]. [`HoldOptions`] caps the hold time and tunes the renewal.
+//!
+//! ```no_run
+//! # use std::time::Duration;
+//! # async fn run(rl: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+//! let rows = rl
+//!     .with_lock("orders:42", Duration::from_secs(10), |held| async move {
+//!         // Pass held.fencing_token() to the storage; hand clones of `held` to subtasks.
+//!         42
+//!     })
+//!     .await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Waiting for a busy lock
+//!
+//! A holder's release is published on the channel `<prefix><resource>:released` of every node
+//! that held it. After an attempt meets contention, [`Redlock::acquire`] subscribes — one
+//! shared subscriber connection per node for the whole client — and retries as soon as any node
+//! announces a release, instead of sleeping out the retry delay (which stays the fallback).
+//!
 //! # Layout
 //!
 //! * [`Redlock`] / [`RedlockBuilder`] — the client and its configuration.
 //! * [`Lock`] / [`LockToken`] — a held lease: extend, release.
+//! * [`Redlock::with_lock`] / [`Held`] / [`HoldOptions`] — holding with auto-renewal (`hold`).
+//! * [`Redlock::acquire_many`] / [`MultiLock`] — several resources, all or nothing (`many`).
+//! * [`Redlock::inspect`] / [`Inspection`] — what every node holds (`inspect`).
+//! * [`Redlock::stats`] / [`Stats`] — counters (`stats`).
 //! * [`Error`] / [`NodeError`] — outcomes, with every node's own.
+//! * Internals: `keys` (one lock's keys and per-node requests), `wakeup` (release
+//!   announcements), `node`, `quorum`, `retry`, `scripts`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod builder;
 mod error;
+mod hold;
+mod inspect;
+mod keys;
 mod lock;
+mod many;
 mod node;
 mod quorum;
 mod redlock;
 mod retry;
 mod scripts;
+mod stats;
+mod wakeup;
 
 pub use builder::{
     RedlockBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_NODE_TIMEOUT,
     DEFAULT_NODE_TIMEOUT_DIVISOR, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
 };
-pub use error::{ConfigError, Error, NodeError, NodeErrorKind};
+pub use error::{ConfigError, Error, LossReason, NodeError, NodeErrorKind};
+pub use hold::{Held, HoldOptions};
+pub use inspect::{Inspection, NodeState, NodeStatus, Verdict};
 pub use lock::{Lock, LockToken};
+pub use many::MultiLock;
 pub use redlock::{Health, Redlock, Released};
+pub use stats::{NodeStats, Stats};
 
 /// The README's code examples, compiled as doc tests so they cannot rot.
 #[cfg(doctest)]

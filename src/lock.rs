@@ -5,9 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use crate::error::{Error, NodeErrorKind};
+use crate::keys::Keys;
 use crate::quorum::{self, Decision};
 use crate::redlock::{spawn_release, Lease, Redlock, Released};
+use crate::stats::Counters;
 
 /// The random value that marks a lock as this holder's on every node: 128 bits from the
 /// operating system's random source, fresh for every acquisition.
@@ -58,7 +62,8 @@ impl fmt::Display for LockToken {
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
 ///
 /// Release it with [`release`](Lock::release). A `Lock` dropped without release is released in
-/// the background when a tokio runtime is running; otherwise its keys expire at the TTL.
+/// the background when a tokio runtime is running; otherwise its keys expire at the TTL. A
+/// release (explicit or from `Drop`) is announced to the clients waiting for the resource.
 ///
 /// ```no_run
 /// # use std::time::Duration;
@@ -71,14 +76,19 @@ impl fmt::Display for LockToken {
 /// ```
 pub struct Lock {
     redlock: Redlock,
+    /// The resource name; for a lock over several keys, their names joined by `", "`.
     resource: String,
-    key: Arc<str>,
+    keys: Keys,
     token: LockToken,
     lease: Lease,
     deadline: Instant,
-    fence: Option<u64>,
+    /// One fencing token per key, when fencing is on.
+    fences: Option<Vec<u64>>,
     /// Shared with the background task finishing this lock's straggling acquire requests.
     released: Arc<AtomicBool>,
+    /// Set once [`release`](Lock::release) has heard from every node, so that `Drop` sends the
+    /// release again only when it was cancelled midway.
+    release_done: bool,
 }
 
 impl fmt::Debug for Lock {
@@ -87,32 +97,44 @@ impl fmt::Debug for Lock {
             .field("resource", &self.resource)
             .field("token", &self.token)
             .field("remaining", &self.remaining())
-            .field("fence", &self.fence)
+            .field("fence", &self.fences)
             .finish()
     }
 }
 
 impl Lock {
+    // One argument per field: the attempt that won hands over everything it learned.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         redlock: Redlock,
         resource: String,
-        key: Arc<str>,
+        keys: Keys,
         token: LockToken,
         lease: Lease,
         deadline: Instant,
-        fence: Option<u64>,
+        fences: Option<Vec<u64>>,
         released: Arc<AtomicBool>,
     ) -> Self {
         Lock {
             redlock,
             resource,
-            key,
+            keys,
             token,
             lease,
             deadline,
-            fence,
+            fences,
             released,
+            release_done: false,
         }
+    }
+
+    pub(crate) fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    /// One fencing token per key, in key order, when fencing is on.
+    pub(crate) fn fences(&self) -> Option<&[u64]> {
+        self.fences.as_deref()
     }
 
     /// The resource name this lock holds.
@@ -130,7 +152,7 @@ impl Lock {
     /// earlier holder of the resource. Pass it to the storage you protect and let it reject
     /// writes carrying a smaller one.
     pub fn fencing_token(&self) -> Option<u64> {
-        self.fence
+        self.fences.as_ref().and_then(|f| f.first().copied())
     }
 
     /// The TTL of the last acquire or extend, in whole milliseconds.
@@ -176,6 +198,7 @@ impl Lock {
                 resource: self.resource.clone(),
             });
         }
+        let span = tracing::debug_span!("extend", resource = %self.resource, ttl = ?lease.ttl);
         let start = Instant::now();
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         // Confirmations that arrive after the current deadline do not count: by then another
@@ -184,12 +207,22 @@ impl Lock {
             .redlock
             .fan_out(
                 |rl, i| {
-                    let (key, token) = (self.key.clone(), self.token.clone());
-                    async move { rl.node(i).extend(&key, token.expose(), ttl_ms, node_timeout).await }
+                    let (keys, token) = (self.keys.clone(), self.token.clone());
+                    async move {
+                        keys.extend_on(rl.node(i), token.expose(), ttl_ms, node_timeout)
+                            .await
+                    }
                 },
-                |renewed| if renewed { Ok(()) } else { Err(NodeErrorKind::Held) },
+                |renewed| {
+                    if renewed {
+                        Ok(())
+                    } else {
+                        Err(NodeErrorKind::Held)
+                    }
+                },
                 Some(self.deadline),
             )
+            .instrument(span.clone())
             .await;
         stragglers.finish();
         let elapsed = start.elapsed();
@@ -197,9 +230,12 @@ impl Lock {
             if let Some(validity) = quorum::validity(lease.ttl, elapsed, lease.drift) {
                 self.lease = lease;
                 self.deadline = start + elapsed + validity;
+                Counters::bump(&self.redlock.counters().renewals);
+                span.in_scope(|| tracing::debug!(?elapsed, ?validity, "extended"));
                 return Ok(());
             }
         }
+        span.in_scope(|| tracing::debug!(?elapsed, extended = outcome.yes.len(), "not extended"));
         Err(Error::NotExtended {
             resource: self.resource.clone(),
             extended: outcome.yes.len(),
@@ -221,10 +257,13 @@ impl Lock {
     /// If dropped midway, the release is sent again in the background from `Drop`.
     pub async fn release(mut self) -> Result<Released, Error> {
         self.released.store(true, Ordering::SeqCst);
+        let span = tracing::debug_span!("release", resource = %self.resource);
         let (released, nodes) = self
             .redlock
-            .release_everywhere(&self.key, &self.token, self.lease.node_timeout)
+            .release_everywhere(&self.keys, &self.token, true, self.lease.node_timeout)
+            .instrument(span)
             .await;
+        self.release_done = true;
         let confirmed = released.deleted + released.absent;
         let quorum = self.redlock.quorum();
         if confirmed >= quorum {
@@ -242,11 +281,13 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        if !self.released.swap(true, Ordering::SeqCst) && self.is_valid() {
+        self.released.store(true, Ordering::SeqCst);
+        if !self.release_done && self.is_valid() {
             spawn_release(
                 self.redlock.clone(),
-                self.key.clone(),
+                self.keys.clone(),
                 self.token.clone(),
+                true,
                 self.lease.node_timeout,
             );
         }

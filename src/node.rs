@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ConnectionInfo, RedisResult};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::{Client, Cmd, ConnectionInfo, FromRedisValue, RedisResult, ScriptInvocation};
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
@@ -46,14 +46,31 @@ impl std::fmt::Debug for Node {
 
 impl Node {
     pub(crate) fn new(info: ConnectionInfo, connect_timeout: Duration) -> RedisResult<Self> {
-        let id = info.addr().to_string();
-        Ok(Node {
-            id,
-            client: Client::open(info)?,
+        Ok(Self::with_client(Client::open(info)?, connect_timeout))
+    }
+
+    /// A node over an already configured client (a `rediss://` one with its own certificates).
+    #[cfg(feature = "tls")]
+    pub(crate) fn with_tls(
+        info: ConnectionInfo,
+        certificates: redis::TlsCertificates,
+        connect_timeout: Duration,
+    ) -> RedisResult<Self> {
+        Ok(Self::with_client(
+            Client::build_with_tls(info, certificates)?,
+            connect_timeout,
+        ))
+    }
+
+    fn with_client(client: Client, connect_timeout: Duration) -> Self {
+        Node {
+            // `host:port` only: never the user or password of the connection info.
+            id: client.get_connection_info().addr().to_string(),
+            client,
             connect_timeout,
             connection: Mutex::new(None),
             timeouts_in_a_row: AtomicU32::new(0),
-        })
+        }
     }
 
     /// `host:port` of this node.
@@ -103,11 +120,13 @@ impl Node {
     }
 
     /// Compare-and-delete. `Ok(true)` when this token's key was deleted, `Ok(false)` when the key
-    /// was already gone or belongs to another token.
+    /// was already gone or belongs to another token. With `announce`, a deletion is published
+    /// on the key's release channel (see `scripts::RELEASE_SOURCE`).
     pub(crate) async fn release(
         &self,
         key: &str,
         token: &str,
+        announce: bool,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let mut conn = self.connection()?;
@@ -116,6 +135,7 @@ impl Node {
             .arg(1)
             .arg(key)
             .arg(token)
+            .arg(u8::from(announce))
             .to_owned();
         let deleted: i64 = self
             .bounded(timeout, async move { cmd.query_async(&mut conn).await })
@@ -159,13 +179,50 @@ impl Node {
         Ok(raised == 1)
     }
 
+    /// Runs one command on the shared connection, bounded by `timeout`.
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: Cmd,
+        timeout: Duration,
+    ) -> Result<T, NodeError> {
+        let mut conn = self.connection()?;
+        self.bounded(timeout, async move { cmd.query_async(&mut conn).await })
+            .await
+    }
+
+    /// Runs one script on the shared connection, bounded by `timeout`.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        call: ScriptInvocation<'static>,
+        timeout: Duration,
+    ) -> Result<T, NodeError> {
+        let mut conn = self.connection()?;
+        self.bounded(timeout, async move { call.invoke_async(&mut conn).await })
+            .await
+    }
+
+    /// Opens a connection of its own for `SUBSCRIBE` (a RESP2 subscriber cannot share the
+    /// multiplexed connection), bounded by the connect timeout.
+    pub(crate) async fn subscriber(&self) -> Result<PubSub, NodeError> {
+        match tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub()).await {
+            Ok(reply) => reply.map_err(|e| NodeError::new(&self.id, NodeErrorKind::Redis(e))),
+            Err(_elapsed) => Err(NodeError::new(
+                &self.id,
+                NodeErrorKind::Timeout(self.connect_timeout),
+            )),
+        }
+    }
+
     /// The server's `run_id` from `INFO server`: it tells two listings of one server apart from
     /// two servers.
     pub(crate) async fn run_id(&self) -> Result<String, NodeError> {
         let mut conn = self.connection()?;
         let info: String = self
             .bounded(self.connect_timeout, async move {
-                redis::cmd("INFO").arg("server").query_async(&mut conn).await
+                redis::cmd("INFO")
+                    .arg("server")
+                    .query_async(&mut conn)
+                    .await
             })
             .await?;
         info.lines()

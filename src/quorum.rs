@@ -97,8 +97,14 @@ mod tests {
 
     #[test]
     fn drift_is_one_percent_plus_two_milliseconds() {
-        assert_eq!(drift(Duration::from_secs(10), 0.01), Duration::from_millis(102));
-        assert_eq!(drift(Duration::from_millis(100), 0.0), Duration::from_millis(2));
+        assert_eq!(
+            drift(Duration::from_secs(10), 0.01),
+            Duration::from_millis(102)
+        );
+        assert_eq!(
+            drift(Duration::from_millis(100), 0.0),
+            Duration::from_millis(2)
+        );
     }
 
     #[test]
@@ -114,9 +120,18 @@ mod tests {
     #[test]
     fn validity_is_none_when_nothing_is_left_and_never_underflows() {
         let ttl = Duration::from_millis(100);
-        assert_eq!(validity(ttl, Duration::from_millis(98), Duration::from_millis(2)), None);
-        assert_eq!(validity(ttl, Duration::from_millis(500), Duration::from_millis(2)), None);
-        assert_eq!(validity(ttl, Duration::ZERO, Duration::from_millis(200)), None);
+        assert_eq!(
+            validity(ttl, Duration::from_millis(98), Duration::from_millis(2)),
+            None
+        );
+        assert_eq!(
+            validity(ttl, Duration::from_millis(500), Duration::from_millis(2)),
+            None
+        );
+        assert_eq!(
+            validity(ttl, Duration::ZERO, Duration::from_millis(200)),
+            None
+        );
     }
 
     #[test]

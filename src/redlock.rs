@@ -3,17 +3,21 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use tracing::Instrument;
 
 use crate::builder::{RedlockBuilder, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
 use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
+use crate::keys::{Acquired, Keys};
 use crate::lock::{Lock, LockToken};
-use crate::node::{Grant, Node};
+use crate::node::Node;
 use crate::quorum::{self, Decision, Tally, Vote};
 use crate::retry::RetryPolicy;
+use crate::stats::{Counters, Stats};
+use crate::wakeup::Wakeup;
 
 /// A distributed lock client over N independent Redis masters.
 ///
@@ -46,6 +50,19 @@ struct Inner {
     nodes: Vec<Node>,
     quorum: usize,
     settings: Settings,
+    counters: Counters,
+    wakeup: Wakeup,
+}
+
+/// A [`Redlock`] that does not keep the client alive: background tasks hold this, and stop once
+/// every `Redlock` clone is gone.
+#[derive(Debug, Clone)]
+pub(crate) struct WeakRedlock(Weak<Inner>);
+
+impl WeakRedlock {
+    pub(crate) fn upgrade(&self) -> Option<Redlock> {
+        self.0.upgrade().map(|inner| Redlock { inner })
+    }
 }
 
 /// Validated settings, fixed at build time.
@@ -77,6 +94,9 @@ pub(crate) struct Outcome<T> {
     pub(crate) yes: Vec<(usize, T)>,
     /// Each node that said no, or failed.
     pub(crate) no: Vec<NodeError>,
+    /// Index of each node that said no (as opposed to failing or not answering): the request
+    /// took no effect there.
+    pub(crate) refused: Vec<usize>,
 }
 
 /// One node's reply in a fan-out, tagged with the node's index.
@@ -113,8 +133,15 @@ impl<R: Send + 'static> Stragglers<R> {
         };
         runtime.spawn(async move {
             while let Some((i, _)) = self.pending.next().await {
-                if let Some(c) = cleanup.as_ref().filter(|c| c.released.load(Ordering::SeqCst)) {
-                    let _ = c.redlock.node(i).release(&c.key, c.token.expose(), c.node_timeout).await;
+                if let Some(c) = cleanup
+                    .as_ref()
+                    .filter(|c| c.released.load(Ordering::SeqCst))
+                {
+                    let node = c.redlock.node(i);
+                    let _ = c
+                        .keys
+                        .release_on(node, c.token.expose(), false, c.node_timeout)
+                        .await;
                 }
             }
         });
@@ -124,7 +151,7 @@ impl<R: Send + 'static> Stragglers<R> {
 /// What a straggling request needs to clean up after itself.
 pub(crate) struct Cleanup {
     pub(crate) redlock: Redlock,
-    pub(crate) key: Arc<str>,
+    pub(crate) keys: Keys,
     pub(crate) token: LockToken,
     pub(crate) node_timeout: Duration,
     /// Set once the lock is released (or the attempt failed): from then on a late grant must be
@@ -133,9 +160,33 @@ pub(crate) struct Cleanup {
 }
 
 /// Why one acquire attempt failed.
-enum Failure {
-    NotGranted { granted: usize, nodes: Vec<NodeError> },
-    Late { elapsed: Duration, ttl: Duration },
+pub(crate) enum Failure {
+    NotGranted {
+        granted: usize,
+        nodes: Vec<NodeError>,
+    },
+    Late {
+        elapsed: Duration,
+        ttl: Duration,
+    },
+}
+
+impl Failure {
+    /// How many nodes granted the failed attempt.
+    fn granted(&self) -> usize {
+        match self {
+            Failure::NotGranted { granted, .. } => *granted,
+            Failure::Late { .. } => 0,
+        }
+    }
+
+    /// `true` when a node refused because another token holds a key.
+    fn is_contention(&self) -> bool {
+        match self {
+            Failure::NotGranted { nodes, .. } => nodes.iter().any(NodeError::is_contention),
+            Failure::Late { .. } => false,
+        }
+    }
 }
 
 /// Which nodes still hold a token after a release.
@@ -173,11 +224,20 @@ impl Redlock {
         let quorum = quorum::quorum(nodes.len());
         Redlock {
             inner: Arc::new(Inner {
+                counters: Counters::new(nodes.len()),
+                wakeup: Wakeup::new(nodes.len()),
                 nodes,
                 quorum,
                 settings,
             }),
         }
+    }
+
+    /// A snapshot of this client's counters (shared by all its clones): attempts, grants,
+    /// contention, wake-ups, renewals, lost locks, and errors per node. Cheap: a handful of
+    /// relaxed atomic loads, no I/O.
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.snapshot(self.nodes())
     }
 
     /// How many nodes must agree: ⌊N/2⌋ + 1 of the **configured** nodes, however many are up.
@@ -247,6 +307,12 @@ impl Redlock {
     /// Acquires `resource` for `ttl`, retrying by the configured policy (retry count, jittered
     /// delay, optional overall deadline).
     ///
+    /// Once an attempt finds the resource held, the client subscribes to its release channel on
+    /// every node (one shared subscriber connection per node, opened in the background) and
+    /// retries as soon as any node announces a release; the jittered delay remains the
+    /// fallback, for instance when the holder's lease simply expires. An uncontended acquire
+    /// never subscribes.
+    ///
     /// On success the lock is valid for [`Lock::remaining`]: the TTL minus the time the
     /// successful attempt took, minus the clock-drift allowance. Finish the critical section
     /// within it, or [`extend`](Lock::extend) it.
@@ -264,32 +330,8 @@ impl Redlock {
     /// background (when a tokio runtime is running); no lock is returned.
     pub async fn acquire(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let lease = self.lease(ttl)?;
-        let key = self.key(resource)?;
-        let policy = self.inner.settings.retry;
-        let deadline = self
-            .inner
-            .settings
-            .acquire_timeout
-            .and_then(|t| Instant::now().checked_add(t));
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let failure = match self.attempt(resource, &key, &lease).await {
-                Ok(lock) => return Ok(lock),
-                Err(failure) => failure,
-            };
-            if attempts >= policy.attempts() {
-                return Err(self.give_up(resource, failure, attempts));
-            }
-            let delay = policy.delay(&mut rand::rng());
-            if let Some(deadline) = deadline {
-                if Instant::now() + delay >= deadline {
-                    return Err(self.give_up(resource, failure, attempts));
-                }
-            }
-            tracing::debug!(resource, attempts, ?delay, "not acquired; retrying");
-            tokio::time::sleep(delay).await;
-        }
+        let keys = Keys::One(self.key(resource)?);
+        self.acquire_keys(resource, &keys, &lease, true).await
     }
 
     /// Makes exactly one attempt to acquire `resource` for `ttl`.
@@ -303,10 +345,82 @@ impl Redlock {
     /// As [`acquire`](Redlock::acquire).
     pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let lease = self.lease(ttl)?;
-        let key = self.key(resource)?;
-        self.attempt(resource, &key, &lease)
-            .await
-            .map_err(|failure| self.give_up(resource, failure, 1))
+        let keys = Keys::One(self.key(resource)?);
+        self.acquire_keys(resource, &keys, &lease, false).await
+    }
+
+    /// The attempt loop of [`acquire`](Redlock::acquire) (`retry`) and
+    /// [`try_acquire`](Redlock::try_acquire): after a failed attempt, wait for the jittered
+    /// delay — or less, when a node announces a release of one of the keys (see `wakeup.rs`).
+    /// `label` names the lock in errors and logs.
+    pub(crate) async fn acquire_keys(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+        retry: bool,
+    ) -> Result<Lock, Error> {
+        let span = tracing::debug_span!("acquire", resource = label, ttl = ?lease.ttl);
+        async move {
+            let policy = self.inner.settings.retry;
+            let max_attempts = if retry { policy.attempts() } else { 1 };
+            let deadline = self
+                .inner
+                .settings
+                .acquire_timeout
+                .and_then(|t| Instant::now().checked_add(t));
+            // Joins waiters already subscribed to these keys in this process (free: no I/O);
+            // subscribing is left until an attempt has met contention.
+            let mut waiter = retry.then(|| self.inner.wakeup.join(keys)).flatten();
+            let (mut attempts, mut woken) = (0, false);
+            loop {
+                attempts += 1;
+                if let Some(waiter) = waiter.as_mut() {
+                    waiter.mark_seen();
+                }
+                let started = Instant::now();
+                let failure = match self.attempt(label, keys, lease).await {
+                    Ok(lock) => return Ok(lock),
+                    Err(failure) => failure,
+                };
+                if attempts >= max_attempts {
+                    return Err(self.give_up(label, failure, attempts));
+                }
+                let now = Instant::now();
+                // An attempt woken by a release that won some nodes but no quorum most likely
+                // split the vote with other waiters: retry once after a short random pause, so
+                // that one of them goes first, rather than all waiting out the retry delay.
+                let delay = match woken && failure.granted() > 0 {
+                    true => policy.collision_delay(now - started, &mut rand::rng()),
+                    false => policy.delay(&mut rand::rng()),
+                };
+                let until = now.checked_add(delay).unwrap_or(now);
+                // The retry waits until the delay ends, or the acquire deadline if that is sooner.
+                let last = deadline.filter(|d| *d <= until);
+                if waiter.is_none() && failure.is_contention() {
+                    waiter = self.inner.wakeup.watch(self, keys);
+                }
+                woken = match waiter.as_mut() {
+                    Some(waiter) => waiter.wait_until(last.unwrap_or(until)).await,
+                    // Nothing can cut the wait short: give up now rather than sleep to the end.
+                    None if last.is_some() => false,
+                    None => {
+                        tokio::time::sleep_until(until.into()).await;
+                        false
+                    }
+                };
+                if woken {
+                    Counters::bump(&self.inner.counters.wakeups);
+                    tracing::debug!(attempts, "a node announced a release; retrying now");
+                } else if last.is_some() {
+                    return Err(self.give_up(label, failure, attempts));
+                } else {
+                    tracing::debug!(attempts, ?delay, "not acquired; retried after the delay");
+                }
+            }
+        }
+        .instrument(span)
+        .await
     }
 
     fn give_up(&self, resource: &str, failure: Failure, attempts: u32) -> Error {
@@ -328,34 +442,35 @@ impl Redlock {
     }
 
     /// One attempt of the algorithm: fan out, decide early, check validity, fence, or roll back.
-    async fn attempt(&self, resource: &str, key: &Arc<str>, lease: &Lease) -> Result<Lock, Failure> {
+    async fn attempt(&self, label: &str, keys: &Keys, lease: &Lease) -> Result<Lock, Failure> {
         let token = LockToken::generate();
-        let fence_key: Option<Arc<str>> = self.inner.settings.fencing.then(|| fence_key(key).into());
+        let fenced = self.inner.settings.fencing;
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
         let rollback = Rollback {
             redlock: self,
-            key,
+            keys,
             token: &token,
             node_timeout: lease.node_timeout,
             armed: true,
         };
 
+        Counters::bump(&self.inner.counters.attempts);
         let start = Instant::now();
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         let (outcome, stragglers) = self
             .fan_out(
                 |rl, i| {
-                    let (key, fence_key, token) = (key.clone(), fence_key.clone(), token.clone());
+                    let (keys, token) = (keys.clone(), token.clone());
                     async move {
                         let node = rl.node(i);
-                        node.acquire(&key, fence_key.as_deref(), token.expose(), ttl_ms, node_timeout)
+                        keys.acquire_on(node, fenced, token.expose(), ttl_ms, node_timeout)
                             .await
                     }
                 },
                 |grant| match grant {
-                    Grant::Granted { fence } => Ok(fence),
-                    Grant::Held => Err(NodeErrorKind::Held),
+                    Acquired::Granted(fences) => Ok(fences),
+                    Acquired::Held => Err(NodeErrorKind::Held),
                 },
                 None,
             )
@@ -363,33 +478,35 @@ impl Redlock {
 
         let failure = match outcome.decision {
             Decision::Won => {
-                let fence = match &fence_key {
-                    None => Ok(None),
-                    Some(fence_key) => self
-                        .settle_fence(key, fence_key, &token, &outcome.yes, lease)
+                let fences = match fenced {
+                    false => Ok(None),
+                    true => self
+                        .settle_fence(keys, &token, &outcome.yes, lease)
                         .await
                         .map(Some),
                 };
                 let elapsed = start.elapsed();
-                match (fence, quorum::validity(lease.ttl, elapsed, lease.drift)) {
-                    (Ok(fence), Some(validity)) => {
+                match (fences, quorum::validity(lease.ttl, elapsed, lease.drift)) {
+                    (Ok(fences), Some(validity)) => {
                         rollback.disarm();
+                        Counters::bump(&self.inner.counters.acquired);
+                        tracing::debug!(?elapsed, ?validity, "acquired");
                         let released = Arc::new(AtomicBool::new(false));
                         stragglers.finish_then_release(Cleanup {
                             redlock: self.clone(),
-                            key: key.clone(),
+                            keys: keys.clone(),
                             token: token.clone(),
                             node_timeout: lease.node_timeout,
                             released: released.clone(),
                         });
                         return Ok(Lock::new(
                             self.clone(),
-                            resource.to_owned(),
-                            key.clone(),
+                            label.to_owned(),
+                            keys.clone(),
                             token,
                             *lease,
                             start + elapsed + validity,
-                            fence,
+                            fences,
                             released,
                         ));
                     }
@@ -408,41 +525,63 @@ impl Redlock {
                 nodes: outcome.no,
             },
         };
+        if failure.is_contention() {
+            Counters::bump(&self.inner.counters.contended);
+        }
+        tracing::debug!(
+            elapsed = ?start.elapsed(),
+            granted = outcome.yes.len(),
+            contended = failure.is_contention(),
+            "attempt failed; rolling back"
+        );
         stragglers.finish_then_release(Cleanup {
             redlock: self.clone(),
-            key: key.clone(),
+            keys: keys.clone(),
             token: token.clone(),
             node_timeout: lease.node_timeout,
             released: Arc::new(AtomicBool::new(true)),
         });
-        rollback.release_now().await;
+        // A node that refused set nothing: only the others need the rollback.
+        rollback.release_now(&outcome.refused).await;
         Err(failure)
     }
 
-    /// Makes the fence T = max of the granted counters safe to hand out: unless a quorum of
-    /// nodes already holds T, raise the counter to T on the granting nodes that hold less, where
-    /// this token is still present, until a quorum holds at least T. Then any later majority
-    /// overlaps one of them, and its INCR goes past T.
+    /// Makes the fence T = max of the granted counters safe to hand out (per key, for a lock
+    /// over several keys): unless a quorum of nodes already holds T, raise the counter to T on
+    /// the granting nodes that hold less, where this token is still present, until a quorum
+    /// holds at least T. Then any later majority overlaps one of them, and its INCR goes past T.
     async fn settle_fence(
         &self,
-        key: &str,
-        fence_key: &str,
+        keys: &Keys,
         token: &LockToken,
-        granted: &[(usize, Option<u64>)],
+        granted: &[(usize, Vec<u64>)],
         lease: &Lease,
-    ) -> Result<u64, Vec<NodeError>> {
-        let fence = granted.iter().filter_map(|(_, f)| *f).max().unwrap_or(0);
-        let at_fence = granted.iter().filter(|(_, f)| *f == Some(fence)).count();
+    ) -> Result<Vec<u64>, Vec<NodeError>> {
+        let fence: Vec<u64> = (0..keys.len())
+            .map(|k| {
+                granted
+                    .iter()
+                    .filter_map(|(_, f)| f.get(k).copied())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let at_fence = granted.iter().filter(|(_, f)| *f == fence).count();
         if at_fence >= self.inner.quorum {
             return Ok(fence);
         }
         let behind: Vec<usize> = granted
             .iter()
-            .filter(|(_, f)| *f != Some(fence))
+            .filter(|(_, f)| *f != fence)
             .map(|(i, _)| *i)
             .collect();
         let raised = futures::future::join_all(behind.iter().map(|&i| {
-            self.inner.nodes[i].raise_fence(key, fence_key, token.expose(), fence, lease.node_timeout)
+            keys.raise_fence_on(
+                &self.inner.nodes[i],
+                token.expose(),
+                &fence,
+                lease.node_timeout,
+            )
         }))
         .await;
         let mut nodes = Vec::new();
@@ -450,7 +589,10 @@ impl Redlock {
         for (&i, result) in behind.iter().zip(raised) {
             match result {
                 Ok(true) => holding += 1,
-                Ok(false) => nodes.push(NodeError::new(self.inner.nodes[i].id(), NodeErrorKind::Held)),
+                Ok(false) => nodes.push(NodeError::new(
+                    self.inner.nodes[i].id(),
+                    NodeErrorKind::Held,
+                )),
                 Err(e) => nodes.push(e),
             }
         }
@@ -492,6 +634,7 @@ impl Redlock {
             decision: Decision::Pending,
             yes: Vec::new(),
             no: Vec::new(),
+            refused: Vec::new(),
         };
         let started = Instant::now();
         while outcome.decision == Decision::Pending {
@@ -517,16 +660,22 @@ impl Redlock {
                 break;
             };
             answered[i] = true;
+            let node = nodes[i].id();
             let vote = match reply.map(&judge) {
                 Ok(Ok(value)) => {
+                    tracing::debug!(node, elapsed = ?started.elapsed(), "yes");
                     outcome.yes.push((i, value));
                     Vote::Yes
                 }
                 Ok(Err(kind)) => {
-                    outcome.no.push(NodeError::new(nodes[i].id(), kind));
+                    tracing::debug!(node, elapsed = ?started.elapsed(), reason = %kind, "no");
+                    outcome.no.push(NodeError::new(node, kind));
+                    outcome.refused.push(i);
                     Vote::No
                 }
                 Err(e) => {
+                    tracing::debug!(node, elapsed = ?started.elapsed(), error = %e.kind(), "failed");
+                    self.inner.counters.node_error(i, &e);
                     outcome.no.push(e);
                     Vote::No
                 }
@@ -536,30 +685,51 @@ impl Redlock {
         (outcome, Stragglers { pending })
     }
 
-    /// Compare-and-delete on every node, waiting for each (bounded by `node_timeout`).
+    /// Compare-and-delete on every node, waiting for each (bounded by `node_timeout`). With
+    /// `announce`, each node publishes the deletion to waiters; a rollback does not.
     pub(crate) async fn release_everywhere(
         &self,
-        key: &str,
+        keys: &Keys,
         token: &LockToken,
+        announce: bool,
         node_timeout: Duration,
     ) -> (Released, Vec<NodeError>) {
-        let replies = futures::future::join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| node.release(key, token.expose(), node_timeout)),
-        )
+        self.release_except(keys, token, announce, node_timeout, &[])
+            .await
+    }
+
+    /// As [`release_everywhere`](Self::release_everywhere), leaving out the nodes in `skip`
+    /// (counted as `absent`).
+    async fn release_except(
+        &self,
+        keys: &Keys,
+        token: &LockToken,
+        announce: bool,
+        node_timeout: Duration,
+        skip: &[usize],
+    ) -> (Released, Vec<NodeError>) {
+        let nodes = self.inner.nodes.iter().enumerate();
+        let sent = nodes.filter(|(i, _)| !skip.contains(i));
+        let replies = futures::future::join_all(sent.map(|(i, node)| async move {
+            let started = Instant::now();
+            let reply = keys.release_on(node, token.expose(), announce, node_timeout).await;
+            tracing::debug!(node = node.id(), elapsed = ?started.elapsed(), reply = ?reply.as_ref().map_err(NodeError::kind), "release");
+            (i, reply)
+        }))
         .await;
         let mut released = Released {
             deleted: 0,
-            absent: 0,
+            absent: skip.len(),
         };
         let mut failed = Vec::new();
-        for reply in replies {
+        for (i, reply) in replies {
             match reply {
                 Ok(true) => released.deleted += 1,
                 Ok(false) => released.absent += 1,
-                Err(e) => failed.push(e),
+                Err(e) => {
+                    self.inner.counters.node_error(i, &e);
+                    failed.push(e)
+                }
             }
         }
         (released, failed)
@@ -597,7 +767,8 @@ impl Redlock {
         })
     }
 
-    fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
+    /// The Redis key of a resource.
+    pub(crate) fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
         if resource.is_empty() {
             return Err(Error::InvalidResource {
                 reason: "it is empty",
@@ -609,18 +780,25 @@ impl Redlock {
     pub(crate) fn node(&self, index: usize) -> &Node {
         &self.inner.nodes[index]
     }
-}
 
-/// The Redis key of a resource's fencing counter.
-fn fence_key(key: &str) -> String {
-    format!("{key}:fence")
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    pub(crate) fn downgrade(&self) -> WeakRedlock {
+        WeakRedlock(Arc::downgrade(&self.inner))
+    }
 }
 
 /// Releases a token on every node unless disarmed: on failure explicitly, on cancellation from
 /// `Drop` in the background.
 struct Rollback<'a> {
     redlock: &'a Redlock,
-    key: &'a Arc<str>,
+    keys: &'a Keys,
     token: &'a LockToken,
     node_timeout: Duration,
     armed: bool,
@@ -631,14 +809,14 @@ impl Rollback<'_> {
         self.armed = false;
     }
 
-    async fn release_now(mut self) {
+    /// Releases now on every node except those in `refused` (which set nothing).
+    async fn release_now(mut self, refused: &[usize]) {
         self.armed = false;
         let (released, failed) = self
             .redlock
-            .release_everywhere(self.key, self.token, self.node_timeout)
+            .release_except(self.keys, self.token, false, self.node_timeout, refused)
             .await;
         tracing::debug!(
-            key = &**self.key,
             deleted = released.deleted,
             unreachable = failed.len(),
             "rolled back a failed attempt"
@@ -651,8 +829,9 @@ impl Drop for Rollback<'_> {
         if self.armed {
             spawn_release(
                 self.redlock.clone(),
-                self.key.clone(),
+                self.keys.clone(),
                 self.token.clone(),
+                false,
                 self.node_timeout,
             );
         }
@@ -660,16 +839,31 @@ impl Drop for Rollback<'_> {
 }
 
 /// Best-effort release in the background, when a tokio runtime is running.
-pub(crate) fn spawn_release(redlock: Redlock, key: Arc<str>, token: LockToken, node_timeout: Duration) {
+pub(crate) fn spawn_release(
+    redlock: Redlock,
+    keys: Keys,
+    token: LockToken,
+    announce: bool,
+    node_timeout: Duration,
+) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(async move {
-                let (released, failed) = redlock.release_everywhere(&key, &token, node_timeout).await;
-                tracing::debug!(key = &*key, deleted = released.deleted, unreachable = failed.len(), "released in the background");
+                let (released, failed) = redlock
+                    .release_everywhere(&keys, &token, announce, node_timeout)
+                    .await;
+                tracing::debug!(
+                    deleted = released.deleted,
+                    unreachable = failed.len(),
+                    "released in the background"
+                );
             });
         }
         Err(_) => {
-            tracing::warn!(key = &*key, "no tokio runtime to release the lock from Drop; it expires at its TTL")
+            tracing::warn!(
+                key = keys.iter().next(),
+                "no tokio runtime to release the lock from Drop; it expires at its TTL"
+            )
         }
     }
 }

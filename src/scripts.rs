@@ -7,7 +7,9 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Compare-and-delete, sent as `EVAL` with its source rather than `EVALSHA`.
+/// Compare-and-delete over one or more keys, sent as `EVAL` with its source rather than
+/// `EVALSHA`. With its announce flag set, each deletion is published on `<key>:released`, the
+/// channel waiters subscribe to (see `wakeup.rs`).
 ///
 /// A release is often sent to a node that is slow or paused, to clean up a `SET` still in flight.
 /// `EVALSHA` needs a second round trip (`SCRIPT LOAD`) on a node that restarted and lost its
@@ -15,7 +17,7 @@ use redis::Script;
 /// never sent and the cleanup silently does not happen. `EVAL` always runs in one round trip.
 pub(crate) const RELEASE_SOURCE: &str = include_str!("lua/release.lua");
 
-/// Compare-and-PEXPIRE.
+/// Compare-and-PEXPIRE over one or more keys, all or nothing.
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
@@ -23,6 +25,19 @@ pub(crate) static EXTEND: LazyLock<Script> =
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/acquire_fenced.lua")));
 
-/// Raise the fencing counter where the token is still held.
+/// Raise the fencing counters of one or more keys where the token is still held.
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/raise_fence.lua")));
+
+/// All-or-nothing `SET NX PX` over several keys, plus their fencing counters when fencing is on.
+pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/acquire_many.lua")));
+
+/// A key's value and PTTL, read together.
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/inspect.lua")));
+
+/// The channel a release of `key` is announced on.
+pub(crate) fn release_channel(key: &str) -> String {
+    format!("{key}:released")
+}

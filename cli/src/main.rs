@@ -5,7 +5,10 @@
 
 mod demo;
 mod duration;
+mod exec;
 mod exit;
+mod nodes;
+mod status;
 
 use std::process::ExitCode;
 
@@ -26,6 +29,12 @@ enum Command {
     /// masters fail.
     #[command(after_help = demo::EXAMPLES)]
     Demo(demo::DemoArgs),
+    /// Run a command while holding a lock on a quorum of masters (a distributed flock).
+    #[command(after_help = exec::EXAMPLES)]
+    Exec(exec::ExecArgs),
+    /// Show what every master holds for a resource, and the quorum's verdict.
+    #[command(after_help = status::EXAMPLES)]
+    Status(status::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +56,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => demo::run(args).await,
+            Command::Exec(args) => exec::run(args).await,
+            Command::Status(args) => status::run(args).await,
         }
     })
 }

@@ -1,7 +1,13 @@
--- Compare-and-PEXPIRE: renew the lock only if it still carries this holder's token.
--- KEYS[1] lock key; ARGV[1] token; ARGV[2] new TTL in milliseconds.
--- Returns 1 if renewed, 0 if absent or held by another token.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Compare-and-PEXPIRE: renew the lock only if every one of its keys still carries this holder's
+-- token; otherwise touch none. A key that is gone stays gone: nothing here can create one.
+-- KEYS: the lock's keys (one per resource); ARGV[1] token; ARGV[2] new TTL in milliseconds.
+-- Returns 1 if renewed, 0 if a key is absent or held by another token.
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then
+    return 0
+  end
 end
-return 0
+for _, key in ipairs(KEYS) do
+  redis.call('PEXPIRE', key, ARGV[2])
+end
+return 1

@@ -1,12 +1,17 @@
--- Second fencing round: raise the counter to the fence the holder was given, but only where the
--- holder's token is still present (never on behalf of a lock that has already moved on).
--- KEYS[1] lock key; KEYS[2] fence counter key; ARGV[1] token; ARGV[2] fence.
--- Returns 1 if the counter now holds at least the fence, 0 if the token is gone.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+-- Second fencing round: raise each counter to the fence the holder was given, but only where the
+-- holder's token is still present on every key (never on behalf of a lock that has moved on).
+-- KEYS: n lock keys, then their n fence counter keys; ARGV[1] token; ARGV[1 + i] fence of key i.
+-- Returns 1 if every counter now holds at least its fence, 0 if the token is gone.
+local n = #KEYS / 2
+for i = 1, n do
+  if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+    return 0
+  end
 end
-local current = tonumber(redis.call('GET', KEYS[2]) or '0')
-if current < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
+for i = 1, n do
+  local current = tonumber(redis.call('GET', KEYS[n + i]) or '0')
+  if current < tonumber(ARGV[1 + i]) then
+    redis.call('SET', KEYS[n + i], ARGV[1 + i])
+  end
 end
 return 1

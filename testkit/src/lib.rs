@@ -13,6 +13,8 @@
 
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod chaos;
+pub mod failover;
 mod history;
 mod proxy;
 mod server;

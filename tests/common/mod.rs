@@ -35,12 +35,18 @@ pub fn direct(server: &RedisServer) -> redis::Connection {
 
 /// The value of `key` on `server`.
 pub fn get(server: &RedisServer, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(&mut direct(server)).unwrap()
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut direct(server))
+        .unwrap()
 }
 
 /// The remaining TTL of `key` on `server`, in milliseconds (`-2` when absent).
 pub fn pttl(server: &RedisServer, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(&mut direct(server)).unwrap()
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut direct(server))
+        .unwrap()
 }
 
 /// Sets `key` to `value` on `server` with a TTL, as another client would.

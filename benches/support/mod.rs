@@ -1,0 +1,239 @@
+//! What the benchmarks share: the three clients under comparison behind one interface, and small
+//! measurement helpers.
+//!
+//! * [`Kind::Quorumlock`] — this library, with its default settings.
+//! * [`Kind::Rslock`] — the `rslock` crate (the main Rust peer), with its default settings.
+//! * [`Kind::Raw`] — the floor: the same `SET NX PX` fan-out and compare-and-delete `EVALSHA`,
+//!   sent with the `redis` crate directly on one multiplexed connection per master, waiting for
+//!   every reply. No timeouts of its own, no early decision, no background work.
+
+#![allow(dead_code)] // each bench binary uses its own subset
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::aio::MultiplexedConnection;
+
+/// The release script quorumlock runs, byte for byte.
+pub const RELEASE_LUA: &str = include_str!("../../src/lua/release.lua");
+
+/// The TTL of every lock the benchmarks take: long enough that no lock expires during a run.
+pub const TTL: Duration = Duration::from_secs(10);
+
+/// Which client a measurement runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Quorumlock,
+    Rslock,
+    Raw,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Quorumlock, Kind::Rslock, Kind::Raw];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Quorumlock => "quorumlock",
+            Kind::Rslock => "rslock 0.10.0",
+            Kind::Raw => "raw floor",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// One client of any kind, connected to the same masters.
+pub enum Client {
+    Quorumlock(quorumlock::Redlock),
+    Rslock(rslock::LockManager),
+    Raw(Raw),
+}
+
+/// A lock held by a [`Client`].
+pub enum Held {
+    Quorumlock(quorumlock::Lock),
+    Rslock(rslock::Lock),
+    Raw { key: String, token: String },
+}
+
+impl Client {
+    /// Builds a client of `kind` over `urls` and opens its connections (so that connecting is
+    /// not part of any measurement).
+    pub async fn connect(kind: Kind, urls: &[String]) -> Client {
+        match kind {
+            Kind::Quorumlock => {
+                let rl = quorumlock::Redlock::builder(urls).build().unwrap();
+                rl.connect().await.unwrap();
+                Client::Quorumlock(rl)
+            }
+            Kind::Rslock => {
+                let manager = rslock::LockManager::new(urls.to_vec());
+                // rslock connects lazily on the first request; this touches every master once.
+                let _ = manager.query_redis_for_key_value(b"bench:warm").await;
+                Client::Rslock(manager)
+            }
+            Kind::Raw => Client::Raw(Raw::connect(urls).await),
+        }
+    }
+
+    /// One acquire with the client's own retry policy.
+    pub async fn acquire(&self, resource: &str) -> Result<Held, String> {
+        match self {
+            Client::Quorumlock(rl) => rl
+                .acquire(resource, TTL)
+                .await
+                .map(Held::Quorumlock)
+                .map_err(|e| e.to_string()),
+            Client::Rslock(manager) => manager
+                .lock(resource, TTL)
+                .await
+                .map(Held::Rslock)
+                .map_err(|e| e.to_string()),
+            Client::Raw(raw) => raw
+                .acquire(resource, TTL)
+                .await
+                .map(|token| Held::Raw {
+                    key: resource.to_owned(),
+                    token,
+                })
+                .ok_or_else(|| "no quorum".to_owned()),
+        }
+    }
+
+    /// Releases `held` on every master.
+    pub async fn release(&self, held: Held) -> Result<(), String> {
+        match (self, held) {
+            (Client::Quorumlock(_), Held::Quorumlock(lock)) => {
+                lock.release().await.map(drop).map_err(|e| e.to_string())
+            }
+            (Client::Rslock(manager), Held::Rslock(lock)) => {
+                manager.unlock(&lock).await;
+                Ok(())
+            }
+            (Client::Raw(raw), Held::Raw { key, token }) => {
+                raw.release(&key, &token).await;
+                Ok(())
+            }
+            _ => unreachable!("a lock is released by the client that took it"),
+        }
+    }
+}
+
+/// The raw floor: `SET NX PX` and `EVALSHA` on every master, no library logic.
+pub struct Raw {
+    connections: Vec<MultiplexedConnection>,
+    release_sha: String,
+    quorum: usize,
+}
+
+impl Raw {
+    pub async fn connect(urls: &[String]) -> Raw {
+        let mut connections = Vec::new();
+        let mut release_sha = String::new();
+        for url in urls {
+            let client = redis::Client::open(url.as_str()).unwrap();
+            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+            release_sha = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(RELEASE_LUA)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            connections.push(connection);
+        }
+        Raw {
+            quorum: urls.len() / 2 + 1,
+            connections,
+            release_sha,
+        }
+    }
+
+    /// `SET key token NX PX ttl` on every master; the token when a quorum granted (after
+    /// hearing from all of them), otherwise `None` after releasing everywhere.
+    pub async fn acquire(&self, key: &str, ttl: Duration) -> Option<String> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let ttl_ms = ttl.as_millis() as u64;
+        let replies = join_all(self.connections.iter().map(|connection| {
+            let mut connection = connection.clone();
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
+            async move { cmd.query_async::<Option<String>>(&mut connection).await }
+        }))
+        .await;
+        let granted = replies.iter().filter(|r| matches!(r, Ok(Some(_)))).count();
+        if granted >= self.quorum {
+            Some(token)
+        } else {
+            self.release(key, &token).await;
+            None
+        }
+    }
+
+    /// Compare-and-delete by `EVALSHA` on every master; how many deleted the key.
+    pub async fn release(&self, key: &str, token: &str) -> usize {
+        let replies = join_all(self.connections.iter().map(|connection| {
+            let mut connection = connection.clone();
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(&self.release_sha).arg(1).arg(key).arg(token);
+            async move { cmd.query_async::<i64>(&mut connection).await }
+        }))
+        .await;
+        replies.iter().filter(|r| matches!(r, Ok(1))).count()
+    }
+}
+
+/// CPU time (user + system) used by this process so far, all threads included. The masters are
+/// child processes and are not counted.
+pub fn process_cpu() -> Duration {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let as_duration = |tv: nix::sys::time::TimeVal| {
+        Duration::from_secs(tv.tv_sec() as u64) + Duration::from_micros(tv.tv_usec() as u64)
+    };
+    as_duration(usage.user_time()) + as_duration(usage.system_time())
+}
+
+/// The `q`-quantile (0..=1) of `sorted`, nearest rank; zero when empty.
+pub fn quantile(sorted: &[u32], q: f64) -> u32 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((sorted.len() as f64) * q).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Microseconds, saturating, for compact latency samples.
+pub fn micros(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
+/// The median of `values` (mean of the middle two for an even count); `NaN` when empty.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// An environment variable parsed, or `default` when unset or empty.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} does not parse")),
+        _ => default,
+    }
+}

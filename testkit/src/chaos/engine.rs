@@ -1,0 +1,738 @@
+//! The scenario engine: starts the masters (behind fault proxies when asked), runs contending
+//! clients that record every operation into a [`History`], runs a scenario's fault driver beside
+//! them, and stops everything once enough locks were taken or the time is up.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use quorumlock::{Error, Lock, Redlock};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::{oneshot, Barrier};
+
+use crate::{
+    FaultId, FaultProxy, FencedRegister, History, LostUpdateRegister, OccupancyWitness, Op, OpKind,
+    Outcome, RedisNodes, RedisServerBuilder,
+};
+
+/// Every lock key of a chaos run starts with this.
+pub(super) const KEY_PREFIX: &str = "chaos:";
+
+/// How often the key monitor looks at every master.
+const MONITOR_EVERY: Duration = Duration::from_millis(100);
+
+/// What a scenario runs: the masters, the clients and how they behave.
+#[derive(Clone, Debug)]
+pub(super) struct Setup {
+    pub(super) masters: usize,
+    pub(super) aof: bool,
+    pub(super) proxied: bool,
+    pub(super) clients: usize,
+    pub(super) resources: usize,
+    pub(super) ttl: Duration,
+    pub(super) node_timeout: Duration,
+    pub(super) retry_count: u32,
+    pub(super) retry_delay: Duration,
+    pub(super) retry_jitter: Duration,
+    pub(super) fencing: bool,
+    /// Longest sleep inside a critical section.
+    pub(super) critical_section: Duration,
+    /// Chance that a holder extends its lock once inside the critical section.
+    pub(super) extend_chance: f64,
+    /// Chance that a holder "forgets" its lock past the lease, then extends and releases it late.
+    pub(super) stale_chance: f64,
+    /// Chance that a holder's process dies while holding (the lock is leaked, not released).
+    pub(super) crash_chance: f64,
+    /// Clients in groups of this size start each round at the same instant on one resource
+    /// (0: free-running clients).
+    pub(super) simultaneous_group: usize,
+    /// Attempts each client makes per simultaneous round.
+    pub(super) round_attempts: u32,
+    /// Stop once this many acquisitions succeeded ...
+    pub(super) target: usize,
+    /// ... or after this long, whichever comes first.
+    pub(super) time_limit: Duration,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            masters: 5,
+            aof: false,
+            proxied: false,
+            clients: 8,
+            resources: 8,
+            ttl: Duration::from_millis(200),
+            node_timeout: Duration::from_millis(30),
+            retry_count: 3,
+            retry_delay: Duration::from_millis(4),
+            retry_jitter: Duration::from_millis(3),
+            fencing: true,
+            critical_section: Duration::from_millis(2),
+            extend_chance: 0.1,
+            stale_chance: 0.0,
+            crash_chance: 0.0,
+            simultaneous_group: 0,
+            round_attempts: 6,
+            target: 2_000,
+            time_limit: Duration::from_secs(40),
+        }
+    }
+}
+
+impl Setup {
+    /// The builder every client uses.
+    fn redlock(&self, urls: &[String]) -> Result<Redlock, Error> {
+        Redlock::builder(urls)
+            .key_prefix(KEY_PREFIX)
+            .node_timeout(self.node_timeout)
+            .connect_timeout(Duration::from_millis(500))
+            .retry_count(self.retry_count)
+            .retry_delay(self.retry_delay)
+            .retry_jitter(self.retry_jitter)
+            .fencing(self.fencing)
+            .build()
+    }
+
+    fn resource(i: usize) -> String {
+        format!("r{i}")
+    }
+
+    /// The drift allowance the library uses for this TTL (default factor).
+    pub(super) fn drift(&self) -> Duration {
+        self.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2)
+    }
+}
+
+/// The masters of a run, and the proxies in front of them when the scenario needs network faults.
+pub(super) struct Cluster {
+    servers: Mutex<RedisNodes>,
+    addrs: Vec<SocketAddr>,
+    proxies: Vec<FaultProxy>,
+    urls: Vec<String>,
+}
+
+impl Cluster {
+    fn start(setup: &Setup) -> io::Result<Cluster> {
+        let servers = RedisNodes::spawn_with(setup.masters, &RedisServerBuilder::new().aof(setup.aof))?;
+        let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr()).collect();
+        let proxies = if setup.proxied {
+            addrs.iter().map(|a| FaultProxy::start(*a)).collect::<io::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        let urls = if setup.proxied {
+            proxies.iter().map(FaultProxy::url).collect()
+        } else {
+            servers.urls()
+        };
+        Ok(Cluster {
+            servers: Mutex::new(servers),
+            addrs,
+            proxies,
+            urls,
+        })
+    }
+
+    pub(super) fn servers(&self) -> MutexGuard<'_, RedisNodes> {
+        self.servers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The URLs the clients use (the proxies', when there are proxies).
+    pub(super) fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// The servers' own addresses (not the proxies').
+    pub(super) fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    pub(super) fn proxy(&self, i: usize) -> Option<&FaultProxy> {
+        self.proxies.get(i)
+    }
+
+    pub(super) fn running(&self) -> Vec<bool> {
+        self.servers().iter().map(|s| s.is_running()).collect()
+    }
+
+    /// The lock keys (fencing counters excluded) on master `i`, read directly, bypassing any
+    /// proxy; `None` when it does not answer within 200 ms (down or paused).
+    pub(super) fn lock_keys(&self, i: usize) -> Option<Vec<String>> {
+        let keys: Vec<String> = direct_query(self.addrs[i], Duration::from_millis(200), |c| {
+            redis::cmd("KEYS").arg(format!("{KEY_PREFIX}*")).query(c)
+        })?;
+        Some(keys.into_iter().filter(|k| !k.ends_with(":fence")).collect())
+    }
+
+    /// Lock keys on the running masters that answer.
+    pub(super) fn lock_keys_everywhere(&self) -> usize {
+        let running = self.running();
+        (0..self.addrs.len())
+            .filter(|i| running[*i])
+            .filter_map(|i| self.lock_keys(i))
+            .map(|k| k.len())
+            .sum()
+    }
+}
+
+/// Runs one query on a fresh plain connection with short timeouts.
+pub(crate) fn direct_query<T>(
+    addr: SocketAddr,
+    timeout: Duration,
+    query: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+) -> Option<T> {
+    let client = redis::Client::open(format!("redis://{addr}")).ok()?;
+    let mut conn = client.get_connection_with_timeout(timeout).ok()?;
+    conn.set_read_timeout(Some(timeout)).ok()?;
+    conn.set_write_timeout(Some(timeout)).ok()?;
+    query(&mut conn).ok()
+}
+
+/// The fault driver's handle: fault verbs that record themselves in the history, the seeded
+/// random source, and the stop signal.
+pub(super) struct Ctl {
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) history: History,
+    pub(super) rng: StdRng,
+    stop: Arc<AtomicBool>,
+    go: Option<oneshot::Sender<()>>,
+}
+
+impl Ctl {
+    /// Lets the clients start (they wait for it, so a driver can set faults up first).
+    pub(super) fn go(&mut self) {
+        if let Some(go) = self.go.take() {
+            let _ = go.send(());
+        }
+    }
+
+    pub(super) fn fault(&self, description: impl Into<String>) -> FaultId {
+        self.history.fault(description)
+    }
+
+    pub(super) fn heal(&self, id: FaultId) {
+        self.history.heal(id);
+    }
+
+    /// Waits until the run stops.
+    pub(super) async fn until_stopped(&self) {
+        while self.sleep(Duration::from_millis(100)).await {}
+    }
+
+    pub(super) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps `d`, waking early when the run stops; `true` if the run goes on.
+    pub(super) async fn sleep(&self, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        while !self.stopped() {
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            tokio::time::sleep((until - now).min(Duration::from_millis(10))).await;
+        }
+        false
+    }
+
+    /// A uniformly random duration in `[lo, hi]` milliseconds.
+    pub(super) fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(self.rng.random_range(lo..=hi))
+    }
+
+    /// `k` distinct masters, chosen at random, sorted.
+    pub(super) fn pick(&mut self, k: usize) -> Vec<usize> {
+        let n = self.cluster.addrs.len();
+        let mut all: Vec<usize> = (0..n).collect();
+        for i in 0..k.min(n) {
+            let j = self.rng.random_range(i..n);
+            all.swap(i, j);
+        }
+        let mut picked = all[..k.min(n)].to_vec();
+        picked.sort_unstable();
+        picked
+    }
+
+    pub(super) async fn kill(&self, i: usize) -> io::Result<()> {
+        self.blocking(move |nodes| nodes[i].kill()).await
+    }
+
+    pub(super) async fn restart(&self, i: usize) -> io::Result<()> {
+        self.blocking(move |nodes| nodes[i].restart()).await
+    }
+
+    pub(super) fn pause(&self, i: usize) -> io::Result<()> {
+        self.cluster.servers()[i].pause()
+    }
+
+    pub(super) fn resume(&self, i: usize) -> io::Result<()> {
+        self.cluster.servers()[i].resume()
+    }
+
+    pub(super) fn proxy(&self, i: usize) -> io::Result<&FaultProxy> {
+        self.cluster
+            .proxy(i)
+            .ok_or_else(|| io::Error::other("this scenario runs without proxies"))
+    }
+
+    async fn blocking(
+        &self,
+        f: impl FnOnce(&mut RedisNodes) -> io::Result<()> + Send + 'static,
+    ) -> io::Result<()> {
+        let cluster = Arc::clone(&self.cluster);
+        tokio::task::spawn_blocking(move || f(&mut cluster.servers()))
+            .await
+            .map_err(io::Error::other)?
+    }
+}
+
+/// What a stale holder (one that kept its lock past the lease) saw when it finally extended and
+/// released.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct StaleStats {
+    pub(super) holders: usize,
+    pub(super) extends_refused: usize,
+    pub(super) releases: usize,
+    /// Keys the stale releases deleted: must be 0.
+    pub(super) keys_deleted: usize,
+}
+
+/// What the clients and the engine observed, beside the history.
+pub(super) struct Ran {
+    pub(super) setup: Setup,
+    pub(super) history: History,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) latencies: Vec<Duration>,
+    pub(super) stale: StaleStats,
+    /// Resource and instant of every holder process killed while holding.
+    pub(super) kills: Vec<(String, Instant)>,
+    /// Per simultaneous round: the attempt at which the first client won (`None`: nobody won).
+    pub(super) rounds: Vec<Option<u32>>,
+    /// Lock keys the monitor found without a TTL, or with one above the lock TTL.
+    pub(super) immortal_keys: Vec<String>,
+    pub(super) elapsed: Duration,
+    /// When the clients were told to stop.
+    pub(super) stopped_at: Instant,
+}
+
+/// Shared by every client task of a run.
+struct Shared {
+    setup: Setup,
+    urls: Vec<String>,
+    history: History,
+    witnesses: Vec<OccupancyWitness>,
+    registers: Vec<LostUpdateRegister>,
+    fenced: Vec<FencedRegister>,
+    successes: AtomicUsize,
+    stop: Arc<AtomicBool>,
+    latencies: Mutex<Vec<Duration>>,
+    stale: Mutex<StaleStats>,
+    kills: Mutex<Vec<(String, Instant)>>,
+}
+
+fn guarded<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs `setup` with `driver` injecting faults, until the target or the time limit.
+pub(super) async fn run<F, Fut>(setup: Setup, seed: u64, driver: F) -> io::Result<Ran>
+where
+    F: FnOnce(Ctl) -> Fut,
+    Fut: std::future::Future<Output = io::Result<()>> + Send + 'static,
+{
+    let began = Instant::now();
+    let cluster = {
+        let setup = setup.clone();
+        Arc::new(
+            tokio::task::spawn_blocking(move || Cluster::start(&setup))
+                .await
+                .map_err(io::Error::other)??,
+        )
+    };
+    let history = History::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let resources = setup.resources;
+    let shared = Arc::new(Shared {
+        urls: cluster.urls.clone(),
+        history: history.clone(),
+        witnesses: (0..resources)
+            .map(|r| history.occupancy_witness(Setup::resource(r)))
+            .collect(),
+        registers: (0..resources)
+            .map(|r| history.lost_update_register(Setup::resource(r)))
+            .collect(),
+        fenced: if setup.fencing {
+            (0..resources)
+                .map(|r| history.fenced_register(Setup::resource(r)))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        setup: setup.clone(),
+        successes: AtomicUsize::new(0),
+        stop: Arc::new(AtomicBool::new(false)),
+        latencies: Mutex::new(Vec::new()),
+        stale: Mutex::new(StaleStats::default()),
+        kills: Mutex::new(Vec::new()),
+    });
+
+    let monitor = {
+        let cluster = Arc::clone(&cluster);
+        let stop = Arc::clone(&stop);
+        let ttl = setup.ttl;
+        tokio::task::spawn_blocking(move || monitor_keys(&cluster, &stop, ttl))
+    };
+
+    let (go, ready) = oneshot::channel();
+    let driver = tokio::spawn(driver(Ctl {
+        cluster: Arc::clone(&cluster),
+        history: history.clone(),
+        rng: StdRng::seed_from_u64(seed ^ 0xD1B5_4A32_D192_ED03),
+        stop: Arc::clone(&stop),
+        go: Some(go),
+    }));
+    // A driver that ends (or fails) without saying go lets the clients start all the same.
+    let _ = ready.await;
+    let started = Instant::now();
+
+    let mut clients = Vec::new();
+    let rounds = Arc::new(Mutex::new(Vec::new()));
+    if setup.simultaneous_group > 0 {
+        let groups = setup.clients / setup.simultaneous_group;
+        for g in 0..groups {
+            let barrier = Arc::new(Barrier::new(setup.simultaneous_group));
+            let go_on = Arc::new(AtomicBool::new(true));
+            let round_wins = Arc::new(Mutex::new(Vec::<(usize, u32)>::new()));
+            for m in 0..setup.simultaneous_group {
+                let client = g * setup.simultaneous_group + m;
+                clients.push(tokio::spawn(simultaneous_client(
+                    Arc::clone(&shared),
+                    client,
+                    g % resources,
+                    m == 0,
+                    Arc::clone(&barrier),
+                    Arc::clone(&go_on),
+                    Arc::clone(&round_wins),
+                    Arc::clone(&rounds),
+                    client_rng(seed, client),
+                )));
+            }
+        }
+    } else {
+        for client in 0..setup.clients {
+            clients.push(tokio::spawn(free_client(
+                Arc::clone(&shared),
+                client,
+                client_rng(seed, client),
+            )));
+        }
+    }
+
+    let deadline = started + setup.time_limit;
+    while shared.successes.load(Ordering::SeqCst) < setup.target && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The clients stop first and finish what they are doing under the faults still active;
+    // only then does the driver heal.
+    let stopped_at = Instant::now();
+    shared.stop.store(true, Ordering::SeqCst);
+    let mut client_error = None;
+    for c in clients {
+        if let Err(e) = c.await {
+            client_error.get_or_insert(io::Error::other(format!("a client task failed: {e}")));
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let driven = driver.await.map_err(io::Error::other)?;
+    let immortal_keys = monitor.await.map_err(io::Error::other)?;
+    driven?;
+    if let Some(e) = client_error {
+        return Err(e);
+    }
+
+    let latencies = std::mem::take(&mut *guarded(&shared.latencies));
+    let stale = *guarded(&shared.stale);
+    let kills = std::mem::take(&mut *guarded(&shared.kills));
+    let rounds = std::mem::take(&mut *guarded(&rounds));
+    Ok(Ran {
+        setup,
+        history,
+        cluster,
+        latencies,
+        stale,
+        kills,
+        rounds,
+        immortal_keys,
+        elapsed: began.elapsed(),
+        stopped_at,
+    })
+}
+
+fn client_rng(seed: u64, client: usize) -> StdRng {
+    StdRng::seed_from_u64(seed.wrapping_add((client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+}
+
+/// Every `MONITOR_EVERY`, reads every lock key's remaining TTL on every master that answers and
+/// collects those that could outlive the lock TTL (no expiry at all, or a longer one).
+fn monitor_keys(cluster: &Cluster, stop: &AtomicBool, ttl: Duration) -> Vec<String> {
+    const SCRIPT: &str = r"
+local bad = {}
+for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
+  if string.sub(k, -6) ~= ':fence' then
+    local t = redis.call('PTTL', k)
+    if t == -1 or t > tonumber(ARGV[2]) then table.insert(bad, k .. ' pttl ' .. t) end
+  end
+end
+return bad";
+    let mut found = Vec::new();
+    let ttl_ms = ttl.as_millis() as u64;
+    while !stop.load(Ordering::SeqCst) {
+        for (i, addr) in cluster.addrs().iter().enumerate() {
+            let bad: Option<Vec<String>> = direct_query(*addr, Duration::from_millis(50), |c| {
+                redis::cmd("EVAL")
+                    .arg(SCRIPT)
+                    .arg(0)
+                    .arg(format!("{KEY_PREFIX}*"))
+                    .arg(ttl_ms)
+                    .query(c)
+            });
+            for key in bad.unwrap_or_default() {
+                found.push(format!("master {i}: {key}"));
+            }
+        }
+        std::thread::sleep(MONITOR_EVERY);
+    }
+    found
+}
+
+impl Shared {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn redlock(&self) -> Redlock {
+        // The configuration is fixed and valid: a failure here is a bug in the scenario.
+        match self.setup.redlock(&self.urls) {
+            Ok(rl) => rl,
+            Err(e) => panic!("invalid chaos client configuration: {e}"),
+        }
+    }
+
+    /// Acquires `resource` with the library's retry policy and records the attempt.
+    async fn acquire(&self, rl: &Redlock, client: usize, resource: &str, once: bool) -> Option<Lock> {
+        let start = Instant::now();
+        let result = if once {
+            rl.try_acquire(resource, self.setup.ttl).await
+        } else {
+            rl.acquire(resource, self.setup.ttl).await
+        };
+        let end = Instant::now();
+        match result {
+            Ok(lock) => {
+                self.history.record(Op {
+                    client,
+                    resource: resource.to_owned(),
+                    token: lock.token().expose().to_owned(),
+                    kind: OpKind::Acquire,
+                    start,
+                    end,
+                    outcome: Outcome::Ok {
+                        valid_until: Some(lock.deadline()),
+                    },
+                    fence: lock.fencing_token(),
+                });
+                self.successes.fetch_add(1, Ordering::SeqCst);
+                guarded(&self.latencies).push(end - start);
+                Some(lock)
+            }
+            Err(e) => {
+                self.history.record(Op {
+                    client,
+                    resource: resource.to_owned(),
+                    token: String::new(),
+                    kind: OpKind::Acquire,
+                    start,
+                    end,
+                    outcome: Outcome::Failed {
+                        reason: e.to_string(),
+                    },
+                    fence: None,
+                });
+                None
+            }
+        }
+    }
+
+    async fn extend(&self, client: usize, lock: &mut Lock) -> Result<(), Error> {
+        let start = Instant::now();
+        let result = lock.extend(self.setup.ttl).await;
+        self.history.record(Op {
+            client,
+            resource: lock.resource().to_owned(),
+            token: lock.token().expose().to_owned(),
+            kind: OpKind::Extend,
+            start,
+            end: Instant::now(),
+            outcome: match &result {
+                Ok(()) => Outcome::Ok {
+                    valid_until: Some(lock.deadline()),
+                },
+                Err(e) => Outcome::Failed {
+                    reason: e.to_string(),
+                },
+            },
+            fence: lock.fencing_token(),
+        });
+        result
+    }
+
+    async fn release(&self, client: usize, lock: Lock) -> Result<quorumlock::Released, Error> {
+        let (resource, token, fence) = (
+            lock.resource().to_owned(),
+            lock.token().expose().to_owned(),
+            lock.fencing_token(),
+        );
+        let start = Instant::now();
+        let result = lock.release().await;
+        self.history.record(Op {
+            client,
+            resource,
+            token,
+            kind: OpKind::Release,
+            start,
+            end: Instant::now(),
+            outcome: match &result {
+                Ok(_) => Outcome::Ok { valid_until: None },
+                Err(e) => Outcome::Failed {
+                    reason: e.to_string(),
+                },
+            },
+            fence,
+        });
+        result
+    }
+
+    /// The critical section: enter the witness, read–sleep–write the registers while the lease
+    /// has a safety margin left, maybe extend, leave before the deadline.
+    async fn critical_section(&self, client: usize, r: usize, lock: &mut Lock, rng: &mut StdRng) {
+        let margin = self.setup.ttl / 10;
+        let guard = self.witnesses[r].enter(client);
+        let value = self.registers[r].read();
+        let nap = rng.random_range(Duration::ZERO..=self.setup.critical_section);
+        tokio::time::sleep(nap).await;
+        if rng.random_bool(self.setup.extend_chance) && lock.remaining() > margin {
+            let _ = self.extend(client, lock).await;
+        }
+        if lock.remaining() > margin {
+            self.registers[r].write(value + 1);
+            if let (Some(fenced), Some(fence)) = (self.fenced.get(r), lock.fencing_token()) {
+                let _ = fenced.write(fence, client);
+            }
+        }
+        drop(guard);
+    }
+}
+
+/// A client that picks a random resource, acquires it (with retries), does its critical section
+/// and releases, until the run stops; sometimes it goes stale or dies, as the setup says.
+async fn free_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
+    let mut rl = shared.redlock();
+    while !shared.stopped() {
+        let r = rng.random_range(0..shared.setup.resources);
+        let resource = Setup::resource(r);
+        let Some(mut lock) = shared.acquire(&rl, client, &resource, false).await else {
+            continue;
+        };
+        shared.critical_section(client, r, &mut lock, &mut rng).await;
+
+        if rng.random_bool(shared.setup.crash_chance) {
+            // The holder's process dies: nothing is released, its connections go away, and a
+            // new process takes its place and wants the same resource at once.
+            guarded(&shared.kills).push((resource.clone(), Instant::now()));
+            std::mem::forget(lock);
+            rl = shared.redlock();
+            while !shared.stopped() {
+                if let Some(mut lock) = shared.acquire(&rl, client, &resource, false).await {
+                    shared.critical_section(client, r, &mut lock, &mut rng).await;
+                    let _ = shared.release(client, lock).await;
+                    break;
+                }
+            }
+            continue;
+        }
+
+        if rng.random_bool(shared.setup.stale_chance) {
+            // Keep the lock well past its lease (another client may take it meanwhile), then
+            // try to extend and release it: neither may touch a newer holder's keys.
+            let overdue = lock.deadline() + shared.setup.ttl / 2;
+            tokio::time::sleep_until(overdue.into()).await;
+            let refused = shared.extend(client, &mut lock).await.is_err();
+            let released = shared.release(client, lock).await;
+            let mut stale = guarded(&shared.stale);
+            stale.holders += 1;
+            stale.extends_refused += usize::from(refused);
+            if let Ok(released) = released {
+                stale.releases += 1;
+                stale.keys_deleted += released.deleted;
+            }
+            continue;
+        }
+
+        let _ = shared.release(client, lock).await;
+    }
+}
+
+/// A client of a group that starts every round at the same instant on one resource: up to
+/// `round_attempts` single attempts, a jittered pause between them, until it wins once.
+#[allow(clippy::too_many_arguments)]
+async fn simultaneous_client(
+    shared: Arc<Shared>,
+    client: usize,
+    r: usize,
+    leader: bool,
+    barrier: Arc<Barrier>,
+    go_on: Arc<AtomicBool>,
+    round_wins: Arc<Mutex<Vec<(usize, u32)>>>,
+    rounds: Arc<Mutex<Vec<Option<u32>>>>,
+    mut rng: StdRng,
+) {
+    let rl = shared.redlock();
+    let resource = Setup::resource(r);
+    loop {
+        // The leader decides for the whole group whether another round runs, so that nobody
+        // waits at the barrier alone.
+        if leader {
+            go_on.store(!shared.stopped(), Ordering::SeqCst);
+        }
+        barrier.wait().await;
+        if !go_on.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut won_at = None;
+        for attempt in 1..=shared.setup.round_attempts {
+            if let Some(mut lock) = shared.acquire(&rl, client, &resource, true).await {
+                shared.critical_section(client, r, &mut lock, &mut rng).await;
+                let _ = shared.release(client, lock).await;
+                won_at = Some(attempt);
+                break;
+            }
+            let low = shared.setup.retry_delay.saturating_sub(shared.setup.retry_jitter);
+            let high = shared.setup.retry_delay + shared.setup.retry_jitter;
+            tokio::time::sleep(rng.random_range(low..=high)).await;
+        }
+        if let Some(attempt) = won_at {
+            guarded(&round_wins).push((client, attempt));
+        }
+        barrier.wait().await;
+        if leader {
+            let wins = std::mem::take(&mut *guarded(&round_wins));
+            let first = wins.iter().map(|(_, a)| *a).min();
+            guarded(&rounds).push(first);
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The chaos suite: seeded fault schedules over five real masters and several contending
+//! clients, each run ending with the history checker's verdict and the scenario's own checks.
+//!
+//! One [`Scenario`] per fault pattern of the safety issue (baseline, kills, pauses, restarts,
+//! latency, held replies, resets, partitions, simultaneous starts, stale holders, killed holders)
+//! plus fenced crash/restart over AOF masters. [`run`] drives one of them for a [`Length`] and
+//! returns a [`ChaosRun`]: the figures (acquisitions, failures, violations, acquire latency), the
+//! [`Report`] and the checks. Nothing here prints; the tests assert and `examples/chaos.rs`
+//! prints the table.
+//!
+//! Every run is driven by a seed: which masters fail, when, for how long, and every client's
+//! choices. [`seed`] reads it from [`CHAOS_SEED_ENV`] or falls back to the scenario's fixed
+//! default, so a failing run can be replayed with the seed it printed. Timing on a real machine
+//! is not seeded, so a replay follows the same schedule, not the same interleaving.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use quorumlock_testkit::chaos::{self, Length, Scenario};
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let scenario = Scenario::MinorityPaused;
+//! let seed = chaos::seed(scenario);
+//! println!("{} seed {seed}", scenario.name());
+//! let run = chaos::run(scenario, Length::Short, seed).await?;
+//! assert!(run.passed(), "{run}");
+//! # Ok(()) }
+//! ```
+
+mod engine;
+mod scenarios;
+
+pub(crate) use engine::direct_query as direct;
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use crate::Report;
+
+/// Environment variable with a seed (decimal or `0x` hex) to re-run chaos scenarios with.
+pub const CHAOS_SEED_ENV: &str = "QUORUMLOCK_CHAOS_SEED";
+
+/// One fault pattern of the chaos suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Scenario {
+    /// 1. No faults.
+    Baseline,
+    /// 2. Two of five masters killed and left down.
+    MinorityKilled,
+    /// 3. Three of five masters killed before the clients start: no success may be reported, and
+    ///    no key may be left behind on the live masters.
+    MajorityKilled,
+    /// 4. Two masters at a time paused with `SIGSTOP`, then resumed; stray keys are gone within a
+    ///    TTL after the last resume.
+    MinorityPaused,
+    /// 5. One or two masters killed, left down for more than a TTL, restarted empty (no AOF).
+    MinorityRestartedAfterTtl,
+    /// 6. Latency below the node timeout on every master: the validity a client is given shrinks
+    ///    by at least the round trip.
+    LatencyBelowTimeout,
+    /// 7. Latency beyond the TTL on three masters: no success may be reported.
+    LatencyBeyondTtl,
+    /// 8. Replies held back while the TTL passes, then delivered (responses in flight must not
+    ///    count as acquired).
+    HeldReplies,
+    /// 9. Connections reset mid-request.
+    ConnectionResets,
+    /// 10. Minority and majority partitions, healed in turn.
+    Partitions,
+    /// 11. Groups of clients that start every round at the same instant: split votes resolve
+    ///     within a few attempts.
+    SimultaneousStarts,
+    /// 12. Holders that keep their lock past the lease, then extend and release it: neither may
+    ///     touch the next holder's keys.
+    StaleHolders,
+    /// 13. Holder processes killed while holding: the lock comes back within TTL + retry delay.
+    HolderKilled,
+    /// 14. Fenced locks over AOF masters killed and restarted at once: fences never go backwards.
+    FencedAofRestarts,
+}
+
+impl Scenario {
+    /// Every scenario, in the issue's order.
+    pub const ALL: [Scenario; 14] = [
+        Scenario::Baseline,
+        Scenario::MinorityKilled,
+        Scenario::MajorityKilled,
+        Scenario::MinorityPaused,
+        Scenario::MinorityRestartedAfterTtl,
+        Scenario::LatencyBelowTimeout,
+        Scenario::LatencyBeyondTtl,
+        Scenario::HeldReplies,
+        Scenario::ConnectionResets,
+        Scenario::Partitions,
+        Scenario::SimultaneousStarts,
+        Scenario::StaleHolders,
+        Scenario::HolderKilled,
+        Scenario::FencedAofRestarts,
+    ];
+
+    /// The scenario's number in the issue (14: the fencing figure).
+    pub fn number(self) -> u32 {
+        match self {
+            Scenario::Baseline => 1,
+            Scenario::MinorityKilled => 2,
+            Scenario::MajorityKilled => 3,
+            Scenario::MinorityPaused => 4,
+            Scenario::MinorityRestartedAfterTtl => 5,
+            Scenario::LatencyBelowTimeout => 6,
+            Scenario::LatencyBeyondTtl => 7,
+            Scenario::HeldReplies => 8,
+            Scenario::ConnectionResets => 9,
+            Scenario::Partitions => 10,
+            Scenario::SimultaneousStarts => 11,
+            Scenario::StaleHolders => 12,
+            Scenario::HolderKilled => 13,
+            Scenario::FencedAofRestarts => 14,
+        }
+    }
+
+    /// A short kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Baseline => "baseline",
+            Scenario::MinorityKilled => "minority-killed",
+            Scenario::MajorityKilled => "majority-killed",
+            Scenario::MinorityPaused => "minority-paused",
+            Scenario::MinorityRestartedAfterTtl => "restart-after-ttl",
+            Scenario::LatencyBelowTimeout => "latency-below-timeout",
+            Scenario::LatencyBeyondTtl => "latency-beyond-ttl",
+            Scenario::HeldReplies => "held-replies",
+            Scenario::ConnectionResets => "connection-resets",
+            Scenario::Partitions => "partitions",
+            Scenario::SimultaneousStarts => "simultaneous-starts",
+            Scenario::StaleHolders => "stale-holders",
+            Scenario::HolderKilled => "holder-killed",
+            Scenario::FencedAofRestarts => "fenced-aof-restarts",
+        }
+    }
+
+    /// Whether locks can be taken at all under this scenario's faults. Where they cannot, the
+    /// scenario checks that none was reported instead of counting acquisitions.
+    pub fn expects_success(self) -> bool {
+        !matches!(self, Scenario::MajorityKilled | Scenario::LatencyBeyondTtl)
+    }
+
+    /// The fixed seed used when [`CHAOS_SEED_ENV`] is not set.
+    pub fn default_seed(self) -> u64 {
+        0x5EED_0000 + u64::from(self.number())
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:>2} {}", self.number(), self.name())
+    }
+}
+
+/// How long a run goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Length {
+    /// The version inside `make test`: at least 2,000 acquisitions per safety scenario.
+    Short,
+    /// The version of `make chaos`: at least 10,000 acquisitions per safety scenario.
+    Long,
+}
+
+impl Length {
+    /// Acquisitions a safety scenario must reach.
+    pub fn target(self) -> usize {
+        match self {
+            Length::Short => 2_000,
+            Length::Long => 10_000,
+        }
+    }
+
+    fn scale(self) -> u32 {
+        match self {
+            Length::Short => 1,
+            Length::Long => 5,
+        }
+    }
+}
+
+/// The seed for `scenario`: [`CHAOS_SEED_ENV`] when set (decimal or `0x` hex), else
+/// [`Scenario::default_seed`].
+pub fn seed(scenario: Scenario) -> u64 {
+    std::env::var(CHAOS_SEED_ENV)
+        .ok()
+        .and_then(|s| parse_seed(&s))
+        .unwrap_or_else(|| scenario.default_seed())
+}
+
+fn parse_seed(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// One scenario-specific check of a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Check {
+    /// What was checked.
+    pub what: String,
+    /// Whether it held.
+    pub passed: bool,
+    /// The figures behind the verdict.
+    pub detail: String,
+}
+
+impl Check {
+    pub(crate) fn new(what: impl Into<String>, passed: bool, detail: impl Into<String>) -> Self {
+        Check {
+            what: what.into(),
+            passed,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The outcome of one chaos run.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ChaosRun {
+    /// Which scenario ran.
+    pub scenario: Scenario,
+    /// Its seed.
+    pub seed: u64,
+    /// How long it was meant to run.
+    pub length: Length,
+    /// Successful acquisitions.
+    pub acquisitions: usize,
+    /// Failed acquire calls (each after the library's retries).
+    pub failures: usize,
+    /// Violations the history checker found (protocol level and witnesses).
+    pub violations: usize,
+    /// Median duration of a successful acquire call.
+    pub p50: Duration,
+    /// 99th percentile duration of a successful acquire call.
+    pub p99: Duration,
+    /// Wall time of the run, servers included.
+    pub elapsed: Duration,
+    /// The checker's verdict.
+    pub report: Report,
+    /// The scenario's own checks.
+    pub checks: Vec<Check>,
+}
+
+impl ChaosRun {
+    /// No violation, and every check passed.
+    pub fn passed(&self) -> bool {
+        self.violations == 0 && self.checks.iter().all(|c| c.passed)
+    }
+
+    /// The header of the table [`row`](ChaosRun::row) prints.
+    pub fn header() -> String {
+        format!(
+            "{:<26} {:>12} {:>12} {:>9} {:>10} {:>9} {:>9} {:>8}  {}",
+            "scenario", "seed", "acquisitions", "failures", "violations", "p50", "p99", "time", "checks"
+        )
+    }
+
+    /// One line: scenario, seed, acquisitions, failures, violations, p50/p99 acquire latency.
+    pub fn row(&self) -> String {
+        let failed = self.checks.iter().filter(|c| !c.passed).count();
+        let checks = if failed == 0 {
+            format!("{} ok", self.checks.len())
+        } else {
+            format!("{failed}/{} FAILED", self.checks.len())
+        };
+        format!(
+            "{:<26} {:>12} {:>12} {:>9} {:>10} {:>9} {:>9} {:>7.1}s  {}",
+            self.scenario.to_string(),
+            format!("{:#x}", self.seed),
+            self.acquisitions,
+            self.failures,
+            self.violations,
+            format!("{:.2}ms", self.p50.as_secs_f64() * 1e3),
+            format!("{:.2}ms", self.p99.as_secs_f64() * 1e3),
+            self.elapsed.as_secs_f64(),
+            checks
+        )
+    }
+}
+
+impl fmt::Display for ChaosRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", Self::header())?;
+        writeln!(f, "{}", self.row())?;
+        for check in &self.checks {
+            let verdict = if check.passed { "ok    " } else { "FAILED" };
+            writeln!(f, "  {verdict} {}: {}", check.what, check.detail)?;
+        }
+        write!(f, "{}", self.report)
+    }
+}
+
+/// Runs `scenario` for `length` with `seed`, over five fresh masters.
+///
+/// # Errors
+///
+/// When a server or proxy cannot be started or a fault cannot be injected; never for what the
+/// clients observe, which is in the returned [`ChaosRun`].
+pub async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Result<ChaosRun> {
+    scenarios::run(scenario, length, seed).await
+}
+
+/// The median and 99th percentile of `samples`.
+fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
+    if samples.is_empty() {
+        return (Duration::ZERO, Duration::ZERO);
+    }
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_parse_in_decimal_and_hex() {
+        assert_eq!(parse_seed("42"), Some(42));
+        assert_eq!(parse_seed(" 0x2a "), Some(42));
+        assert_eq!(parse_seed("nope"), None);
+    }
+
+    #[test]
+    fn percentiles_pick_the_median_and_the_tail() {
+        let mut samples: Vec<Duration> = (1..=100).rev().map(Duration::from_millis).collect();
+        let (p50, p99) = percentiles(&mut samples);
+        assert_eq!(p50, Duration::from_millis(51));
+        assert_eq!(p99, Duration::from_millis(99));
+        assert_eq!(percentiles(&mut []), (Duration::ZERO, Duration::ZERO));
+    }
+
+    #[test]
+    fn every_scenario_has_a_distinct_number_name_and_seed() {
+        let mut names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
+        names.dedup();
+        assert_eq!(names.len(), Scenario::ALL.len());
+        for (i, s) in Scenario::ALL.iter().enumerate() {
+            assert_eq!(s.number() as usize, i + 1);
+        }
+    }
+}

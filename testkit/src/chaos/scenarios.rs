@@ -1,0 +1,707 @@
+//! The fault schedule and the checks of each [`Scenario`].
+
+use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use quorumlock::Redlock;
+use rand::Rng;
+
+use super::engine::{self, Ctl, Ran, Setup, KEY_PREFIX};
+use super::{percentiles, ChaosRun, Check, Length, Scenario};
+use crate::{Fault, Op, OpKind};
+
+pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Result<ChaosRun> {
+    let scale = length.scale();
+    let base = Setup {
+        target: length.target(),
+        time_limit: Duration::from_secs(60) * scale,
+        ..Setup::default()
+    };
+    // Scenarios where no lock can be had run for a fixed time instead of to a target.
+    let impossible = Setup {
+        target: usize::MAX,
+        time_limit: Duration::from_millis(1_500) * scale,
+        ..base.clone()
+    };
+    let proxied = Setup {
+        proxied: true,
+        ..base.clone()
+    };
+
+    let (ran, checks) = match scenario {
+        Scenario::Baseline => {
+            let ran = engine::run(base, seed, idle).await?;
+            (ran, Vec::new())
+        }
+        Scenario::MinorityKilled => {
+            let ran = engine::run(base, seed, minority_killed).await?;
+            (ran, Vec::new())
+        }
+        Scenario::MajorityKilled => {
+            // A long TTL, so that a key left behind would still be there to see.
+            // A generous node timeout: the dead masters refuse at once anyway, and on a loaded
+            // machine a live master's rollback must not time out (see `no_key_left`).
+            let setup = Setup {
+                ttl: Duration::from_secs(10),
+                node_timeout: Duration::from_millis(250),
+                ..impossible
+            };
+            let ran = engine::run(setup, seed, majority_killed).await?;
+            let checks = vec![no_success(&ran), no_key_left(&ran).await];
+            (ran, checks)
+        }
+        Scenario::MinorityPaused => {
+            let last_resume = Arc::new(Mutex::new(None));
+            let setup = Setup {
+                ttl: Duration::from_millis(300),
+                ..base
+            };
+            let ran = engine::run(setup, seed, {
+                let last_resume = Arc::clone(&last_resume);
+                move |ctl| minority_paused(ctl, last_resume)
+            })
+            .await?;
+            let resumed = last_resume
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .unwrap_or(ran.stopped_at);
+            let checks = vec![stray_keys_gone_within_a_ttl(&ran, resumed).await];
+            (ran, checks)
+        }
+        Scenario::MinorityRestartedAfterTtl => {
+            // Empty restarts reset the fencing counters (see FencedAofRestarts for fences).
+            let setup = Setup {
+                fencing: false,
+                ..base
+            };
+            let ran = engine::run(setup, seed, restart_after_ttl).await?;
+            (ran, Vec::new())
+        }
+        Scenario::LatencyBelowTimeout => {
+            let setup = Setup {
+                clients: 16,
+                resources: 16,
+                node_timeout: Duration::from_millis(40),
+                ..proxied
+            };
+            let ran = engine::run(setup, seed, latency_below_timeout).await?;
+            let checks = vec![validity_reflects_latency(&ran, MIN_ROUND_TRIP)];
+            (ran, checks)
+        }
+        Scenario::LatencyBeyondTtl => {
+            let setup = Setup {
+                proxied: true,
+                ..impossible
+            };
+            let ran = engine::run(setup, seed, latency_beyond_ttl).await?;
+            let checks = vec![
+                no_success(&ran),
+                keys_expire_and_the_lock_comes_back(&ran).await,
+            ];
+            (ran, checks)
+        }
+        Scenario::HeldReplies => {
+            let setup = Setup {
+                ttl: HELD_REPLIES_TTL,
+                ..proxied
+            };
+            let ran = engine::run(setup, seed, held_replies).await?;
+            let checks = vec![no_success_inside_majority_faults(&ran)];
+            (ran, checks)
+        }
+        Scenario::ConnectionResets => {
+            let ran = engine::run(proxied, seed, connection_resets).await?;
+            (ran, Vec::new())
+        }
+        Scenario::Partitions => {
+            let ran = engine::run(proxied, seed, partitions).await?;
+            let checks = vec![no_success_inside_majority_faults(&ran)];
+            (ran, checks)
+        }
+        Scenario::SimultaneousStarts => {
+            let setup = Setup {
+                clients: 16,
+                simultaneous_group: 4,
+                resources: 4,
+                retry_delay: Duration::from_millis(6),
+                retry_jitter: Duration::from_millis(4),
+                extend_chance: 0.0,
+                ..base
+            };
+            let ran = engine::run(setup, seed, idle).await?;
+            let checks = vec![split_votes_resolve(&ran)];
+            (ran, checks)
+        }
+        Scenario::StaleHolders => {
+            let setup = Setup {
+                stale_chance: 0.03,
+                ..base
+            };
+            let ran = engine::run(setup, seed, idle).await?;
+            let checks = stale_holders_touch_nothing(&ran);
+            (ran, checks)
+        }
+        Scenario::HolderKilled => {
+            let setup = Setup {
+                crash_chance: 0.02,
+                ..base
+            };
+            let ran = engine::run(setup, seed, idle).await?;
+            let checks = vec![killed_holders_locks_come_back(&ran)];
+            (ran, checks)
+        }
+        Scenario::FencedAofRestarts => {
+            let setup = Setup {
+                aof: true,
+                fencing: true,
+                ..base
+            };
+            let ran = engine::run(setup, seed, restart_at_once).await?;
+            let checks = vec![fences_were_issued(&ran)];
+            (ran, checks)
+        }
+    };
+    Ok(finish(scenario, length, seed, ran, checks))
+}
+
+/// Runs the checker and adds the checks every scenario has.
+fn finish(scenario: Scenario, length: Length, seed: u64, mut ran: Ran, mut checks: Vec<Check>) -> ChaosRun {
+    let report = ran.history.check();
+    let (p50, p99) = percentiles(&mut ran.latencies);
+    if scenario.expects_success() {
+        let target = length.target();
+        checks.insert(
+            0,
+            Check::new(
+                format!("at least {target} acquisitions"),
+                report.acquires.ok >= target,
+                format!("{} in {:.1}s", report.acquires.ok, ran.elapsed.as_secs_f64()),
+            ),
+        );
+    }
+    checks.push(Check::new(
+        "no lock key without a TTL or with one above the lock TTL",
+        ran.immortal_keys.is_empty(),
+        if ran.immortal_keys.is_empty() {
+            "none seen".to_owned()
+        } else {
+            ran.immortal_keys.join("; ")
+        },
+    ));
+    ChaosRun {
+        scenario,
+        seed,
+        length,
+        acquisitions: report.acquires.ok,
+        failures: report.acquires.failed,
+        violations: report.violations.len(),
+        p50,
+        p99,
+        elapsed: ran.elapsed,
+        report,
+        checks,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fault drivers.
+
+async fn idle(mut ctl: Ctl) -> io::Result<()> {
+    ctl.go();
+    ctl.until_stopped().await;
+    Ok(())
+}
+
+async fn minority_killed(mut ctl: Ctl) -> io::Result<()> {
+    ctl.go();
+    let after = ctl.ms(50, 300);
+    ctl.sleep(after).await;
+    for i in ctl.pick(2) {
+        ctl.kill(i).await?;
+        ctl.fault(format!("master {i} killed"));
+    }
+    ctl.until_stopped().await;
+    Ok(())
+}
+
+async fn majority_killed(mut ctl: Ctl) -> io::Result<()> {
+    for i in ctl.pick(3) {
+        ctl.kill(i).await?;
+        ctl.fault(format!("master {i} killed (majority)"));
+    }
+    ctl.go();
+    ctl.until_stopped().await;
+    Ok(())
+}
+
+async fn minority_paused(mut ctl: Ctl, last_resume: Arc<Mutex<Option<Instant>>>) -> io::Result<()> {
+    ctl.go();
+    loop {
+        let victims = ctl.pick(2);
+        for &i in &victims {
+            ctl.pause(i)?;
+        }
+        let id = ctl.fault(format!("masters {victims:?} paused"));
+        let pause = ctl.ms(50, 200);
+        let go_on = ctl.sleep(pause).await;
+        ctl.heal(id);
+        for &i in &victims {
+            ctl.resume(i)?;
+        }
+        *last_resume.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        let gap = ctl.ms(50, 200);
+        if !go_on || !ctl.sleep(gap).await {
+            return Ok(());
+        }
+    }
+}
+
+async fn restart_after_ttl(mut ctl: Ctl) -> io::Result<()> {
+    let ttl = Setup::default().ttl;
+    ctl.go();
+    loop {
+        let gap = ctl.ms(100, 300);
+        if !ctl.sleep(gap).await {
+            return Ok(());
+        }
+        let k = ctl.rng.random_range(1..=2);
+        let victims = ctl.pick(k);
+        for &i in &victims {
+            ctl.kill(i).await?;
+        }
+        let id = ctl.fault(format!("masters {victims:?} killed, restarted empty after a TTL"));
+        let down = ttl + ctl.ms(20, 100);
+        tokio::time::sleep(down).await;
+        for &i in &victims {
+            ctl.restart(i).await?;
+        }
+        ctl.heal(id);
+    }
+}
+
+/// The least round trip `latency_below_timeout` injects: 1 ms each way.
+const MIN_ROUND_TRIP: Duration = Duration::from_millis(2);
+
+async fn latency_below_timeout(mut ctl: Ctl) -> io::Result<()> {
+    let masters = ctl.cluster.addrs().len();
+    let mut first = true;
+    loop {
+        let mut delays = Vec::new();
+        for i in 0..masters {
+            let (up, down) = (ctl.ms(2, 5), ctl.ms(2, 5));
+            ctl.proxy(i)?.delay(up, down, Duration::from_millis(1));
+            delays.push(format!("{}+{}", up.as_millis(), down.as_millis()));
+        }
+        let id = ctl.fault(format!("latency (up+down ms, ±1 ms each) {}", delays.join(" ")));
+        if first {
+            ctl.go();
+            first = false;
+        }
+        let hold = ctl.ms(200, 500);
+        let go_on = ctl.sleep(hold).await;
+        ctl.heal(id);
+        if !go_on {
+            return Ok(());
+        }
+    }
+}
+
+async fn latency_beyond_ttl(mut ctl: Ctl) -> io::Result<()> {
+    let delay = Setup::default().ttl + Duration::from_millis(100);
+    let victims = ctl.pick(3);
+    for &i in &victims {
+        ctl.proxy(i)?.delay(delay, Duration::ZERO, Duration::ZERO);
+    }
+    let id = ctl.fault(format!("{delay:?} latency to masters {victims:?} (majority)"));
+    ctl.go();
+    ctl.until_stopped().await;
+    for &i in &victims {
+        ctl.proxy(i)?.pass();
+    }
+    ctl.heal(id);
+    Ok(())
+}
+
+/// Replies are held for longer than this TTL.
+const HELD_REPLIES_TTL: Duration = Duration::from_millis(100);
+
+async fn held_replies(mut ctl: Ctl) -> io::Result<()> {
+    let ttl = HELD_REPLIES_TTL;
+    ctl.go();
+    loop {
+        let gap = ctl.ms(100, 300);
+        if !ctl.sleep(gap).await {
+            return Ok(());
+        }
+        let majority = ctl.rng.random_bool(0.5);
+        let victims = ctl.pick(if majority { 3 } else { 2 });
+        for &i in &victims {
+            ctl.proxy(i)?.hold();
+        }
+        let deliver = ctl.rng.random_bool(0.5);
+        let id = ctl.fault(format!(
+            "replies from masters {victims:?} held past the TTL, then {} ({})",
+            if deliver { "delivered" } else { "lost with the connection" },
+            if majority { "majority" } else { "minority" }
+        ));
+        let held = ttl + ctl.ms(20, 100);
+        tokio::time::sleep(held).await;
+        // Recorded before the fault is lifted, so the recorded window lies inside the real one.
+        ctl.heal(id);
+        for &i in &victims {
+            if deliver {
+                ctl.proxy(i)?.deliver_held();
+            } else {
+                cut(&ctl, i)?;
+            }
+        }
+    }
+}
+
+async fn connection_resets(mut ctl: Ctl) -> io::Result<()> {
+    ctl.go();
+    loop {
+        let gap = ctl.ms(50, 200);
+        if !ctl.sleep(gap).await {
+            return Ok(());
+        }
+        let k = ctl.rng.random_range(1..=5);
+        let victims = ctl.pick(k);
+        for &i in &victims {
+            ctl.proxy(i)?.reset();
+        }
+        let id = ctl.fault(format!("connections to masters {victims:?} reset"));
+        ctl.heal(id);
+    }
+}
+
+async fn partitions(mut ctl: Ctl) -> io::Result<()> {
+    ctl.go();
+    loop {
+        for k in [2, 3] {
+            let gap = ctl.ms(50, 150);
+            if !ctl.sleep(gap).await {
+                return Ok(());
+            }
+            let victims = ctl.pick(k);
+            for &i in &victims {
+                ctl.proxy(i)?.blackhole();
+            }
+            let side = if k >= 3 { "majority" } else { "minority" };
+            let id = ctl.fault(format!("masters {victims:?} partitioned away ({side})"));
+            let cut_off = ctl.ms(50, 200);
+            ctl.sleep(cut_off).await;
+            ctl.heal(id);
+            for &i in &victims {
+                cut(&ctl, i)?;
+            }
+        }
+    }
+}
+
+async fn restart_at_once(mut ctl: Ctl) -> io::Result<()> {
+    ctl.go();
+    loop {
+        let gap = ctl.ms(100, 300);
+        if !ctl.sleep(gap).await {
+            return Ok(());
+        }
+        let k = ctl.rng.random_range(1..=2);
+        let victims = ctl.pick(k);
+        let id = ctl.fault(format!("masters {victims:?} crashed and restarted at once (AOF)"));
+        for &i in &victims {
+            ctl.restart(i).await?;
+        }
+        ctl.heal(id);
+    }
+}
+
+/// Ends a proxy fault the way TCP ends a long partition: the connections that lost bytes are
+/// torn down (a real network never drops bytes from a live connection, so neither may the
+/// proxy), and new connections start clean.
+fn cut(ctl: &Ctl, i: usize) -> io::Result<()> {
+    let proxy = ctl.proxy(i)?;
+    proxy.refuse(true);
+    proxy.blackhole();
+    proxy.drop_held();
+    proxy.reset();
+    proxy.pass();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario checks.
+
+fn successful_acquires(ran: &Ran) -> Vec<Op> {
+    ran.history
+        .ops()
+        .into_iter()
+        .filter(|op| op.kind == OpKind::Acquire && op.succeeded())
+        .collect()
+}
+
+fn no_success(ran: &Ran) -> Check {
+    let ok = successful_acquires(ran).len();
+    let failed = ran
+        .history
+        .ops()
+        .iter()
+        .filter(|op| op.kind == OpKind::Acquire && !op.succeeded())
+        .count();
+    Check::new(
+        "no acquisition reported",
+        ok == 0 && failed > 0,
+        format!("{ok} succeeded, {failed} failed"),
+    )
+}
+
+async fn no_key_left(ran: &Ran) -> Check {
+    // Let background cleanups (each bounded by the node timeout) finish.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cluster = Arc::clone(&ran.cluster);
+    let left = tokio::task::spawn_blocking(move || {
+        let running = cluster.running();
+        (0..running.len())
+            .filter(|i| running[*i])
+            .flat_map(|i| {
+                cluster
+                    .lock_keys(i)
+                    .unwrap_or_else(|| vec!["(no answer)".to_owned()])
+                    .into_iter()
+                    .map(move |k| format!("master {i}: {k}"))
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    Check::new(
+        "no key left on the live masters",
+        left.is_empty(),
+        format!(
+            "{} lock keys on the live masters (TTL {:?}) {}",
+            left.len(),
+            ran.setup.ttl,
+            left.join(", ")
+        ),
+    )
+}
+
+/// How late after its TTL Redis may still show a key (expiry runs on access and ten times a
+/// second), plus the time a resumed master takes to run what was queued.
+const EXPIRY_SLACK: Duration = Duration::from_millis(100);
+
+/// Polls until no lock key is left anywhere, up to `until`; the time it took, if it happened.
+async fn keys_gone_by(ran: &Ran, until: Instant) -> Option<Instant> {
+    loop {
+        let cluster = Arc::clone(&ran.cluster);
+        let keys = tokio::task::spawn_blocking(move || cluster.lock_keys_everywhere())
+            .await
+            .unwrap_or(usize::MAX);
+        let now = Instant::now();
+        if keys == 0 {
+            return Some(now);
+        }
+        if now >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn stray_keys_gone_within_a_ttl(ran: &Ran, resumed: Instant) -> Check {
+    // A SET still queued on a paused master lands when it resumes; if its rollback could not
+    // follow it on the same connection, the key expires a TTL later. Allow for the expiry's
+    // granularity.
+    let strays = {
+        let cluster = Arc::clone(&ran.cluster);
+        tokio::task::spawn_blocking(move || cluster.lock_keys_everywhere())
+            .await
+            .unwrap_or(usize::MAX)
+    };
+    let gone = keys_gone_by(ran, resumed + ran.setup.ttl + EXPIRY_SLACK).await;
+    Check::new(
+        "stray keys gone within a TTL of the last resume",
+        gone.is_some(),
+        match gone {
+            Some(at) => format!(
+                "{strays} stray keys after the last resume, all gone {:.0}ms after it (TTL {:?})",
+                at.saturating_duration_since(resumed).as_secs_f64() * 1e3,
+                ran.setup.ttl
+            ),
+            None => format!("keys still present a TTL ({:?}) after the last resume", ran.setup.ttl),
+        },
+    )
+}
+
+async fn keys_expire_and_the_lock_comes_back(ran: &Ran) -> Check {
+    // Requests delayed by the proxy land up to TTL + 100 ms late and set keys with the TTL.
+    let healed = Instant::now();
+    let bound = healed + ran.setup.ttl * 2 + Duration::from_millis(200);
+    let gone = keys_gone_by(ran, bound).await;
+    let rl = Redlock::builder(ran.cluster.urls())
+        .key_prefix(KEY_PREFIX)
+        .node_timeout(ran.setup.node_timeout)
+        .retry_count(20)
+        .retry_delay(Duration::from_millis(20))
+        .build();
+    let lock = match rl {
+        Ok(rl) => rl.acquire("r0", ran.setup.ttl).await.map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let detail = format!(
+        "keys {} after the latency was removed; a fresh acquire {}",
+        match gone {
+            Some(at) => format!("gone after {:.0}ms", (at - healed).as_secs_f64() * 1e3),
+            None => "still present".to_owned(),
+        },
+        match &lock {
+            Ok(_) => "succeeded".to_owned(),
+            Err(e) => format!("failed: {e}"),
+        }
+    );
+    Check::new(
+        "late keys expire and the lock can be taken again",
+        gone.is_some() && lock.is_ok(),
+        detail,
+    )
+}
+
+/// Every successful acquire left at most TTL − drift − `round_trip` of validity at return.
+fn validity_reflects_latency(ran: &Ran, round_trip: Duration) -> Check {
+    let ceiling = ran.setup.ttl.saturating_sub(ran.setup.drift() + round_trip);
+    let left: Vec<Duration> = successful_acquires(ran)
+        .iter()
+        .filter_map(|op| op.valid_until().map(|v| v.saturating_duration_since(op.end)))
+        .collect();
+    let max = left.iter().max().copied().unwrap_or_default();
+    let min = left.iter().min().copied().unwrap_or_default();
+    Check::new(
+        "validity at return ≤ TTL − drift − injected round trip",
+        !left.is_empty() && max <= ceiling && min > Duration::ZERO,
+        format!(
+            "validity left at return: {:.1}–{:.1}ms over {} acquisitions, ceiling {:.1}ms",
+            min.as_secs_f64() * 1e3,
+            max.as_secs_f64() * 1e3,
+            left.len(),
+            ceiling.as_secs_f64() * 1e3
+        ),
+    )
+}
+
+fn majority_faults(ran: &Ran) -> Vec<Fault> {
+    ran.history
+        .faults()
+        .into_iter()
+        .filter(|f| f.description.contains("majority"))
+        .collect()
+}
+
+fn no_success_inside_majority_faults(ran: &Ran) -> Check {
+    let faults = majority_faults(ran);
+    let acquires = successful_acquires(ran);
+    let inside: Vec<&Op> = acquires
+        .iter()
+        .filter(|op| {
+            faults
+                .iter()
+                .any(|f| op.start >= f.start && f.end.is_none_or(|end| op.end <= end))
+        })
+        .collect();
+    Check::new(
+        "no acquisition both started and ended inside a majority fault",
+        inside.is_empty(),
+        format!("{} majority faults, {} such acquisitions", faults.len(), inside.len()),
+    )
+}
+
+fn split_votes_resolve(ran: &Ran) -> Check {
+    let rounds = &ran.rounds;
+    let unresolved = rounds.iter().filter(|r| r.is_none()).count();
+    let first = rounds.iter().filter(|r| **r == Some(1)).count();
+    let second = rounds.iter().filter(|r| **r == Some(2)).count();
+    let later = rounds.len() - unresolved - first - second;
+    let worst = rounds.iter().flatten().max().copied().unwrap_or(0);
+    Check::new(
+        format!(
+            "every simultaneous round resolves within {} attempts",
+            ran.setup.round_attempts
+        ),
+        !rounds.is_empty() && unresolved == 0,
+        format!(
+            "{} rounds: won at the 1st attempt {first}, 2nd {second}, later {later} (worst {worst}), unresolved {unresolved}",
+            rounds.len()
+        ),
+    )
+}
+
+fn stale_holders_touch_nothing(ran: &Ran) -> Vec<Check> {
+    let s = ran.stale;
+    vec![
+        Check::new(
+            "stale holders' extends are refused",
+            s.holders > 0 && s.extends_refused == s.holders,
+            format!("{} stale holders, {} extends refused", s.holders, s.extends_refused),
+        ),
+        Check::new(
+            "stale holders' releases delete no key",
+            s.releases > 0 && s.keys_deleted == 0,
+            format!(
+                "{} releases answered by a quorum ({} not, timed out), {} keys deleted",
+                s.releases,
+                s.holders - s.releases,
+                s.keys_deleted
+            ),
+        ),
+    ]
+}
+
+fn killed_holders_locks_come_back(ran: &Ran) -> Check {
+    let s = &ran.setup;
+    // The key expires a TTL after the last acquire or extend (before the kill); then a waiter
+    // needs at most one retry delay and one attempt. The slack absorbs scheduling on a loaded
+    // two-core machine.
+    let bound = s.ttl + s.retry_delay + s.retry_jitter + s.node_timeout + Duration::from_millis(100);
+    let acquires = successful_acquires(ran);
+    let mut worst = Duration::ZERO;
+    let mut late = 0;
+    let mut never = 0;
+    for (resource, killed) in &ran.kills {
+        let next = acquires
+            .iter()
+            .filter(|op| &op.resource == resource && op.end > *killed)
+            .map(|op| op.end)
+            .min();
+        match next {
+            Some(at) => {
+                let took = at - *killed;
+                worst = worst.max(took);
+                late += usize::from(took > bound);
+            }
+            None => never += usize::from(*killed + bound < ran.stopped_at),
+        }
+    }
+    Check::new(
+        "a killed holder's lock comes back within TTL + retry delay",
+        !ran.kills.is_empty() && late == 0 && never == 0,
+        format!(
+            "{} holders killed; worst comeback {:.0}ms (bound {:.0}ms); late {late}; never {never}",
+            ran.kills.len(),
+            worst.as_secs_f64() * 1e3,
+            bound.as_secs_f64() * 1e3
+        ),
+    )
+}
+
+fn fences_were_issued(ran: &Ran) -> Check {
+    let fenced = successful_acquires(ran)
+        .iter()
+        .filter(|op| op.fence.is_some())
+        .count();
+    let restarts = ran.history.faults().len();
+    Check::new(
+        "fenced acquisitions across AOF restarts",
+        fenced > 0 && restarts > 0,
+        format!("{fenced} fenced acquisitions, {restarts} crash/restart events"),
+    )
+}

@@ -1,0 +1,276 @@
+//! Fencing tokens: strictly increasing across successive holders, why "INCR and take the max"
+//! alone is not enough, what AOF buys, and a stalled holder fenced out by the storage.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorumlock::{Lock, Redlock};
+use quorumlock_testkit::{
+    History, Op, OpKind, Outcome, RedisNodes, RedisServer, RedisServerBuilder, Violation,
+};
+
+const TTL: Duration = Duration::from_secs(10);
+
+fn fenced(nodes: &RedisNodes) -> Redlock {
+    builder(nodes).fencing(true).build().unwrap()
+}
+
+/// Records a successful acquire.
+fn record(history: &History, client: usize, start: Instant, lock: &Lock) {
+    history.record(Op {
+        client,
+        resource: lock.resource().to_owned(),
+        token: lock.token().expose().to_owned(),
+        kind: OpKind::Acquire,
+        start,
+        end: Instant::now(),
+        outcome: Outcome::Ok {
+            valid_until: Some(lock.deadline()),
+        },
+        fence: lock.fencing_token(),
+    });
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fences_strictly_increase_across_successive_holders() {
+    let nodes = five();
+    let clients: Vec<Redlock> = (0..3).map(|_| fenced(&nodes)).collect();
+    let history = History::new();
+    let mut fences = Vec::new();
+    for round in 0..60 {
+        let start = Instant::now();
+        let lock = clients[round % 3].acquire("ledger", TTL).await.unwrap();
+        record(&history, round % 3, start, &lock);
+        fences.push(lock.fencing_token().unwrap());
+        lock.release().await.unwrap();
+    }
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    let report = history.check();
+    assert!(report.is_clean(), "{report}");
+    // Without fencing there is no token.
+    let plain = client(&nodes).acquire("ledger", TTL).await.unwrap();
+    assert_eq!(plain.fencing_token(), None);
+}
+
+/// The acquire script of one node, run directly: `SET NX PX` and `INCR` of the counter.
+fn acquire_script(server: &RedisServer, key: &str, token: &str) -> i64 {
+    redis::cmd("EVAL")
+        .arg(
+            "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+             return redis.call('INCR', KEYS[2]) end return 0",
+        )
+        .arg(2)
+        .arg(key)
+        .arg(format!("{key}:fence"))
+        .arg(token)
+        .arg(10_000)
+        .query(&mut direct(server))
+        .unwrap()
+}
+
+fn set_counters(nodes: &RedisNodes, key: &str, counters: [u64; 5]) {
+    for (server, value) in nodes.iter().zip(counters) {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{key}:fence"))
+            .arg(value)
+            .query(&mut direct(server))
+            .unwrap();
+        let _: () = redis::cmd("DEL").arg(key).query(&mut direct(server)).unwrap();
+    }
+}
+
+fn counters(nodes: &RedisNodes, key: &str) -> Vec<u64> {
+    nodes
+        .iter()
+        .map(|s| get(s, &format!("{key}:fence")).map_or(0, |v| v.parse().unwrap()))
+        .collect()
+}
+
+fn del(server: &RedisServer, key: &str) {
+    let _: () = redis::cmd("DEL").arg(key).query(&mut direct(server)).unwrap();
+}
+
+/// Counters [5, 1, 1, 1, 1]: master 0 has seen more holders than the others (it kept its counter
+/// while the others granted less, or the others lost theirs). Holder A locks masters {0, 1, 2}
+/// and gets max(6, 2, 2) = 6; holder B, after A, locks {2, 3, 4}.
+#[tokio::test(flavor = "multi_thread")]
+async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_prevents_it() {
+    let nodes = five();
+    let key = "account:7";
+
+    // The max-only scheme, driven by hand on the masters.
+    set_counters(&nodes, key, [5, 1, 1, 1, 1]);
+    let a = [0, 1, 2].map(|i| acquire_script(&nodes[i], key, "token-a"));
+    let fence_a = *a.iter().max().unwrap();
+    for i in [0, 1, 2] {
+        del(&nodes[i], key); // A releases
+    }
+    let b = [2, 3, 4].map(|i| acquire_script(&nodes[i], key, "token-b"));
+    let fence_b = *b.iter().max().unwrap();
+    println!("max-only: A on {{0,1,2}} got {a:?} → fence {fence_a}; B on {{2,3,4}} got {b:?} → fence {fence_b}");
+    assert_eq!((fence_a, fence_b), (6, 3));
+    assert!(fence_b < fence_a, "the later holder got the smaller fence");
+
+    // The same state and the same grant sets through the library: masters 3 and 4 refuse A
+    // (another token holds them), masters 0 and 1 refuse B.
+    set_counters(&nodes, key, [5, 1, 1, 1, 1]);
+    let rl = fenced(&nodes);
+    for i in [3, 4] {
+        set(&nodes[i], key, "someone-else", TTL);
+    }
+    let lock_a = rl.try_acquire(key, TTL).await.unwrap();
+    let lib_a = lock_a.fencing_token().unwrap();
+    // The second round raised masters 1 and 2 to A's fence: a quorum now holds it.
+    assert_eq!(counters(&nodes, key), vec![6, 6, 6, 1, 1]);
+    lock_a.release().await.unwrap();
+    for i in [3, 4] {
+        del(&nodes[i], key);
+    }
+    for i in [0, 1] {
+        set(&nodes[i], key, "someone-else", TTL);
+    }
+    let lock_b = rl.try_acquire(key, TTL).await.unwrap();
+    let lib_b = lock_b.fencing_token().unwrap();
+    println!(
+        "quorumlock: A → fence {lib_a}; B → fence {lib_b}; counters now {:?}",
+        counters(&nodes, key)
+    );
+    assert_eq!(lib_a, 6);
+    assert_eq!(lib_b, 7, "master 2 carried A's fence into B's grant set");
+    assert!(lib_b > lib_a);
+}
+
+async fn acquire_release_rounds(rl: &Redlock, history: &History, rounds: usize) -> Vec<u64> {
+    let mut fences = Vec::new();
+    for _ in 0..rounds {
+        let start = Instant::now();
+        let lock = rl.acquire("invoice", Duration::from_millis(200)).await.unwrap();
+        record(history, 0, start, &lock);
+        fences.push(lock.fencing_token().unwrap());
+        lock.release().await.unwrap();
+    }
+    fences
+}
+
+fn fence_order_violations(history: &History) -> usize {
+    history
+        .check()
+        .violations
+        .iter()
+        .filter(|v| matches!(v, Violation::FenceOrder { .. }))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_aof_fences_keep_increasing_when_every_master_crashes_and_restarts() {
+    let mut nodes = RedisNodes::spawn_with(5, &RedisServerBuilder::new().aof(true)).unwrap();
+    let rl = fenced(&nodes);
+    let history = History::new();
+    let before = acquire_release_rounds(&rl, &history, 20).await;
+    for i in 0..5 {
+        nodes[i].restart().unwrap(); // SIGKILL, then start on the same AOF at once
+    }
+    let after = acquire_release_rounds(&rl, &history, 20).await;
+    println!("AOF: fences {}..={} before the restart, {}..={} after", before[0], before[19], after[0], after[19]);
+    assert!(after[0] > before[19], "{before:?} then {after:?}");
+    assert_eq!(fence_order_violations(&history), 0, "{}", history.check());
+}
+
+/// Fences need masters that keep their state: without AOF a restarted master comes back with
+/// no counter, and once a quorum did, fences start again from 1 — even when the restart waited
+/// a TTL, which is all mutual exclusion needs.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_aof_a_quorum_restarted_empty_sends_fences_backwards() {
+    let mut nodes = five();
+    let rl = fenced(&nodes);
+    let history = History::new();
+    let before = acquire_release_rounds(&rl, &history, 10).await;
+    for i in 0..3 {
+        nodes[i].kill().unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await; // longer than the 200 ms TTL
+    for i in 0..3 {
+        nodes[i].restart().unwrap();
+    }
+    // Masters 3 and 4 are made to refuse, so the grants come from the three empty masters.
+    for i in [3, 4] {
+        set(&nodes[i], "invoice", "someone-else", TTL);
+    }
+    let start = Instant::now();
+    let lock = rl.acquire("invoice", Duration::from_millis(200)).await.unwrap();
+    record(&history, 1, start, &lock);
+    println!(
+        "no AOF: fence {} before three masters restarted empty, {:?} after",
+        before.last().unwrap(),
+        lock.fencing_token()
+    );
+    assert_eq!(lock.fencing_token(), Some(1));
+    assert_eq!(fence_order_violations(&history), 1, "{}", history.check());
+}
+
+/// A holder stalls (a GC pause, SIGSTOP) past its lease; another client acquires and writes;
+/// then the stalled holder wakes and writes with its old fence. The storage, comparing fences,
+/// rejects every such late write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_holder_stalled_past_its_lease_has_every_late_write_rejected_by_its_fence() {
+    const RESOURCES: usize = 10;
+    const ROUNDS: usize = 10;
+    let nodes = five();
+    let history = History::new();
+    let ttl = Duration::from_millis(100);
+    let tasks: Vec<_> = (0..RESOURCES)
+        .map(|r| {
+            let (stalled, next) = (fenced(&nodes), fenced(&nodes));
+            let history = history.clone();
+            let register = history.fenced_register(format!("doc:{r}"));
+            tokio::spawn(async move {
+                let resource = format!("doc:{r}");
+                let mut late = 0;
+                for _ in 0..ROUNDS {
+                    let start = Instant::now();
+                    let old = stalled.acquire(&resource, ttl).await.unwrap();
+                    record(&history, 0, start, &old);
+                    let old_fence = old.fencing_token().unwrap();
+                    register.write(old_fence, 0).unwrap();
+                    // The stall: the lease runs out while the holder is frozen.
+                    tokio::time::sleep_until((old.deadline() + ttl / 2).into()).await;
+                    let start = Instant::now();
+                    let new = loop {
+                        if let Ok(lock) = next.acquire(&resource, ttl).await {
+                            break lock;
+                        }
+                    };
+                    record(&history, 1, start, &new);
+                    assert!(new.fencing_token().unwrap() > old_fence);
+                    register.write(new.fencing_token().unwrap(), 1).unwrap();
+                    // The stalled holder wakes and writes with what it believes is its lock.
+                    late += 1;
+                    let _ = register.write(old_fence, 0);
+                    new.release().await.unwrap();
+                    drop(old);
+                }
+                (register.counts(), late)
+            })
+        })
+        .collect();
+    let (mut late, mut rejected, mut accepted_late) = (0, 0, 0);
+    for task in tasks {
+        let (counts, attempted) = task.await.unwrap();
+        late += attempted;
+        let stalled = counts[&0];
+        rejected += stalled.rejected;
+        // The stalled holder's in-lease writes (one per round) were accepted.
+        accepted_late += stalled.accepted - ROUNDS as u64;
+    }
+    println!(
+        "stalled holder: {late} late writes, {rejected} rejected ({:.0} %), {accepted_late} accepted",
+        100.0 * rejected as f64 / late as f64
+    );
+    assert_eq!(late, RESOURCES * ROUNDS);
+    assert_eq!(rejected, late as u64, "100 % of late writes rejected");
+    assert_eq!(accepted_late, 0);
+    let report = history.check();
+    assert!(report.is_clean(), "{report}");
+}

@@ -1,0 +1,612 @@
+//! Security: TLS to the nodes, a least-privilege ACL user, secrets kept out of every output, and
+//! resource names that are only ever data.
+//!
+//! # The least-privilege ACL
+//!
+//! Everything quorumlock sends, with the key prefix `locks:` (`RedlockBuilder::key_prefix`):
+//!
+//! ```text
+//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* &locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +incr +publish +subscribe +unsubscribe +info
+//! ```
+//!
+//! * keys `~locks:*`: the lock keys and their fencing counters (`locks:<resource>:fence`);
+//!   channels `&locks:*`: the release announcements (`locks:<resource>:released`).
+//! * `EVAL`, `EVALSHA`, `SCRIPT LOAD` run the scripts; `SET`, `GET`, `DEL`, `EXISTS`, `PEXPIRE`,
+//!   `PTTL`, `INCR` and `PUBLISH` are what the scripts call (a script runs with its caller's
+//!   permissions); `SUBSCRIBE` / `UNSUBSCRIBE` wait for releases; `INFO` is `Redlock::connect`'s
+//!   duplicate-server check (drop it if you never call `connect`).
+//!
+//! `acl_rule_lets_the_core_behaviours_through_and_nothing_else` runs the core behaviours as that
+//! user, and `every_permission_in_the_acl_rule_is_needed` takes each command away in turn and shows
+//! a behaviour that then fails.
+
+mod common;
+
+use std::io::Write;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::*;
+use quorumlock::{Error, Redlock};
+use quorumlock_testkit::{RedisNodes, RedisServer};
+
+const TTL: Duration = Duration::from_secs(10);
+const PREFIX: &str = "locks:";
+const PASSWORD: &str = "s3cr3t-acl-passw0rd";
+const WRONG_PASSWORD: &str = "wr0ng-passw0rd-xyz";
+
+/// The commands the core behaviours need (see the module docs); each is shown to be needed.
+const CORE_COMMANDS: &[&str] = &[
+    "eval",
+    "evalsha",
+    "script|load",
+    "set",
+    "get",
+    "del",
+    "pexpire",
+    "incr",
+    "publish",
+    "subscribe",
+    "unsubscribe",
+    "info",
+];
+
+/// Called by scripts of features beside the core: `EXISTS` by multi-resource locks, `PTTL` by
+/// lock inspection.
+const FEATURE_COMMANDS: &[&str] = &["exists", "pttl"];
+
+/// The whole least-privilege rule's commands.
+fn all_commands() -> Vec<&'static str> {
+    CORE_COMMANDS.iter().chain(FEATURE_COMMANDS).copied().collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Captured logs: every test in this binary logs into one buffer, checked for secrets.
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> &'static Captured {
+    static LOGS: OnceLock<Captured> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .init();
+        captured
+    })
+}
+
+fn logged() -> String {
+    String::from_utf8_lossy(&logs().0.lock().unwrap()).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// ACL.
+
+fn acl_rule(commands: &[&str]) -> Vec<String> {
+    let mut rule: Vec<String> = ["reset", "on"].map(String::from).to_vec();
+    rule.push(format!(">{PASSWORD}"));
+    rule.push(format!("~{PREFIX}*"));
+    rule.push(format!("&{PREFIX}*"));
+    rule.push("-@all".to_owned());
+    rule.extend(commands.iter().map(|c| format!("+{c}")));
+    rule
+}
+
+fn set_acl_user(server: &RedisServer, commands: &[&str]) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg("quorumlock");
+    for part in acl_rule(commands) {
+        cmd.arg(part);
+    }
+    let _: () = cmd.query(&mut direct(server)).unwrap();
+    let _: () = redis::cmd("ACL").arg("LOG").arg("RESET").query(&mut direct(server)).unwrap();
+}
+
+fn acl_url(server: &RedisServer, password: &str) -> String {
+    format!("redis://quorumlock:{password}@127.0.0.1:{}", server.port())
+}
+
+fn acl_client(nodes: &RedisNodes, password: &str, fencing: bool) -> Redlock {
+    Redlock::builder(nodes.iter().map(|s| acl_url(s, password)))
+        .key_prefix(PREFIX)
+        .node_timeout(Duration::from_millis(200))
+        .retry_count(2)
+        .retry_delay(Duration::from_millis(20))
+        .fencing(fencing)
+        .build()
+        .unwrap()
+}
+
+/// Denials the servers logged (`ACL LOG`), as "object reason".
+fn acl_denials(nodes: &RedisNodes) -> Vec<String> {
+    let mut denials = Vec::new();
+    for server in nodes {
+        let entries: Vec<redis::Value> = redis::cmd("ACL")
+            .arg("LOG")
+            .query(&mut direct(server))
+            .unwrap();
+        for entry in entries {
+            let fields: Vec<String> = match entry {
+                redis::Value::Array(items) => items
+                    .into_iter()
+                    .map(|v| redis::from_redis_value::<String>(v).unwrap_or_default())
+                    .collect(),
+                redis::Value::Map(pairs) => pairs
+                    .into_iter()
+                    .flat_map(|(k, v)| [k, v])
+                    .map(|v| redis::from_redis_value::<String>(v).unwrap_or_default())
+                    .collect(),
+                _ => continue,
+            };
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .position(|f| f == name)
+                    .and_then(|i| fields.get(i + 1))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            denials.push(format!("{} ({})", field("object"), field("reason")));
+        }
+    }
+    denials
+}
+
+/// The core behaviours, as one client sees them; `Err` names the first that failed.
+async fn core_behaviours(nodes: &RedisNodes, password: &str) -> Result<(), String> {
+    let rl = acl_client(nodes, password, false);
+    let other = acl_client(nodes, password, false);
+    rl.connect().await.map_err(|e| format!("connect: {e}"))?;
+    let mut lock = rl.acquire("orders:1", TTL).await.map_err(|e| format!("acquire: {e}"))?;
+    match other.acquire("orders:1", TTL).await {
+        Err(e) if e.is_contention() => {}
+        other => return Err(format!("refuse: {other:?}")),
+    }
+    lock.extend(TTL).await.map_err(|e| format!("extend: {e}"))?;
+    let released = lock.release().await.map_err(|e| format!("release: {e}"))?;
+    if released.deleted < rl.quorum() {
+        return Err(format!("release deleted {released:?}"));
+    }
+    // Fencing, including the second round: the counters disagree, and the last master refuses
+    // (another token holds it), so the grants come from masters 0 and 1 with counters 21 and 11.
+    let fenced = acl_client(nodes, password, true);
+    for (i, server) in nodes.iter().enumerate() {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{PREFIX}orders:2:fence"))
+            .arg(if i == 0 { 20 } else { 10 })
+            .query(&mut direct(server))
+            .unwrap();
+    }
+    set(&nodes[nodes.len() - 1], &format!("{PREFIX}orders:2"), "someone-else", TTL);
+    let lock = fenced.acquire("orders:2", TTL).await.map_err(|e| format!("fenced acquire: {e}"))?;
+    if lock.fencing_token() != Some(21) {
+        return Err(format!("fence {:?}", lock.fencing_token()));
+    }
+    let raised = nodes
+        .iter()
+        .filter(|s| get(s, &format!("{PREFIX}orders:2:fence")).as_deref() == Some("21"))
+        .count();
+    if raised < rl.quorum() {
+        return Err(format!("second fencing round reached {raised} masters"));
+    }
+    lock.release().await.map_err(|e| format!("fenced release: {e}"))?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acl_rule_lets_the_core_behaviours_through_and_nothing_else() {
+    logs();
+    let nodes = RedisNodes::spawn(3).unwrap();
+    for server in &nodes {
+        set_acl_user(server, &all_commands());
+    }
+    core_behaviours(&nodes, PASSWORD).await.unwrap();
+    let denied = acl_denials(&nodes);
+    assert!(denied.is_empty(), "the servers denied: {denied:?}");
+
+    // Outside the prefix, the same client is refused, and says which node refused.
+    let unprefixed = Redlock::builder(nodes.iter().map(|s| acl_url(s, PASSWORD)))
+        .build()
+        .unwrap();
+    let err = unprefixed.try_acquire("orders:1", TTL).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert!(err.to_string().contains("NOPERM") || err.to_string().contains("permission"), "{err}");
+    assert!(err.to_string().contains(&format!("127.0.0.1:{}", nodes[0].port())), "{err}");
+
+    // Least privilege: nothing else is allowed.
+    let mut conn = redis::Client::open(acl_url(&nodes[0], PASSWORD))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for forbidden in [
+        redis::cmd("FLUSHALL"),
+        redis::cmd("KEYS").arg("*").to_owned(),
+        redis::cmd("GET").arg("other:key").to_owned(),
+        redis::cmd("CONFIG").arg("GET").arg("*").to_owned(),
+        redis::cmd("DEBUG").arg("SLEEP").arg("0").to_owned(),
+        redis::cmd("EVAL").arg("return redis.call('FLUSHALL')").arg(0).to_owned(),
+    ] {
+        let result: redis::RedisResult<redis::Value> = forbidden.query(&mut conn);
+        let denied = result.as_ref().is_err_and(|e| e.to_string().contains("NOPERM"));
+        assert!(denied, "{result:?}");
+    }
+    assert_eq!(get(&nodes[0], "sentinel"), None, "nothing was flushed or written");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_permission_in_the_acl_rule_is_needed() {
+    logs();
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let mut unneeded = Vec::new();
+    for left_out in CORE_COMMANDS {
+        let fewer: Vec<&str> = all_commands().into_iter().filter(|c| c != left_out).collect();
+        for server in &nodes {
+            set_acl_user(server, &fewer);
+            let _: () = redis::cmd("FLUSHALL").query(&mut direct(server)).unwrap();
+            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut direct(server)).unwrap();
+        }
+        let outcome = core_behaviours(&nodes, PASSWORD).await;
+        let denied = acl_denials(&nodes);
+        println!("without +{left_out}: {outcome:?}; denied {denied:?}");
+        if outcome.is_ok() && denied.is_empty() {
+            unneeded.push(*left_out);
+        }
+    }
+    assert!(unneeded.is_empty(), "not needed by any core behaviour: {unneeded:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_password_is_a_node_error_naming_the_node_and_never_the_password() {
+    logs();
+    let nodes = RedisNodes::spawn(3).unwrap();
+    for server in &nodes {
+        set_acl_user(server, &all_commands());
+    }
+    let rl = acl_client(&nodes, WRONG_PASSWORD, false);
+    let err = rl.acquire("orders:1", TTL).await.unwrap_err();
+    assert!(err.is_unavailable() && !err.is_contention(), "{err}");
+    let (shown, debug) = (err.to_string(), format!("{err:?}"));
+    for server in &nodes {
+        assert!(shown.contains(&format!("127.0.0.1:{}", server.port())), "{shown}");
+    }
+    let Error::NotAcquired { nodes: failed, .. } = &err else {
+        panic!("unexpected {err:?}");
+    };
+    assert_eq!(failed.len(), 3);
+    assert!(failed.iter().all(|n| n.redis_error().is_some()), "{err:?}");
+    for text in [&shown, &debug, &format!("{rl:?}"), &logged()] {
+        assert!(!text.contains(WRONG_PASSWORD), "the password leaked: {text}");
+    }
+    let health = rl.connect().await.unwrap_err();
+    assert!(!format!("{health} {health:?}").contains(WRONG_PASSWORD));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_and_passwords_never_appear_in_debug_display_or_logs() {
+    logs();
+    let nodes = RedisNodes::spawn(3).unwrap();
+    for server in &nodes {
+        set_acl_user(server, &all_commands());
+    }
+    let builder = Redlock::builder(nodes.iter().map(|s| acl_url(s, PASSWORD)))
+        .key_prefix(PREFIX)
+        .fencing(true)
+        .node_timeout(Duration::from_millis(200))
+        .retry_count(1);
+    let mut shown = vec![format!("{builder:?}")];
+    let rl = builder.build().unwrap();
+    let other = acl_client(&nodes, PASSWORD, true);
+    shown.push(format!("{rl:?}"));
+
+    let mut tokens = Vec::new();
+    let mut lock = rl.acquire("payroll", TTL).await.unwrap();
+    tokens.push(lock.token().expose().to_owned());
+    shown.push(format!("{lock:?} {} {:?}", lock.token(), lock.token()));
+    let refused = other.acquire("payroll", TTL).await.unwrap_err();
+    shown.push(format!("{refused} {refused:?}"));
+    lock.extend(TTL).await.unwrap();
+    // A failed extend and a failed release, with nodes down: errors carry every node's outcome.
+    let mut nodes = nodes;
+    nodes[0].kill().unwrap();
+    nodes[1].kill().unwrap();
+    let not_extended = lock.extend(TTL).await.unwrap_err();
+    shown.push(format!("{not_extended} {not_extended:?}"));
+    let not_released = lock.release().await.unwrap_err();
+    shown.push(format!("{not_released} {not_released:?}"));
+    let second = other.try_acquire("payroll", TTL).await.unwrap_err();
+    shown.push(format!("{second} {second:?}"));
+    let dropped = rl.try_acquire("dropped", TTL).await;
+    shown.push(format!("{dropped:?}"));
+
+    let logs = logged();
+    assert!(!logs.is_empty(), "the library logged nothing to check");
+    shown.push(logs);
+    for text in &shown {
+        assert!(!text.contains(PASSWORD), "the password leaked: {text}");
+        for token in &tokens {
+            assert!(!text.contains(token.as_str()), "a token leaked: {text}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resource names are data.
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_trip_as_data() {
+    logs();
+    let nodes = five();
+    for server in &nodes {
+        set(server, "sentinel", "still here", TTL);
+    }
+    let names = [
+        "it's \"quoted\"",
+        "]] return redis.call('FLUSHALL') --[[",
+        "x]]..redis.call('DEL','sentinel')..[[y",
+        "-- not a comment",
+        "line\r\nbreak\nSET injected 1\r\n",
+        "nul\0byte\0",
+        "\\x00 %s {} 'single' `back`",
+        "ünïcödé ☃",
+    ];
+    let plain = client(&nodes);
+    let fenced = builder(&nodes).fencing(true).build().unwrap();
+    for name in names {
+        for rl in [&plain, &fenced] {
+            let mut lock = rl.acquire(name, TTL).await.unwrap();
+            assert_eq!(lock.resource(), name);
+            let token = lock.token().expose().to_owned();
+            assert!(
+                eventually(Duration::from_secs(1), || holders(&nodes, name, &token) == 5).await,
+                "the key is the name, byte for byte: {name:?}"
+            );
+            assert!(rl.try_acquire(name, TTL).await.unwrap_err().is_contention());
+            lock.extend(TTL).await.unwrap();
+            lock.release().await.unwrap();
+            assert_eq!(present(&nodes, name), 0, "{name:?}");
+        }
+        let fence_key = format!("{name}:fence");
+        assert!(nodes.iter().all(|s| get(s, &fence_key).is_some()), "{name:?}");
+    }
+    for server in &nodes {
+        assert_eq!(get(server, "sentinel").as_deref(), Some("still here"));
+        assert_eq!(get(server, "injected"), None);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS.
+
+/// A throw-away directory with a CA, a server certificate for 127.0.0.1 signed by it, a client
+/// certificate signed by it, and an unrelated CA.
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn generate() -> Pki {
+        let status = Command::new("openssl").arg("version").status();
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "the TLS tests need the openssl command (Debian package `openssl`)"
+        );
+        let dir = std::env::temp_dir().join(format!(
+            "quorumlock-pki-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pki = Pki { dir };
+        for ca in ["ca", "other-ca"] {
+            pki.openssl(&[
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                "-nodes", "-days", "1", "-subj", &format!("/CN=quorumlock test {ca}"),
+                "-keyout", &format!("{ca}.key"), "-out", &format!("{ca}.crt"),
+            ]);
+        }
+        std::fs::write(pki.path("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+        std::fs::write(pki.path("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+        for leaf in ["server", "client"] {
+            pki.openssl(&[
+                "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                "-subj", &format!("/CN=quorumlock test {leaf}"),
+                "-keyout", &format!("{leaf}.key"), "-out", &format!("{leaf}.csr"),
+            ]);
+            pki.openssl(&[
+                "x509", "-req", "-in", &format!("{leaf}.csr"), "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "1", "-extfile", &format!("{leaf}.ext"),
+                "-out", &format!("{leaf}.crt"),
+            ]);
+        }
+        pki
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl").args(args).current_dir(&self.dir).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.path(name)).unwrap()
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A redis-server with a TLS port beside its plain one (the plain one is for the testkit's
+/// readiness probe and for inspecting keys).
+struct TlsServer {
+    server: RedisServer,
+    tls_port: u16,
+}
+
+impl TlsServer {
+    fn spawn(pki: &Pki, clients_need_certificates: bool) -> TlsServer {
+        let path = |name: &str| pki.path(name).display().to_string();
+        let mut last = None;
+        for _ in 0..5 {
+            let tls_port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let spawned = RedisServer::builder()
+                .arg("--tls-port")
+                .arg(tls_port.to_string())
+                .arg("--tls-cert-file")
+                .arg(path("server.crt"))
+                .arg("--tls-key-file")
+                .arg(path("server.key"))
+                .arg("--tls-ca-cert-file")
+                .arg(path("ca.crt"))
+                .arg("--tls-auth-clients")
+                .arg(if clients_need_certificates { "yes" } else { "no" })
+                .spawn();
+            match spawned {
+                Ok(server) => return TlsServer { server, tls_port },
+                Err(e) => last = Some(e),
+            }
+        }
+        panic!("redis-server with TLS did not start (is it built with TLS?): {last:?}");
+    }
+
+    fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port)
+    }
+
+    fn commands_processed(&self) -> u64 {
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut direct(&self.server)).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+#[cfg(feature = "tls")]
+fn tls_builder(servers: &[TlsServer]) -> quorumlock::RedlockBuilder {
+    Redlock::builder(servers.iter().map(TlsServer::url))
+        .node_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(2))
+        .retry_count(1)
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread")]
+async fn locks_work_over_tls_with_a_test_ca() {
+    logs();
+    let pki = Pki::generate();
+    let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, false)).collect();
+    let rl = tls_builder(&servers)
+        .tls_root_certificate(pki.read("ca.crt"))
+        .fencing(true)
+        .build()
+        .unwrap();
+    assert!(!format!("{rl:?}").contains("BEGIN"), "no PEM in Debug");
+    let mut lock = rl.acquire("tls:job", TTL).await.unwrap();
+    assert_eq!(lock.fencing_token(), Some(1));
+    let token = lock.token().expose().to_owned();
+    let on_servers = servers
+        .iter()
+        .filter(|s| get(&s.server, "tls:job").as_deref() == Some(token.as_str()))
+        .count();
+    assert!(on_servers >= 2);
+    lock.extend(TTL).await.unwrap();
+    assert!(rl.try_acquire("tls:job", TTL).await.unwrap_err().is_contention());
+    assert!(lock.release().await.unwrap().deleted >= 2);
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_ca_is_a_node_failure_and_nothing_is_sent_in_plain_text() {
+    logs();
+    let pki = Pki::generate();
+    let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, false)).collect();
+    let before: Vec<u64> = servers.iter().map(TlsServer::commands_processed).collect();
+    let rl = tls_builder(&servers)
+        .tls_root_certificate(pki.read("other-ca.crt"))
+        .build()
+        .unwrap();
+    let err = rl.try_acquire("tls:job", TTL).await.unwrap_err();
+    assert!(err.is_unavailable() && !err.is_contention(), "{err}");
+    let Error::NotAcquired { nodes: failed, granted: 0, .. } = &err else {
+        panic!("unexpected {err:?}");
+    };
+    assert_eq!(failed.len(), 3, "{err}");
+    for server in &servers {
+        assert!(err.to_string().contains(&format!("127.0.0.1:{}", server.tls_port)), "{err}");
+    }
+    // The handshake failed before any command: the servers ran none for this client (the
+    // only commands counted are this test's own INFO reads), and hold no key.
+    let after: Vec<u64> = servers.iter().map(TlsServer::commands_processed).collect();
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(*a, b + 1, "only the INFO before this one ran");
+    }
+    assert!(servers.iter().all(|s| get(&s.server, "tls:job").is_none()));
+
+    // No plain-text fallback either way: rediss:// to a plain port fails, and the system roots
+    // do not trust the test CA.
+    let plain_port = Redlock::builder(servers.iter().map(|s| format!("rediss://127.0.0.1:{}", s.server.port())))
+        .node_timeout(Duration::from_millis(500))
+        .tls_root_certificate(pki.read("ca.crt"))
+        .build()
+        .unwrap();
+    assert!(plain_port.try_acquire("tls:job", TTL).await.unwrap_err().is_unavailable());
+    let system_roots = tls_builder(&servers).build().unwrap();
+    assert!(system_roots.try_acquire("tls:job", TTL).await.unwrap_err().is_unavailable());
+    assert!(servers.iter().all(|s| get(&s.server, "tls:job").is_none()));
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread")]
+async fn mutual_tls_needs_the_client_certificate() {
+    logs();
+    let pki = Pki::generate();
+    let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, true)).collect();
+    let without = tls_builder(&servers)
+        .tls_root_certificate(pki.read("ca.crt"))
+        .build()
+        .unwrap();
+    assert!(without.try_acquire("mtls", TTL).await.unwrap_err().is_unavailable());
+    let with = tls_builder(&servers)
+        .tls_root_certificate(pki.read("ca.crt"))
+        .tls_client_certificate(pki.read("client.crt"), pki.read("client.key"))
+        .build()
+        .unwrap();
+    let shown = format!("{with:?}");
+    assert!(!shown.contains("PRIVATE KEY") && !shown.contains("BEGIN"), "{shown}");
+    let lock = with.acquire("mtls", TTL).await.unwrap();
+    lock.release().await.unwrap();
+}
+
