@@ -7,7 +7,6 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use tracing::Instrument;
 
 use crate::builder::{RedlockBuilder, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
 use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
@@ -173,7 +172,7 @@ pub(crate) enum Failure {
 
 impl Failure {
     /// How many nodes granted the failed attempt.
-    fn granted(&self) -> usize {
+    pub(crate) fn granted(&self) -> usize {
         match self {
             Failure::NotGranted { granted, .. } => *granted,
             Failure::Late { .. } => 0,
@@ -181,7 +180,7 @@ impl Failure {
     }
 
     /// `true` when a node refused because another token holds a key.
-    fn is_contention(&self) -> bool {
+    pub(crate) fn is_contention(&self) -> bool {
         match self {
             Failure::NotGranted { nodes, .. } => nodes.iter().any(NodeError::is_contention),
             Failure::Late { .. } => false,
@@ -349,81 +348,7 @@ impl Redlock {
         self.acquire_keys(resource, &keys, &lease, false).await
     }
 
-    /// The attempt loop of [`acquire`](Redlock::acquire) (`retry`) and
-    /// [`try_acquire`](Redlock::try_acquire): after a failed attempt, wait for the jittered
-    /// delay — or less, when a node announces a release of one of the keys (see `wakeup.rs`).
-    /// `label` names the lock in errors and logs.
-    pub(crate) async fn acquire_keys(
-        &self,
-        label: &str,
-        keys: &Keys,
-        lease: &Lease,
-        retry: bool,
-    ) -> Result<Lock, Error> {
-        let span = tracing::debug_span!("acquire", resource = label, ttl = ?lease.ttl);
-        async move {
-            let policy = self.inner.settings.retry;
-            let max_attempts = if retry { policy.attempts() } else { 1 };
-            let deadline = self
-                .inner
-                .settings
-                .acquire_timeout
-                .and_then(|t| Instant::now().checked_add(t));
-            // Joins waiters already subscribed to these keys in this process (free: no I/O);
-            // subscribing is left until an attempt has met contention.
-            let mut waiter = retry.then(|| self.inner.wakeup.join(keys)).flatten();
-            let (mut attempts, mut woken) = (0, false);
-            loop {
-                attempts += 1;
-                if let Some(waiter) = waiter.as_mut() {
-                    waiter.mark_seen();
-                }
-                let started = Instant::now();
-                let failure = match self.attempt(label, keys, lease).await {
-                    Ok(lock) => return Ok(lock),
-                    Err(failure) => failure,
-                };
-                if attempts >= max_attempts {
-                    return Err(self.give_up(label, failure, attempts));
-                }
-                let now = Instant::now();
-                // An attempt woken by a release that won some nodes but no quorum most likely
-                // split the vote with other waiters: retry once after a short random pause, so
-                // that one of them goes first, rather than all waiting out the retry delay.
-                let delay = match woken && failure.granted() > 0 {
-                    true => policy.collision_delay(now - started, &mut rand::rng()),
-                    false => policy.delay(&mut rand::rng()),
-                };
-                let until = now.checked_add(delay).unwrap_or(now);
-                // The retry waits until the delay ends, or the acquire deadline if that is sooner.
-                let last = deadline.filter(|d| *d <= until);
-                if waiter.is_none() && failure.is_contention() {
-                    waiter = self.inner.wakeup.watch(self, keys);
-                }
-                woken = match waiter.as_mut() {
-                    Some(waiter) => waiter.wait_until(last.unwrap_or(until)).await,
-                    // Nothing can cut the wait short: give up now rather than sleep to the end.
-                    None if last.is_some() => false,
-                    None => {
-                        tokio::time::sleep_until(until.into()).await;
-                        false
-                    }
-                };
-                if woken {
-                    Counters::bump(&self.inner.counters.wakeups);
-                    tracing::debug!(attempts, "a node announced a release; retrying now");
-                } else if last.is_some() {
-                    return Err(self.give_up(label, failure, attempts));
-                } else {
-                    tracing::debug!(attempts, ?delay, "not acquired; retried after the delay");
-                }
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
-    fn give_up(&self, resource: &str, failure: Failure, attempts: u32) -> Error {
+    pub(crate) fn give_up(&self, resource: &str, failure: Failure, attempts: u32) -> Error {
         match failure {
             Failure::NotGranted { granted, nodes } => Error::NotAcquired {
                 resource: resource.to_owned(),
@@ -442,7 +367,12 @@ impl Redlock {
     }
 
     /// One attempt of the algorithm: fan out, decide early, check validity, fence, or roll back.
-    async fn attempt(&self, label: &str, keys: &Keys, lease: &Lease) -> Result<Lock, Failure> {
+    pub(crate) async fn attempt(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+    ) -> Result<Lock, Failure> {
         let token = LockToken::generate();
         let fenced = self.inner.settings.fencing;
         // Armed until the lock is handed out: a dropped future releases on every node in the
@@ -779,6 +709,10 @@ impl Redlock {
 
     pub(crate) fn node(&self, index: usize) -> &Node {
         &self.inner.nodes[index]
+    }
+
+    pub(crate) fn wakeup(&self) -> &Wakeup {
+        &self.inner.wakeup
     }
 
     pub(crate) fn counters(&self) -> &Counters {

@@ -16,6 +16,10 @@
 //!   that happened while the subscription was being set up would otherwise be missed, and the
 //!   waiter would sleep out the whole retry delay.
 //!
+//! * A woken attempt that won some nodes but no quorum most likely split the vote with other
+//!   waiters woken by the same release: it retries once after a short random pause (see
+//!   `RetryPolicy::collision_delay`) instead of waiting out the retry delay.
+//!
 //! Announcements only shorten a wait; they never decide anything. A lost, late or spurious
 //! message costs at most one retry delay or one extra attempt.
 
@@ -28,8 +32,13 @@ use futures::StreamExt;
 use redis::aio::PubSub;
 use tokio::sync::watch;
 
+use tracing::Instrument;
+
+use crate::error::Error;
 use crate::keys::Keys;
-use crate::redlock::{Redlock, WeakRedlock};
+use crate::lock::Lock;
+use crate::redlock::{Lease, Redlock, WeakRedlock};
+use crate::stats::Counters;
 
 /// Bound on one `SUBSCRIBE` / `UNSUBSCRIBE` round trip; past it the connection is replaced.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -154,6 +163,81 @@ impl Wakeup {
             hub: self.hub.clone(),
             channels: receivers,
         })
+    }
+}
+
+impl Redlock {
+    /// The attempt loop of [`acquire`](Redlock::acquire) (`retry`) and
+    /// [`try_acquire`](Redlock::try_acquire): after a failed attempt, wait for the jittered
+    /// delay — or less, when a node announces a release of one of the keys (see `wakeup.rs`).
+    /// `label` names the lock in errors and logs.
+    pub(crate) async fn acquire_keys(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+        retry: bool,
+    ) -> Result<Lock, Error> {
+        let span = tracing::debug_span!("acquire", resource = label, ttl = ?lease.ttl);
+        async move {
+            let policy = self.settings().retry;
+            let max_attempts = if retry { policy.attempts() } else { 1 };
+            let deadline = self
+                .settings()
+                .acquire_timeout
+                .and_then(|t| Instant::now().checked_add(t));
+            // Joins waiters already subscribed to these keys in this process (free: no I/O);
+            // subscribing is left until an attempt has met contention.
+            let mut waiter = retry.then(|| self.wakeup().join(keys)).flatten();
+            let (mut attempts, mut woken) = (0, false);
+            loop {
+                attempts += 1;
+                if let Some(waiter) = waiter.as_mut() {
+                    waiter.mark_seen();
+                }
+                let started = Instant::now();
+                let failure = match self.attempt(label, keys, lease).await {
+                    Ok(lock) => return Ok(lock),
+                    Err(failure) => failure,
+                };
+                if attempts >= max_attempts {
+                    return Err(self.give_up(label, failure, attempts));
+                }
+                let now = Instant::now();
+                // An attempt woken by a release that won some nodes but no quorum most likely
+                // split the vote with other waiters: retry once after a short random pause, so
+                // that one of them goes first, rather than all waiting out the retry delay.
+                let delay = match woken && failure.granted() > 0 {
+                    true => policy.collision_delay(now - started, &mut rand::rng()),
+                    false => policy.delay(&mut rand::rng()),
+                };
+                let until = now.checked_add(delay).unwrap_or(now);
+                // The retry waits until the delay ends, or the acquire deadline if that is sooner.
+                let last = deadline.filter(|d| *d <= until);
+                if waiter.is_none() && failure.is_contention() {
+                    waiter = self.wakeup().watch(self, keys);
+                }
+                woken = match waiter.as_mut() {
+                    Some(waiter) => waiter.wait_until(last.unwrap_or(until)).await,
+                    // Nothing can cut the wait short: give up now rather than sleep to the end.
+                    None if last.is_some() => false,
+                    None => {
+                        tokio::time::sleep_until(until.into()).await;
+                        false
+                    }
+                };
+                if woken {
+                    Counters::bump(&self.counters().wakeups);
+                    tracing::debug!(attempts, "a node announced a release; retrying now");
+                } else if last.is_some() {
+                    return Err(self.give_up(label, failure, attempts));
+                } else {
+                    tracing::debug!(attempts, ?delay, "not acquired; retried after the delay");
+                }
+            }
+        }
+        .instrument(span)
+        .await
     }
 }
 

@@ -150,7 +150,10 @@ async fn the_default_node_timeout_follows_the_ttl() {
     let s = sentinels(3);
     let rl = Redlock::builder(urls(&s)).build().unwrap();
     // 5 ms: drift 2.05 ms + default timeout max(5/20, 1) = 1 ms leaves room; 3 ms does not.
-    let err = rl.try_acquire("r", Duration::from_millis(3)).await.unwrap_err();
+    let err = rl
+        .try_acquire("r", Duration::from_millis(3))
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidTtl { .. }), "{err}");
     no_connection_was_made(&s);
 }

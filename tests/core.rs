@@ -18,7 +18,14 @@ async fn acquire_sets_the_token_on_every_master_and_release_removes_it() {
     let token = lock.token().expose().to_owned();
     assert_eq!(token.len(), 32, "128 bits as hex");
     // The decision is taken at the third grant; the last two land just after.
-    assert!(eventually(Duration::from_secs(1), || holders(&nodes, "orders:42", &token) == 5).await);
+    assert!(
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            "orders:42",
+            &token
+        ) == 5)
+        .await
+    );
 
     let released = lock.release().await.unwrap();
     assert_eq!(released.deleted, 5);
@@ -27,7 +34,12 @@ async fn acquire_sets_the_token_on_every_master_and_release_removes_it() {
     // Released straight after acquiring: the masters that had not answered yet are cleaned up
     // behind their late SET.
     for _ in 0..20 {
-        rl.acquire("orders:43", TTL).await.unwrap().release().await.unwrap();
+        rl.acquire("orders:43", TTL)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
     assert!(eventually(Duration::from_secs(2), || present(&nodes, "orders:43") == 0).await);
 }
@@ -137,7 +149,10 @@ async fn acquire_fails_with_three_of_five_killed_and_leaves_no_key_on_the_live_m
     let text = err.to_string();
     for i in [0, 2, 4] {
         let addr = format!("127.0.0.1:{}", nodes[i].port());
-        assert!(text.contains(&addr), "error names the dead node {addr}: {text}");
+        assert!(
+            text.contains(&addr),
+            "error names the dead node {addr}: {text}"
+        );
     }
     assert_eq!(present(&nodes, "doomed"), 0);
 }
@@ -166,17 +181,18 @@ async fn acquire_does_not_wait_for_two_paused_masters_and_cleans_up_after_they_r
     nodes[1].resume().unwrap();
     nodes[4].resume().unwrap();
     let clean = eventually(Duration::from_secs(3), || present(&nodes, "paused") == 0).await;
-    assert!(clean, "{} masters still hold the key", holders(&nodes, "paused", &token));
+    assert!(
+        clean,
+        "{} masters still hold the key",
+        holders(&nodes, "paused", &token)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn acquire_fails_within_the_node_timeout_when_three_of_five_are_paused() {
     let nodes = five();
     let node_timeout = Duration::from_millis(200);
-    let rl = builder(&nodes)
-        .node_timeout(node_timeout)
-        .build()
-        .unwrap();
+    let rl = builder(&nodes).node_timeout(node_timeout).build().unwrap();
     rl.connect().await.unwrap();
     for i in [0, 1, 2] {
         nodes[i].pause().unwrap();
@@ -191,7 +207,11 @@ async fn acquire_fails_within_the_node_timeout_when_three_of_five_are_paused() {
     }
     // The two live masters were rolled back.
     assert_eq!(
-        nodes.iter().skip(3).filter(|s| get(s, "stalled").is_some()).count(),
+        nodes
+            .iter()
+            .skip(3)
+            .filter(|s| get(s, "stalled").is_some())
+            .count(),
         0
     );
     for i in [0, 1, 2] {
@@ -227,7 +247,12 @@ async fn release_never_deletes_another_holders_key() {
 
     let current = rl.acquire("handover", TTL).await.unwrap();
     let token = current.token().expose();
-    assert!(eventually(Duration::from_secs(1), || holders(&nodes, "handover", token) == 5).await);
+    assert!(
+        eventually(Duration::from_secs(1), || holders(
+            &nodes, "handover", token
+        ) == 5)
+        .await
+    );
     let released = stale.release().await.unwrap();
     assert_eq!(released.deleted, 0);
     assert_eq!(released.absent, 5);
@@ -238,12 +263,20 @@ async fn release_never_deletes_another_holders_key() {
 async fn extend_renews_the_keys_and_moves_the_deadline() {
     let nodes = five();
     let rl = client(&nodes);
-    let mut lock = rl.acquire("long-job", Duration::from_secs(1)).await.unwrap();
+    let mut lock = rl
+        .acquire("long-job", Duration::from_secs(1))
+        .await
+        .unwrap();
     let before = lock.deadline();
     lock.extend(Duration::from_secs(20)).await.unwrap();
     assert!(lock.deadline() > before + Duration::from_secs(10));
     assert!(lock.remaining() > Duration::from_secs(19));
-    let renewed = || nodes.iter().filter(|s| pttl(s, "long-job") > 18_000).count();
+    let renewed = || {
+        nodes
+            .iter()
+            .filter(|s| pttl(s, "long-job") > 18_000)
+            .count()
+    };
     assert!(renewed() >= 3);
     assert!(eventually(Duration::from_secs(1), || renewed() == 5).await);
 }
@@ -252,16 +285,26 @@ async fn extend_renews_the_keys_and_moves_the_deadline() {
 async fn extend_after_expiry_fails_and_touches_no_key() {
     let nodes = five();
     let rl = client(&nodes);
-    let mut lock = rl.acquire("expired", Duration::from_millis(100)).await.unwrap();
+    let mut lock = rl
+        .acquire("expired", Duration::from_millis(100))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     // Another holder takes it; the stale extend must not renew that holder's keys.
     let other = rl.acquire("expired", TTL).await.unwrap();
     let token = other.token().expose();
-    assert!(eventually(Duration::from_secs(1), || holders(&nodes, "expired", token) == 5).await);
+    assert!(
+        eventually(Duration::from_secs(1), || holders(&nodes, "expired", token)
+            == 5)
+        .await
+    );
     let err = lock.extend(TTL).await.unwrap_err();
     assert!(matches!(err, Error::Expired { .. }), "{err}");
     assert!(!err.is_retriable());
-    assert!(nodes.iter().all(|s| pttl(s, "expired") > 9_000), "the new holder's keys keep their TTL");
+    assert!(
+        nodes.iter().all(|s| pttl(s, "expired") > 9_000),
+        "the new holder's keys keep their TTL"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -270,7 +313,14 @@ async fn a_failed_extend_keeps_the_old_deadline_and_deletes_nothing() {
     let rl = client(&nodes);
     let mut lock = rl.acquire("taken-over", TTL).await.unwrap();
     let token = lock.token().expose().to_owned();
-    assert!(eventually(Duration::from_secs(1), || holders(&nodes, "taken-over", &token) == 5).await);
+    assert!(
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            "taken-over",
+            &token
+        ) == 5)
+        .await
+    );
     // Three masters lost this holder's key (say, restarted empty) and another client took it.
     for i in 0..3 {
         set(&nodes[i], "taken-over", "newcomer", TTL);
@@ -278,7 +328,10 @@ async fn a_failed_extend_keeps_the_old_deadline_and_deletes_nothing() {
     let deadline = lock.deadline();
     let err = lock.extend(Duration::from_secs(60)).await.unwrap_err();
     assert!(matches!(err, Error::NotExtended { .. }), "{err}");
-    assert!(!err.is_retriable(), "the token is gone from a majority: {err}");
+    assert!(
+        !err.is_retriable(),
+        "the token is gone from a majority: {err}"
+    );
     assert_eq!(lock.deadline(), deadline);
     assert_eq!(holders(&nodes, "taken-over", "newcomer"), 3);
     assert_eq!(holders(&nodes, "taken-over", &token), 2, "nothing deleted");
@@ -317,13 +370,17 @@ async fn dropping_an_unreleased_lock_releases_it_in_the_background() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_acquire_leaves_no_key_behind() {
     let nodes = five();
-    let rl = builder(&nodes).node_timeout(Duration::from_secs(2)).build().unwrap();
+    let rl = builder(&nodes)
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
     rl.connect().await.unwrap();
     for i in [0, 1, 2] {
         nodes[i].pause().unwrap();
     }
     // Cancel while the attempt waits for the paused majority.
-    let cancelled = tokio::time::timeout(Duration::from_millis(100), rl.acquire("cancel", TTL)).await;
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(100), rl.acquire("cancel", TTL)).await;
     assert!(cancelled.is_err());
     for i in [0, 1, 2] {
         nodes[i].resume().unwrap();
@@ -340,7 +397,11 @@ async fn an_even_node_count_works_with_a_majority_quorum() {
     let lock = rl.acquire("even", TTL).await.unwrap();
     let token = lock.token().expose();
     assert!(holders(&nodes, "even", token) >= 3);
-    assert!(eventually(Duration::from_secs(1), || holders(&nodes, "even", token) == 4).await);
+    assert!(
+        eventually(Duration::from_secs(1), || holders(&nodes, "even", token)
+            == 4)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -349,7 +410,14 @@ async fn key_prefix_is_prepended_to_the_resource() {
     let rl = builder(&nodes).key_prefix("app:locks:").build().unwrap();
     let lock = rl.acquire("job", TTL).await.unwrap();
     let token = lock.token().expose();
-    assert!(eventually(Duration::from_secs(1), || holders(&nodes, "app:locks:job", token) == 5).await);
+    assert!(
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            "app:locks:job",
+            token
+        ) == 5)
+        .await
+    );
     assert_eq!(present(&nodes, "job"), 0);
 }
 

@@ -47,36 +47,40 @@ async fn with_lock_holds_a_lock_for_five_ttls_while_another_client_keeps_trying_
     let holder = client(&nodes);
     let rival = client(&nodes);
     let ttl = Duration::from_millis(300);
-    let stop = AtomicBool::new(false);
-    let (tries, wins) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let (holding, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    let tries = AtomicUsize::new(0);
+    let wins = Mutex::new(Vec::<Instant>::new());
 
     let rival_loop = async {
-        // Starts once the holder has it, and keeps trying until the hold is over.
+        // Starts once the holder has it, and keeps trying until the body is done.
+        while !holding.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         while !stop.load(Ordering::SeqCst) {
             tries.fetch_add(1, Ordering::SeqCst);
             if let Ok(lock) = rival.try_acquire("five-ttls", ttl).await {
-                wins.fetch_add(1, Ordering::SeqCst);
+                wins.lock().unwrap().push(Instant::now());
                 lock.release().await.unwrap();
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    let hold = async {
-        let out = holder
-            .with_lock("five-ttls", ttl, |held| async move {
-                let started = Instant::now();
-                tokio::time::sleep(ttl * 5 + ttl / 3).await;
-                assert!(held.is_held());
-                assert!(held.remaining() > Duration::ZERO);
-                (held.renewals(), started.elapsed())
-            })
-            .await;
+    let (holding, stop) = (&holding, &stop);
+    let hold = holder.with_lock("five-ttls", ttl, |held| async move {
+        holding.store(true, Ordering::SeqCst);
+        let started = Instant::now();
+        tokio::time::sleep(ttl * 5 + ttl / 3).await;
+        assert!(held.is_held());
+        assert!(held.remaining() > Duration::ZERO);
         stop.store(true, Ordering::SeqCst);
-        out
-    };
+        (held.renewals(), started, Instant::now())
+    });
     let (out, ()) = tokio::join!(hold, rival_loop);
-    let (renewals, held_for) = out.unwrap();
+    let (renewals, started, ended) = out.unwrap();
+    let held_for = ended - started;
     let tries = tries.load(Ordering::SeqCst);
+    // A try still in flight when the body ended may win after the release: that is no overlap.
+    let during = wins.lock().unwrap().iter().filter(|w| **w < ended).count();
     println!(
         "held {held_for:?} (TTL {ttl:?}) with {renewals} renewals; the rival tried {tries} times"
     );
@@ -84,11 +88,7 @@ async fn with_lock_holds_a_lock_for_five_ttls_while_another_client_keeps_trying_
     assert!(held_for >= ttl * 5);
     assert!(renewals >= 4, "renewed every TTL/3: {renewals}");
     assert!(tries >= 20, "{tries}");
-    assert_eq!(
-        wins.load(Ordering::SeqCst),
-        0,
-        "the rival got in during the hold"
-    );
+    assert_eq!(during, 0, "the rival got in during the hold");
     assert!(holder.stats().renewals >= u64::from(renewals));
     // Released at the end: the rival gets it at once.
     rival.try_acquire("five-ttls", ttl).await.unwrap();
@@ -99,7 +99,7 @@ async fn the_loss_signal_fires_before_the_deadline_when_three_of_five_masters_ar
     let nodes = five();
     let rl = client(&nodes);
     rl.connect().await.unwrap();
-    let ttl = Duration::from_millis(600);
+    let ttl = Duration::from_millis(1000);
     let body_finished = AtomicBool::new(false);
     let watcher: Mutex<Option<tokio::task::JoinHandle<_>>> = Mutex::new(None);
 
@@ -196,6 +196,54 @@ async fn the_loss_signal_fires_before_the_deadline_when_three_of_five_masters_ar
         "a renewal succeeded after the loss"
     );
     assert_eq!(present(&nodes, "paused-hold"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_lock_stops_at_the_next_renewal_when_a_quorum_no_longer_holds_the_token() {
+    let nodes = five();
+    let rl = client(&nodes);
+    let ttl = Duration::from_millis(600);
+    let mut deadline = None;
+    let result = rl
+        .with_lock("taken-over", ttl, |held| {
+            deadline = Some(held.deadline());
+            let nodes = &nodes;
+            async move {
+                // Three masters lose the key (say, restarted empty) and another client takes it.
+                for i in 0..3 {
+                    set(&nodes[i], "taken-over", "newcomer", TTL);
+                }
+                tokio::time::sleep(TTL).await;
+            }
+        })
+        .await;
+    let returned = Instant::now();
+    let err = result.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LossReason::TokenGone,
+                renewals: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        returned < deadline.unwrap(),
+        "stopped within the first lease"
+    );
+    assert_eq!(
+        holders(&nodes, "taken-over", "newcomer"),
+        3,
+        "the newcomer's keys are untouched"
+    );
+    assert_eq!(
+        present(&nodes, "taken-over"),
+        3,
+        "its own keys were released"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
