@@ -363,3 +363,89 @@ impl fmt::Display for NodeList<'_> {
         f.write_str(")")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(node: &str) -> NodeError {
+        NodeError::new(node, NodeErrorKind::Held)
+    }
+
+    fn timed_out(node: &str) -> NodeError {
+        NodeError::new(node, NodeErrorKind::Timeout(Duration::from_millis(50)))
+    }
+
+    fn not_acquired(nodes: Vec<NodeError>) -> Error {
+        Error::NotAcquired {
+            resource: "r".into(),
+            granted: 1,
+            quorum: 3,
+            attempts: 2,
+            nodes,
+        }
+    }
+
+    #[test]
+    fn a_refusal_by_another_token_is_contention_not_unavailability() {
+        let e = not_acquired(vec![held("a:1"), held("b:2"), timed_out("c:3")]);
+        assert!(e.is_contention());
+        assert!(!e.is_unavailable());
+        assert!(e.is_retriable());
+    }
+
+    #[test]
+    fn failures_without_any_refusal_are_unavailability() {
+        let e = not_acquired(vec![timed_out("a:1"), timed_out("b:2"), timed_out("c:3")]);
+        assert!(!e.is_contention());
+        assert!(e.is_unavailable());
+        assert!(e.is_retriable());
+    }
+
+    #[test]
+    fn display_names_every_node_and_its_reason_once() {
+        let e = not_acquired(vec![held("a:1"), timed_out("b:2")]);
+        assert_eq!(
+            e.to_string(),
+            "\"r\" not acquired: 1/3 nodes granted after 2 attempt(s) \
+             (a:1: held by another token; b:2: no reply within 50ms)"
+        );
+        assert!(std::error::Error::source(&e).is_none());
+    }
+
+    #[test]
+    fn an_extend_refused_because_the_token_is_gone_is_not_retriable() {
+        let gone = Error::NotExtended {
+            resource: "r".into(),
+            extended: 1,
+            quorum: 3,
+            nodes: vec![held("a:1"), held("b:2"), held("c:3")],
+        };
+        assert!(!gone.is_retriable());
+        let cut_off = Error::NotExtended {
+            resource: "r".into(),
+            extended: 2,
+            quorum: 3,
+            nodes: vec![timed_out("a:1")],
+        };
+        assert!(cut_off.is_retriable());
+    }
+
+    #[test]
+    fn bad_input_is_neither_retriable_nor_about_nodes() {
+        let errors = [
+            Error::Config(ConfigError::NoNodes),
+            Error::InvalidResource { reason: "it is empty" },
+            Error::InvalidTtl {
+                ttl: Duration::ZERO,
+                reason: "it must be at least 1 ms".into(),
+            },
+            Error::Expired { resource: "r".into() },
+        ];
+        for e in errors {
+            assert!(!e.is_retriable(), "{e}");
+            assert!(!e.is_contention(), "{e}");
+            assert!(!e.is_unavailable(), "{e}");
+        }
+    }
+}
