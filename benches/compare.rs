@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock_testkit::{FaultProxy, RedisNodes, RedisServer};
 
-use support::{env_or, median, micros, process_cpu, quantile, Client, Kind};
+use support::{env_or, median, micros, process_cpu, quantile, servers_cpu, Client, Kind};
 
 /// The latency the proxy adds to one master, per round trip (half each way).
 const SLOW_BY: Duration = Duration::from_millis(20);
@@ -71,7 +71,11 @@ impl Config {
             workers: env_or("QUORUMLOCK_BENCH_WORKERS", 32),
             cases: cases
                 .split(',')
-                .map(|c| c.trim().parse().expect("QUORUMLOCK_BENCH_CASES: numbers 1-6"))
+                .map(|c| {
+                    c.trim()
+                        .parse()
+                        .expect("QUORUMLOCK_BENCH_CASES: numbers 1-6")
+                })
                 .collect(),
         }
     }
@@ -121,6 +125,8 @@ struct Measurement {
     last_error: Option<String>,
     /// Process CPU time (user + system) in the window, divided by the cycles.
     cpu_per_cycle: Option<Duration>,
+    /// The masters' CPU time in the window, divided by the cycles.
+    server_cpu_per_cycle: Option<Duration>,
     /// Workers still inside a cycle when the grace period after the window ran out.
     stalled: usize,
     /// Contended: times two workers were inside the critical section at once (must be 0).
@@ -156,6 +162,11 @@ impl Measurement {
 
     fn cpu_us(&self) -> f64 {
         self.cpu_per_cycle
+            .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
+    }
+
+    fn server_cpu_us(&self) -> f64 {
+        self.server_cpu_per_cycle
             .map_or(f64::NAN, |d| d.as_secs_f64() * 1e6)
     }
 }
@@ -201,7 +212,8 @@ async fn worker(client: Arc<Client>, resource: String, shared: Arc<Shared>) -> W
             }
             let mut last = shared.last_release.lock().unwrap();
             if let Some(released) = last.take() {
-                log.gaps.push((t1, micros(t1.saturating_duration_since(released))));
+                log.gaps
+                    .push((t1, micros(t1.saturating_duration_since(released))));
             }
             shared.inside.store(false, Ordering::SeqCst);
             *last = Some(Instant::now());
@@ -221,16 +233,31 @@ async fn worker(client: Arc<Client>, resource: String, shared: Arc<Shared>) -> W
     log
 }
 
-/// Runs one measurement in a fresh runtime with fresh clients.
-fn measure(
+/// What one measurement runs against.
+struct Spec<'a> {
     kind: Kind,
     case: Case,
-    urls: &[String],
+    urls: &'a [String],
+    /// The masters' process ids, for their CPU time.
+    pids: Vec<u32>,
     workers: usize,
-    pause: Option<&RedisServer>,
-    cfg: &Config,
-    tag: &str,
-) -> Measurement {
+    /// The master to pause during the window.
+    pause: Option<&'a RedisServer>,
+    /// Makes this measurement's keys its own.
+    tag: String,
+}
+
+/// Runs one measurement in a fresh runtime with fresh clients.
+fn measure(spec: &Spec<'_>, cfg: &Config) -> Measurement {
+    let Spec {
+        kind,
+        case,
+        urls,
+        ref pids,
+        workers,
+        pause,
+        ref tag,
+    } = *spec;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -261,9 +288,9 @@ fn measure(
             server.pause().unwrap();
             tokio::time::sleep(Duration::from_secs_f64(cfg.settle)).await;
         }
-        let (start, cpu_start) = (Instant::now(), process_cpu());
+        let (start, cpu_start, servers_start) = (Instant::now(), process_cpu(), servers_cpu(pids));
         tokio::time::sleep(Duration::from_secs_f64(cfg.secs)).await;
-        let (end, cpu_end) = (Instant::now(), process_cpu());
+        let (end, cpu_end, servers_end) = (Instant::now(), process_cpu(), servers_cpu(pids));
         shared.stop.store(true, Ordering::Relaxed);
 
         let grace = tokio::time::Instant::now() + Duration::from_secs_f64(cfg.grace);
@@ -310,6 +337,7 @@ fn measure(
         m.gaps.sort_unstable();
         if m.cycles > 0 {
             m.cpu_per_cycle = Some((cpu_end - cpu_start) / m.cycles as u32);
+            m.server_cpu_per_cycle = Some((servers_end - servers_start) / m.cycles as u32);
         }
         m
     });
@@ -395,9 +423,16 @@ fn main() {
                     Case::Slow => &slow,
                     _ => &all_urls[..n],
                 };
-                let pause = (case == Case::Paused).then(|| &nodes[0]);
-                let tag = format!("{run}:{case:?}:{n}:{workers}:{kind:?}");
-                let m = measure(kind, case, urls, workers, pause, &cfg, &tag);
+                let spec = Spec {
+                    kind,
+                    case,
+                    urls,
+                    pids: nodes.iter().take(n).filter_map(RedisServer::pid).collect(),
+                    workers,
+                    pause: (case == Case::Paused).then(|| &nodes[0]),
+                    tag: format!("{run}:{case:?}:{n}:{workers}:{kind:?}"),
+                };
+                let m = measure(&spec, &cfg);
                 eprintln!(
                     "[run {}/{} {:>6.0}s] {case:?} n={n} w={workers} {kind}: {:.0} cycles/s, acquire p50 {}, release p50 {}, failed {}, stalled {}{}",
                     run + 1,
@@ -410,7 +445,16 @@ fn main() {
                     m.stalled,
                     m.last_error.as_deref().map(|e| format!(" (last error: {e})")).unwrap_or_default(),
                 );
-                results.0.entry(Key { case, nodes: n, workers, kind }).or_default().push(m);
+                results
+                    .0
+                    .entry(Key {
+                        case,
+                        nodes: n,
+                        workers,
+                        kind,
+                    })
+                    .or_default()
+                    .push(m);
             }
         }
     }
@@ -422,12 +466,16 @@ fn main() {
     let redis_version = redis_version(&nodes);
     drop(nodes);
 
-    let report = report(&results, &cfg, &Machine {
-        load_before,
-        load_after: loadavg(),
-        redis_version,
-        elapsed: started.elapsed(),
-    });
+    let report = report(
+        &results,
+        &cfg,
+        &Machine {
+            load_before,
+            load_after: loadavg(),
+            redis_version,
+            elapsed: started.elapsed(),
+        },
+    );
     println!("{report}");
 }
 
@@ -469,6 +517,45 @@ fn profile(kind: &str) {
     );
     drop(client);
     runtime.shutdown_timeout(Duration::from_secs(1));
+    // What the masters executed, warm-up included (stragglers have had a second to land).
+    std::thread::sleep(Duration::from_secs(1));
+    let counted = cycles + workers * 50;
+    let mut totals: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    for server in nodes.iter() {
+        let mut connection = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut connection)
+            .unwrap();
+        for line in stats.lines() {
+            let Some((name, fields)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let field = |f: &str| {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(f))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            let entry = totals.entry(name.to_owned()).or_default();
+            entry.0 += field("calls=") as u64;
+            entry.1 += field("usec=");
+        }
+    }
+    for (name, (calls, usec)) in totals {
+        eprintln!(
+            "  server: {name}: {:.2} calls/cycle, {:.2} µs/cycle",
+            calls as f64 / counted as f64,
+            usec / counted as f64
+        );
+    }
 }
 
 #[inline(never)]
@@ -516,8 +603,10 @@ fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned()))
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
         })
         .unwrap_or_else(|| "unknown".into())
 }
@@ -527,7 +616,10 @@ fn redis_version(nodes: &RedisNodes) -> String {
         .unwrap()
         .get_connection()
         .unwrap();
-    let info: String = redis::cmd("INFO").arg("server").query(&mut connection).unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut connection)
+        .unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
         .unwrap_or("unknown")
@@ -563,7 +655,7 @@ fn rate(v: f64) -> String {
     let s = whole.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -586,14 +678,25 @@ fn x(v: f64) -> String {
 fn runs_list(values: &[f64]) -> String {
     values
         .iter()
-        .map(|v| if v.is_finite() { format!("{v:.2}") } else { "–".into() })
+        .map(|v| {
+            if v.is_finite() {
+                format!("{v:.2}")
+            } else {
+                "–".into()
+            }
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
 fn report(r: &Results, cfg: &Config, machine: &Machine) -> String {
     let mut out = String::new();
-    let key = |case, nodes, workers, kind| Key { case, nodes, workers, kind };
+    let key = |case, nodes, workers, kind| Key {
+        case,
+        nodes,
+        workers,
+        kind,
+    };
     let w = cfg.workers;
     let rate_of = |m: &Measurement| m.rate();
     let p50 = |m: &Measurement| m.acquire_p(0.5);
@@ -631,7 +734,11 @@ fn report(r: &Results, cfg: &Config, machine: &Machine) -> String {
             us(r.med(k, |m| m.acquire_p(0.99))),
             us(r.med(k, |m| m.release_p(0.5))),
             us(r.med(k, |m| m.release_p(0.99))),
-            if k.case == Case::Healthy { us(r.med(k, Measurement::cpu_us)) } else { "–".into() },
+            if k.case == Case::Healthy {
+                us(r.med(k, Measurement::cpu_us))
+            } else {
+                "–".into()
+            },
             rate(r.med(k, |m| m.failed_acquires as f64)),
             rate(r.med(k, |m| m.stalled as f64)),
         );
@@ -763,35 +870,81 @@ fn report(r: &Results, cfg: &Config, machine: &Machine) -> String {
         let _ = writeln!(out);
     }
 
-    let _ = writeln!(out, "### 6. Client CPU per cycle (process user + system time / cycles, five healthy masters)\n");
-    let _ = writeln!(out, "| workers | quorumlock | rslock | raw floor | quorumlock / raw |\n|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "### 6. Client CPU per cycle (process user + system time / cycles, five healthy masters)\n"
+    );
+    let _ = writeln!(out, "| workers | quorumlock | rslock | raw floor | quorumlock / raw | masters' CPU/cycle: quorumlock | rslock | raw floor | quorumlock / raw |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for workers in [1, w] {
         let k = |kind| key(Case::Healthy, 5, workers, kind);
         let (vs, runs) = r.ratio(k(Kind::Quorumlock), k(Kind::Raw), Measurement::cpu_us);
+        let (svs, sruns) = r.ratio(
+            k(Kind::Quorumlock),
+            k(Kind::Raw),
+            Measurement::server_cpu_us,
+        );
         let _ = writeln!(
             out,
-            "| {workers} | {} | {} | {} | {} [{}] |",
+            "| {workers} | {} | {} | {} | {} [{}] | {} | {} | {} | {} [{}] |",
             us(r.med(k(Kind::Quorumlock), Measurement::cpu_us)),
             us(r.med(k(Kind::Rslock), Measurement::cpu_us)),
             us(r.med(k(Kind::Raw), Measurement::cpu_us)),
             x(vs),
-            runs_list(&runs)
+            runs_list(&runs),
+            us(r.med(k(Kind::Quorumlock), Measurement::server_cpu_us)),
+            us(r.med(k(Kind::Rslock), Measurement::server_cpu_us)),
+            us(r.med(k(Kind::Raw), Measurement::server_cpu_us)),
+            x(svs),
+            runs_list(&sruns)
         );
     }
-    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "\nThe masters' CPU comes from `/proc/PID/stat` (10 ms ticks). On this 2-core box client and masters share the cores, so at 32 workers throughput ≈ 2 cores / (client + masters' CPU per cycle).\n"
+    );
 
     // The targets of the issue, each as a ratio inside one run.
-    let _ = writeln!(out, "### Targets\n\n| target | measured: median [per run] | met |\n|---|---|---|");
-    let target = |out: &mut String, name: &str, (med, runs): (f64, Vec<f64>), ok: fn(f64) -> bool| {
-        let met = if med.is_nan() { "–" } else if ok(med) { "yes" } else { "**no**" };
-        let _ = writeln!(out, "| {name} | {} [{}] | {met} |", x(med), runs_list(&runs));
-    };
+    let _ = writeln!(
+        out,
+        "### Targets\n\n| target | measured: median [per run] | met |\n|---|---|---|"
+    );
+    let target =
+        |out: &mut String, name: &str, (med, runs): (f64, Vec<f64>), ok: fn(f64) -> bool| {
+            let met = if med.is_nan() {
+                "–"
+            } else if ok(med) {
+                "yes"
+            } else {
+                "**no**"
+            };
+            let _ = writeln!(
+                out,
+                "| {name} | {} [{}] | {met} |",
+                x(med),
+                runs_list(&runs)
+            );
+        };
     let q = |case, workers| key(case, 5, workers, Kind::Quorumlock);
     let rs = |case, workers| key(case, 5, workers, Kind::Rslock);
     let raw = |case, workers| key(case, 5, workers, Kind::Raw);
-    target(&mut out, "1 worker: cycles/s ≥ 1.35× rslock", r.ratio(q(Case::Healthy, 1), rs(Case::Healthy, 1), rate_of), |v| v >= 1.35);
-    target(&mut out, &format!("{w} workers: cycles/s ≥ 1.2× rslock"), r.ratio(q(Case::Healthy, w), rs(Case::Healthy, w), rate_of), |v| v >= 1.2);
-    target(&mut out, &format!("{w} workers: cycles/s ≥ 0.95× raw floor"), r.ratio(q(Case::Healthy, w), raw(Case::Healthy, w), rate_of), |v| v >= 0.95);
+    target(
+        &mut out,
+        "1 worker: cycles/s ≥ 1.35× rslock",
+        r.ratio(q(Case::Healthy, 1), rs(Case::Healthy, 1), rate_of),
+        |v| v >= 1.35,
+    );
+    target(
+        &mut out,
+        &format!("{w} workers: cycles/s ≥ 1.2× rslock"),
+        r.ratio(q(Case::Healthy, w), rs(Case::Healthy, w), rate_of),
+        |v| v >= 1.2,
+    );
+    target(
+        &mut out,
+        &format!("{w} workers: cycles/s ≥ 0.95× raw floor"),
+        r.ratio(q(Case::Healthy, w), raw(Case::Healthy, w), rate_of),
+        |v| v >= 0.95,
+    );
     for workers in [1, w] {
         target(
             &mut out,
@@ -813,15 +966,34 @@ fn report(r: &Results, cfg: &Config, machine: &Machine) -> String {
         out,
         "| contended: gap p50 ≤ 5 ms (with wake-up) | {} [{}] | {} |",
         us(gap),
-        r.runs(qc).iter().map(|m| us(m.gap_p(0.5))).collect::<Vec<_>>().join(", "),
-        if gap.is_nan() { "–" } else if gap <= 5000.0 { "yes" } else { "**no**" }
+        r.runs(qc)
+            .iter()
+            .map(|m| us(m.gap_p(0.5)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if gap.is_nan() {
+            "–"
+        } else if gap <= 5000.0 {
+            "yes"
+        } else {
+            "**no**"
+        }
     );
-    target(&mut out, "contended: critical sections/s ≥ 5× rslock", r.ratio(qc, rc, rate_of), |v| v >= 5.0);
+    target(
+        &mut out,
+        "contended: critical sections/s ≥ 5× rslock",
+        r.ratio(qc, rc, rate_of),
+        |v| v >= 5.0,
+    );
     for workers in [1, w] {
         target(
             &mut out,
             &format!("{workers} worker(s): client CPU/cycle ≤ 1.15× raw floor"),
-            r.ratio(q(Case::Healthy, workers), raw(Case::Healthy, workers), Measurement::cpu_us),
+            r.ratio(
+                q(Case::Healthy, workers),
+                raw(Case::Healthy, workers),
+                Measurement::cpu_us,
+            ),
             |v| v <= 1.15,
         );
     }

@@ -5,7 +5,16 @@
 //! `QUORUMLOCK_CHAOS_SEED` to it, e.g. `QUORUMLOCK_CHAOS_SEED=0x5eed0004 cargo test --test chaos
 //! a_paused_minority`. The long version is `cargo run --release --example chaos`.
 
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{direct, holders, set};
+use quorumlock::{Lock, Redlock};
 use quorumlock_testkit::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
+use quorumlock_testkit::{
+    History, Op, OpKind, Outcome, RedisNodes, RedisServerBuilder, Report, Violation,
+};
 use tokio::sync::Mutex;
 
 /// One scenario at a time: each already loads both cores, and two at once would measure the
@@ -15,9 +24,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 async fn survives(scenario: Scenario) {
     let _turn = ONE_AT_A_TIME.lock().await;
     let seed = chaos::seed(scenario);
-    println!(
-        "chaos scenario {scenario}: seed {seed:#x} (re-run with {CHAOS_SEED_ENV}={seed:#x})"
-    );
+    println!("chaos scenario {scenario}: seed {seed:#x} (re-run with {CHAOS_SEED_ENV}={seed:#x})");
     let run = chaos::run(scenario, Length::Short, seed).await.unwrap();
     println!("{}\n{}", ChaosRun::header(), run.row());
     for check in &run.checks {
@@ -100,4 +107,160 @@ async fn s13_a_killed_holders_lock_comes_back_within_ttl_and_retry_delay() {
 #[tokio::test(flavor = "multi_thread")]
 async fn s14_fences_never_go_backwards_across_aof_restarts() {
     survives(Scenario::FencedAofRestarts).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Negative controls: the checker must see a violation where the documented assumptions are broken,
+// and none where they hold. The interleaving is driven step by step, not left to chance.
+
+fn record(history: &History, client: usize, start: Instant, lock: &Lock) {
+    history.record(Op {
+        client,
+        resource: lock.resource().to_owned(),
+        token: lock.token().expose().to_owned(),
+        kind: OpKind::Acquire,
+        start,
+        end: Instant::now(),
+        outcome: Outcome::Ok {
+            valid_until: Some(lock.deadline()),
+        },
+        fence: lock.fencing_token(),
+    });
+}
+
+fn redlock(nodes: &RedisNodes) -> Redlock {
+    Redlock::builder(nodes.urls())
+        .node_timeout(Duration::from_millis(100))
+        .retry_count(3)
+        .retry_delay(Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
+fn del(nodes: &RedisNodes, i: usize, key: &str) {
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut direct(&nodes[i]))
+        .unwrap();
+}
+
+/// Holder A takes "report" on exactly masters 0, 1 and 2 (3 and 4 are held by another token for
+/// the moment), and stays inside its critical section.
+async fn holder_on_exactly_a_quorum(nodes: &RedisNodes, history: &History, ttl: Duration) -> Lock {
+    for i in [3, 4] {
+        set(&nodes[i], "report", "someone-else", ttl);
+    }
+    let start = Instant::now();
+    let a = redlock(nodes).try_acquire("report", ttl).await.unwrap();
+    record(history, 0, start, &a);
+    assert_eq!(holders(nodes, "report", a.token().expose()), 3);
+    for i in [3, 4] {
+        del(nodes, i, "report");
+    }
+    a
+}
+
+fn overlaps(report: &Report) -> usize {
+    report
+        .violations
+        .iter()
+        .filter(|v| matches!(v, Violation::Overlap { .. }))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn negative_control_a_master_restarted_at_once_without_aof_lets_a_second_holder_in() {
+    let mut nodes = RedisNodes::spawn(5).unwrap();
+    let history = History::new();
+    let witness = history.occupancy_witness("report");
+    let ttl = Duration::from_secs(10);
+    let a = holder_on_exactly_a_quorum(&nodes, &history, ttl).await;
+    let _a_inside = witness.enter(0);
+
+    let restart = history.fault("master 0 restarted empty at once");
+    nodes[0].restart().unwrap();
+    let start = Instant::now();
+    let b = redlock(&nodes).acquire("report", ttl).await.unwrap();
+    record(&history, 1, start, &b);
+    drop(witness.enter(1));
+    history.heal(restart);
+
+    let report = history.check();
+    println!("{report}");
+    assert!(a.is_valid(), "A's lease is still open");
+    assert_eq!(overlaps(&report), 1, "{report}");
+    assert_eq!(
+        report.violations.len(),
+        2,
+        "the overlap and the double occupancy: {report}"
+    );
+    assert!(report
+        .to_string()
+        .contains("master 0 restarted empty at once"));
+    std::mem::forget(b);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn negative_control_the_same_restart_after_waiting_a_ttl_leaves_no_overlap() {
+    let mut nodes = RedisNodes::spawn(5).unwrap();
+    let history = History::new();
+    let witness = history.occupancy_witness("report");
+    let ttl = Duration::from_millis(300);
+    let a = holder_on_exactly_a_quorum(&nodes, &history, ttl).await;
+    let a_inside = witness.enter(0);
+
+    let down = history.fault("master 0 killed, restarted empty a TTL later");
+    nodes[0].kill().unwrap();
+    // A finishes within its validity, as the algorithm requires.
+    tokio::time::sleep_until(a.deadline().into()).await;
+    drop(a_inside);
+    tokio::time::sleep(ttl).await;
+    nodes[0].restart().unwrap();
+    history.heal(down);
+    let start = Instant::now();
+    let b = redlock(&nodes).acquire("report", ttl).await.unwrap();
+    record(&history, 1, start, &b);
+    drop(witness.enter(1));
+
+    let report = history.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.acquires.ok, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn negative_control_the_same_restart_with_aof_leaves_no_overlap() {
+    let mut nodes = RedisNodes::spawn_with(5, &RedisServerBuilder::new().aof(true)).unwrap();
+    let history = History::new();
+    let witness = history.occupancy_witness("report");
+    let ttl = Duration::from_secs(10);
+    let a = holder_on_exactly_a_quorum(&nodes, &history, ttl).await;
+    let _a_inside = witness.enter(0);
+
+    let restart = history.fault("master 0 restarted at once from its AOF");
+    nodes[0].restart().unwrap();
+    history.heal(restart);
+    assert_eq!(
+        holders(&nodes, "report", a.token().expose()),
+        3,
+        "the key survived"
+    );
+    let start = Instant::now();
+    let refused = redlock(&nodes).acquire("report", ttl).await.unwrap_err();
+    assert!(refused.is_contention(), "{refused}");
+    history.record(Op {
+        client: 1,
+        resource: "report".into(),
+        token: String::new(),
+        kind: OpKind::Acquire,
+        start,
+        end: Instant::now(),
+        outcome: Outcome::Failed {
+            reason: refused.to_string(),
+        },
+        fence: None,
+    });
+
+    let report = history.check();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.acquires.ok, report.acquires.failed), (1, 1));
 }

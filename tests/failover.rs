@@ -26,7 +26,11 @@ async fn five_masters_keep_the_lock_through_two_failovers_but_not_a_lock_held_on
         assert!(case.second_outcome.contains("refused"), "{case}");
     }
     assert_eq!((one.failed_over, two.failed_over), (1, 2));
-    assert_eq!((boundary.locked, boundary.failed_over), (3, 1), "{boundary}");
+    assert_eq!(
+        (boundary.locked, boundary.failed_over),
+        (3, 1),
+        "{boundary}"
+    );
     assert!(boundary.second_holder, "{boundary}");
     assert_eq!(boundary.overlaps, 1, "{boundary}");
     assert!(report.as_predicted(), "{report}");

@@ -14,7 +14,11 @@ use quorumlock_testkit::{
 const TTL: Duration = Duration::from_secs(10);
 
 fn fenced(nodes: &RedisNodes) -> Redlock {
-    builder(nodes).fencing(true).build().unwrap()
+    builder(nodes)
+        .node_timeout(Duration::from_millis(100))
+        .fencing(true)
+        .build()
+        .unwrap()
 }
 
 /// Records a successful acquire.
@@ -33,6 +37,39 @@ fn record(history: &History, client: usize, start: Instant, lock: &Lock) {
     });
 }
 
+/// Releases `lock` and records the release (a release that times out on a loaded machine still
+/// ends the lease: the key expires at its TTL).
+async fn release(history: &History, client: usize, lock: Lock) {
+    let (resource, token) = (lock.resource().to_owned(), lock.token().expose().to_owned());
+    let start = Instant::now();
+    let outcome = match lock.release().await {
+        Ok(_) => Outcome::Ok { valid_until: None },
+        Err(e) => Outcome::Failed {
+            reason: e.to_string(),
+        },
+    };
+    history.record(Op {
+        client,
+        resource,
+        token,
+        kind: OpKind::Release,
+        start,
+        end: Instant::now(),
+        outcome,
+        fence: None,
+    });
+}
+
+/// Acquires `resource`, retrying past contention (the previous holder's keys expiring).
+async fn acquire_eventually(rl: &Redlock, resource: &str, ttl: Duration) -> Lock {
+    for _ in 0..100 {
+        if let Ok(lock) = rl.acquire(resource, ttl).await {
+            return lock;
+        }
+    }
+    panic!("{resource} not acquired in 100 calls");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn fences_strictly_increase_across_successive_holders() {
     let nodes = five();
@@ -44,7 +81,7 @@ async fn fences_strictly_increase_across_successive_holders() {
         let lock = clients[round % 3].acquire("ledger", TTL).await.unwrap();
         record(&history, round % 3, start, &lock);
         fences.push(lock.fencing_token().unwrap());
-        lock.release().await.unwrap();
+        release(&history, round % 3, lock).await;
     }
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     let report = history.check();
@@ -77,7 +114,10 @@ fn set_counters(nodes: &RedisNodes, key: &str, counters: [u64; 5]) {
             .arg(value)
             .query(&mut direct(server))
             .unwrap();
-        let _: () = redis::cmd("DEL").arg(key).query(&mut direct(server)).unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(key)
+            .query(&mut direct(server))
+            .unwrap();
     }
 }
 
@@ -89,7 +129,10 @@ fn counters(nodes: &RedisNodes, key: &str) -> Vec<u64> {
 }
 
 fn del(server: &RedisServer, key: &str) {
-    let _: () = redis::cmd("DEL").arg(key).query(&mut direct(server)).unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut direct(server))
+        .unwrap();
 }
 
 /// Counters [5, 1, 1, 1, 1]: master 0 has seen more holders than the others (it kept its counter
@@ -146,10 +189,13 @@ async fn acquire_release_rounds(rl: &Redlock, history: &History, rounds: usize) 
     let mut fences = Vec::new();
     for _ in 0..rounds {
         let start = Instant::now();
-        let lock = rl.acquire("invoice", Duration::from_millis(200)).await.unwrap();
+        let lock = rl
+            .acquire("invoice", Duration::from_millis(200))
+            .await
+            .unwrap();
         record(history, 0, start, &lock);
         fences.push(lock.fencing_token().unwrap());
-        lock.release().await.unwrap();
+        release(history, 0, lock).await;
     }
     fences
 }
@@ -173,7 +219,10 @@ async fn with_aof_fences_keep_increasing_when_every_master_crashes_and_restarts(
         nodes[i].restart().unwrap(); // SIGKILL, then start on the same AOF at once
     }
     let after = acquire_release_rounds(&rl, &history, 20).await;
-    println!("AOF: fences {}..={} before the restart, {}..={} after", before[0], before[19], after[0], after[19]);
+    println!(
+        "AOF: fences {}..={} before the restart, {}..={} after",
+        before[0], before[19], after[0], after[19]
+    );
     assert!(after[0] > before[19], "{before:?} then {after:?}");
     assert_eq!(fence_order_violations(&history), 0, "{}", history.check());
 }
@@ -199,7 +248,10 @@ async fn without_aof_a_quorum_restarted_empty_sends_fences_backwards() {
         set(&nodes[i], "invoice", "someone-else", TTL);
     }
     let start = Instant::now();
-    let lock = rl.acquire("invoice", Duration::from_millis(200)).await.unwrap();
+    let lock = rl
+        .acquire("invoice", Duration::from_millis(200))
+        .await
+        .unwrap();
     record(&history, 1, start, &lock);
     println!(
         "no AOF: fence {} before three masters restarted empty, {:?} after",
@@ -219,7 +271,7 @@ async fn a_holder_stalled_past_its_lease_has_every_late_write_rejected_by_its_fe
     const ROUNDS: usize = 10;
     let nodes = five();
     let history = History::new();
-    let ttl = Duration::from_millis(100);
+    let ttl = Duration::from_millis(200);
     let tasks: Vec<_> = (0..RESOURCES)
         .map(|r| {
             let (stalled, next) = (fenced(&nodes), fenced(&nodes));
@@ -230,25 +282,21 @@ async fn a_holder_stalled_past_its_lease_has_every_late_write_rejected_by_its_fe
                 let mut late = 0;
                 for _ in 0..ROUNDS {
                     let start = Instant::now();
-                    let old = stalled.acquire(&resource, ttl).await.unwrap();
+                    let old = acquire_eventually(&stalled, &resource, ttl).await;
                     record(&history, 0, start, &old);
                     let old_fence = old.fencing_token().unwrap();
                     register.write(old_fence, 0).unwrap();
                     // The stall: the lease runs out while the holder is frozen.
                     tokio::time::sleep_until((old.deadline() + ttl / 2).into()).await;
                     let start = Instant::now();
-                    let new = loop {
-                        if let Ok(lock) = next.acquire(&resource, ttl).await {
-                            break lock;
-                        }
-                    };
+                    let new = acquire_eventually(&next, &resource, ttl).await;
                     record(&history, 1, start, &new);
                     assert!(new.fencing_token().unwrap() > old_fence);
                     register.write(new.fencing_token().unwrap(), 1).unwrap();
                     // The stalled holder wakes and writes with what it believes is its lock.
                     late += 1;
                     let _ = register.write(old_fence, 0);
-                    new.release().await.unwrap();
+                    release(&history, 1, new).await;
                     drop(old);
                 }
                 (register.counts(), late)

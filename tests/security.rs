@@ -23,9 +23,6 @@
 mod common;
 
 use std::io::Write;
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -60,7 +57,11 @@ const FEATURE_COMMANDS: &[&str] = &["exists", "pttl"];
 
 /// The whole least-privilege rule's commands.
 fn all_commands() -> Vec<&'static str> {
-    CORE_COMMANDS.iter().chain(FEATURE_COMMANDS).copied().collect()
+    CORE_COMMANDS
+        .iter()
+        .chain(FEATURE_COMMANDS)
+        .copied()
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -117,7 +118,11 @@ fn set_acl_user(server: &RedisServer, commands: &[&str]) {
         cmd.arg(part);
     }
     let _: () = cmd.query(&mut direct(server)).unwrap();
-    let _: () = redis::cmd("ACL").arg("LOG").arg("RESET").query(&mut direct(server)).unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg("LOG")
+        .arg("RESET")
+        .query(&mut direct(server))
+        .unwrap();
 }
 
 fn acl_url(server: &RedisServer, password: &str) -> String {
@@ -175,7 +180,10 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str) -> Result<(), Strin
     let rl = acl_client(nodes, password, false);
     let other = acl_client(nodes, password, false);
     rl.connect().await.map_err(|e| format!("connect: {e}"))?;
-    let mut lock = rl.acquire("orders:1", TTL).await.map_err(|e| format!("acquire: {e}"))?;
+    let mut lock = rl
+        .acquire("orders:1", TTL)
+        .await
+        .map_err(|e| format!("acquire: {e}"))?;
     match other.acquire("orders:1", TTL).await {
         Err(e) if e.is_contention() => {}
         other => return Err(format!("refuse: {other:?}")),
@@ -195,8 +203,16 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str) -> Result<(), Strin
             .query(&mut direct(server))
             .unwrap();
     }
-    set(&nodes[nodes.len() - 1], &format!("{PREFIX}orders:2"), "someone-else", TTL);
-    let lock = fenced.acquire("orders:2", TTL).await.map_err(|e| format!("fenced acquire: {e}"))?;
+    set(
+        &nodes[nodes.len() - 1],
+        &format!("{PREFIX}orders:2"),
+        "someone-else",
+        TTL,
+    );
+    let lock = fenced
+        .acquire("orders:2", TTL)
+        .await
+        .map_err(|e| format!("fenced acquire: {e}"))?;
     if lock.fencing_token() != Some(21) {
         return Err(format!("fence {:?}", lock.fencing_token()));
     }
@@ -207,7 +223,9 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str) -> Result<(), Strin
     if raised < rl.quorum() {
         return Err(format!("second fencing round reached {raised} masters"));
     }
-    lock.release().await.map_err(|e| format!("fenced release: {e}"))?;
+    lock.release()
+        .await
+        .map_err(|e| format!("fenced release: {e}"))?;
     Ok(())
 }
 
@@ -228,10 +246,22 @@ async fn acl_rule_lets_the_core_behaviours_through_and_nothing_else() {
         .unwrap();
     let err = unprefixed.try_acquire("orders:1", TTL).await.unwrap_err();
     assert!(err.is_unavailable(), "{err}");
-    assert!(err.to_string().contains("NOPERM") || err.to_string().contains("permission"), "{err}");
-    assert!(err.to_string().contains(&format!("127.0.0.1:{}", nodes[0].port())), "{err}");
+    assert!(err.to_string().to_lowercase().contains("noperm"), "{err}");
+    let Error::NotAcquired { nodes: refused, .. } = &err else {
+        panic!("unexpected {err:?}");
+    };
+    let ours: Vec<String> = nodes
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    assert!(refused.len() >= 2, "{err}");
+    assert!(
+        refused.iter().all(|n| ours.iter().any(|o| o == n.node())),
+        "{err}"
+    );
 
     // Least privilege: nothing else is allowed.
+    set(&nodes[0], "sentinel", "kept", TTL);
     let mut conn = redis::Client::open(acl_url(&nodes[0], PASSWORD))
         .unwrap()
         .get_connection()
@@ -242,13 +272,23 @@ async fn acl_rule_lets_the_core_behaviours_through_and_nothing_else() {
         redis::cmd("GET").arg("other:key").to_owned(),
         redis::cmd("CONFIG").arg("GET").arg("*").to_owned(),
         redis::cmd("DEBUG").arg("SLEEP").arg("0").to_owned(),
-        redis::cmd("EVAL").arg("return redis.call('FLUSHALL')").arg(0).to_owned(),
+        redis::cmd("EVAL")
+            .arg("return redis.call('FLUSHALL')")
+            .arg(0)
+            .to_owned(),
     ] {
         let result: redis::RedisResult<redis::Value> = forbidden.query(&mut conn);
-        let denied = result.as_ref().is_err_and(|e| e.to_string().contains("NOPERM"));
+        let denied = result.as_ref().is_err_and(|e| {
+            let e = e.to_string().to_lowercase();
+            e.contains("noperm") || e.contains("can't run this command")
+        });
         assert!(denied, "{result:?}");
     }
-    assert_eq!(get(&nodes[0], "sentinel"), None, "nothing was flushed or written");
+    assert_eq!(
+        get(&nodes[0], "sentinel").as_deref(),
+        Some("kept"),
+        "nothing was flushed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -257,11 +297,17 @@ async fn every_permission_in_the_acl_rule_is_needed() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let mut unneeded = Vec::new();
     for left_out in CORE_COMMANDS {
-        let fewer: Vec<&str> = all_commands().into_iter().filter(|c| c != left_out).collect();
+        let fewer: Vec<&str> = all_commands()
+            .into_iter()
+            .filter(|c| c != left_out)
+            .collect();
         for server in &nodes {
             set_acl_user(server, &fewer);
             let _: () = redis::cmd("FLUSHALL").query(&mut direct(server)).unwrap();
-            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut direct(server)).unwrap();
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query(&mut direct(server))
+                .unwrap();
         }
         let outcome = core_behaviours(&nodes, PASSWORD).await;
         let denied = acl_denials(&nodes);
@@ -270,7 +316,10 @@ async fn every_permission_in_the_acl_rule_is_needed() {
             unneeded.push(*left_out);
         }
     }
-    assert!(unneeded.is_empty(), "not needed by any core behaviour: {unneeded:?}");
+    assert!(
+        unneeded.is_empty(),
+        "not needed by any core behaviour: {unneeded:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -284,16 +333,26 @@ async fn a_wrong_password_is_a_node_error_naming_the_node_and_never_the_password
     let err = rl.acquire("orders:1", TTL).await.unwrap_err();
     assert!(err.is_unavailable() && !err.is_contention(), "{err}");
     let (shown, debug) = (err.to_string(), format!("{err:?}"));
-    for server in &nodes {
-        assert!(shown.contains(&format!("127.0.0.1:{}", server.port())), "{shown}");
-    }
     let Error::NotAcquired { nodes: failed, .. } = &err else {
         panic!("unexpected {err:?}");
     };
-    assert_eq!(failed.len(), 3);
-    assert!(failed.iter().all(|n| n.redis_error().is_some()), "{err:?}");
+    // The attempt is decided at the second failure of three: those two are named.
+    assert!(failed.len() >= 2, "{err}");
+    let ours: Vec<String> = nodes
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    for node in failed {
+        assert!(ours.iter().any(|o| o == node.node()), "{err}");
+        assert!(shown.contains(&format!("{}: ", node.node())), "{shown}");
+        assert!(node.redis_error().is_some(), "{err:?}");
+        assert!(node.to_string().contains("uthentication"), "{node}");
+    }
     for text in [&shown, &debug, &format!("{rl:?}"), &logged()] {
-        assert!(!text.contains(WRONG_PASSWORD), "the password leaked: {text}");
+        assert!(
+            !text.contains(WRONG_PASSWORD),
+            "the password leaked: {text}"
+        );
     }
     let health = rl.connect().await.unwrap_err();
     assert!(!format!("{health} {health:?}").contains(WRONG_PASSWORD));
@@ -375,8 +434,9 @@ async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_tri
             assert_eq!(lock.resource(), name);
             let token = lock.token().expose().to_owned();
             assert!(
-                eventually(Duration::from_secs(1), || holders(&nodes, name, &token) == 5).await,
-                "the key is the name, byte for byte: {name:?}"
+                holders(&nodes, name, &token) >= 3,
+                "the key is the name, byte for byte: {name:?}: {:?} vs {token}",
+                nodes.iter().map(|s| get(s, name)).collect::<Vec<_>>()
             );
             assert!(rl.try_acquire(name, TTL).await.unwrap_err().is_contention());
             lock.extend(TTL).await.unwrap();
@@ -384,7 +444,10 @@ async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_tri
             assert_eq!(present(&nodes, name), 0, "{name:?}");
         }
         let fence_key = format!("{name}:fence");
-        assert!(nodes.iter().all(|s| get(s, &fence_key).is_some()), "{name:?}");
+        assert!(
+            nodes.iter().all(|s| get(s, &fence_key).is_some()),
+            "{name:?}"
+        );
     }
     for server in &nodes {
         assert_eq!(get(server, "sentinel").as_deref(), Some("still here"));
@@ -393,220 +456,310 @@ async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_tri
 }
 
 // ---------------------------------------------------------------------------------------------
-// TLS.
+// TLS (needs the `tls` feature: `cargo test --all-features`).
 
-/// A throw-away directory with a CA, a server certificate for 127.0.0.1 signed by it, a client
-/// certificate signed by it, and an unrelated CA.
-struct Pki {
-    dir: PathBuf,
-}
+#[cfg(feature = "tls")]
+mod tls {
+    use std::net::{Ipv4Addr, TcpListener};
+    use std::path::PathBuf;
+    use std::process::Command;
 
-impl Pki {
-    fn generate() -> Pki {
-        let status = Command::new("openssl").arg("version").status();
-        assert!(
-            status.is_ok_and(|s| s.success()),
-            "the TLS tests need the openssl command (Debian package `openssl`)"
-        );
-        let dir = std::env::temp_dir().join(format!(
-            "quorumlock-pki-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let pki = Pki { dir };
-        for ca in ["ca", "other-ca"] {
-            pki.openssl(&[
-                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                "-nodes", "-days", "1", "-subj", &format!("/CN=quorumlock test {ca}"),
-                "-keyout", &format!("{ca}.key"), "-out", &format!("{ca}.crt"),
-            ]);
-        }
-        std::fs::write(pki.path("server.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
-        std::fs::write(pki.path("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-        for leaf in ["server", "client"] {
-            pki.openssl(&[
-                "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                "-subj", &format!("/CN=quorumlock test {leaf}"),
-                "-keyout", &format!("{leaf}.key"), "-out", &format!("{leaf}.csr"),
-            ]);
-            pki.openssl(&[
-                "x509", "-req", "-in", &format!("{leaf}.csr"), "-CA", "ca.crt", "-CAkey", "ca.key",
-                "-CAcreateserial", "-days", "1", "-extfile", &format!("{leaf}.ext"),
-                "-out", &format!("{leaf}.crt"),
-            ]);
-        }
-        pki
+    use super::*;
+
+    /// A throw-away directory with a CA, a server certificate for 127.0.0.1 signed by it, a client
+    /// certificate signed by it, and an unrelated CA.
+    struct Pki {
+        dir: PathBuf,
     }
 
-    fn openssl(&self, args: &[&str]) {
-        let out = Command::new("openssl").args(args).current_dir(&self.dir).output().unwrap();
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    fn read(&self, name: &str) -> Vec<u8> {
-        std::fs::read(self.path(name)).unwrap()
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A redis-server with a TLS port beside its plain one (the plain one is for the testkit's
-/// readiness probe and for inspecting keys).
-struct TlsServer {
-    server: RedisServer,
-    tls_port: u16,
-}
-
-impl TlsServer {
-    fn spawn(pki: &Pki, clients_need_certificates: bool) -> TlsServer {
-        let path = |name: &str| pki.path(name).display().to_string();
-        let mut last = None;
-        for _ in 0..5 {
-            let tls_port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let spawned = RedisServer::builder()
-                .arg("--tls-port")
-                .arg(tls_port.to_string())
-                .arg("--tls-cert-file")
-                .arg(path("server.crt"))
-                .arg("--tls-key-file")
-                .arg(path("server.key"))
-                .arg("--tls-ca-cert-file")
-                .arg(path("ca.crt"))
-                .arg("--tls-auth-clients")
-                .arg(if clients_need_certificates { "yes" } else { "no" })
-                .spawn();
-            match spawned {
-                Ok(server) => return TlsServer { server, tls_port },
-                Err(e) => last = Some(e),
+    impl Pki {
+        fn generate() -> Pki {
+            let status = Command::new("openssl").arg("version").status();
+            assert!(
+                status.is_ok_and(|s| s.success()),
+                "the TLS tests need the openssl command (Debian package `openssl`)"
+            );
+            let dir = std::env::temp_dir().join(format!(
+                "quorumlock-pki-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let pki = Pki { dir };
+            for ca in ["ca", "other-ca"] {
+                pki.openssl(&[
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-days",
+                    "1",
+                    "-subj",
+                    &format!("/CN=quorumlock test {ca}"),
+                    "-keyout",
+                    &format!("{ca}.key"),
+                    "-out",
+                    &format!("{ca}.crt"),
+                ]);
             }
+            std::fs::write(
+                pki.path("server.ext"),
+                "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+            )
+            .unwrap();
+            std::fs::write(pki.path("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+            for leaf in ["server", "client"] {
+                pki.openssl(&[
+                    "req",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-subj",
+                    &format!("/CN=quorumlock test {leaf}"),
+                    "-keyout",
+                    &format!("{leaf}.key"),
+                    "-out",
+                    &format!("{leaf}.csr"),
+                ]);
+                pki.openssl(&[
+                    "x509",
+                    "-req",
+                    "-in",
+                    &format!("{leaf}.csr"),
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-days",
+                    "1",
+                    "-extfile",
+                    &format!("{leaf}.ext"),
+                    "-out",
+                    &format!("{leaf}.crt"),
+                ]);
+            }
+            pki
         }
-        panic!("redis-server with TLS did not start (is it built with TLS?): {last:?}");
+
+        fn openssl(&self, args: &[&str]) {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(&self.dir)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+
+        fn path(&self, name: &str) -> PathBuf {
+            self.dir.join(name)
+        }
+
+        fn read(&self, name: &str) -> Vec<u8> {
+            std::fs::read(self.path(name)).unwrap()
+        }
     }
 
-    fn url(&self) -> String {
-        format!("rediss://127.0.0.1:{}", self.tls_port)
+    impl Drop for Pki {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 
-    fn commands_processed(&self) -> u64 {
-        let info: String = redis::cmd("INFO").arg("stats").query(&mut direct(&self.server)).unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("total_commands_processed:"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
+    /// A redis-server with a TLS port beside its plain one (the plain one is for the testkit's
+    /// readiness probe and for inspecting keys).
+    struct TlsServer {
+        server: RedisServer,
+        tls_port: u16,
     }
-}
 
-#[cfg(feature = "tls")]
-fn tls_builder(servers: &[TlsServer]) -> quorumlock::RedlockBuilder {
-    Redlock::builder(servers.iter().map(TlsServer::url))
+    impl TlsServer {
+        fn spawn(pki: &Pki, clients_need_certificates: bool) -> TlsServer {
+            let path = |name: &str| pki.path(name).display().to_string();
+            let mut last = None;
+            for _ in 0..5 {
+                let tls_port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port();
+                let spawned = RedisServer::builder()
+                    .arg("--tls-port")
+                    .arg(tls_port.to_string())
+                    .arg("--tls-cert-file")
+                    .arg(path("server.crt"))
+                    .arg("--tls-key-file")
+                    .arg(path("server.key"))
+                    .arg("--tls-ca-cert-file")
+                    .arg(path("ca.crt"))
+                    .arg("--tls-auth-clients")
+                    .arg(if clients_need_certificates {
+                        "yes"
+                    } else {
+                        "no"
+                    })
+                    .spawn();
+                match spawned {
+                    Ok(server) => return TlsServer { server, tls_port },
+                    Err(e) => last = Some(e),
+                }
+            }
+            panic!("redis-server with TLS did not start (is it built with TLS?): {last:?}");
+        }
+
+        fn url(&self) -> String {
+            format!("rediss://127.0.0.1:{}", self.tls_port)
+        }
+
+        fn commands_processed(&self) -> u64 {
+            let info: String = redis::cmd("INFO")
+                .arg("stats")
+                .query(&mut direct(&self.server))
+                .unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("total_commands_processed:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        }
+    }
+
+    fn tls_builder(servers: &[TlsServer]) -> quorumlock::RedlockBuilder {
+        Redlock::builder(servers.iter().map(TlsServer::url))
+            .node_timeout(Duration::from_millis(500))
+            .connect_timeout(Duration::from_secs(2))
+            .retry_count(1)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn locks_work_over_tls_with_a_test_ca() {
+        logs();
+        let pki = Pki::generate();
+        let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, false)).collect();
+        let rl = tls_builder(&servers)
+            .tls_root_certificate(pki.read("ca.crt"))
+            .fencing(true)
+            .build()
+            .unwrap();
+        assert!(!format!("{rl:?}").contains("BEGIN"), "no PEM in Debug");
+        let mut lock = rl.acquire("tls:job", TTL).await.unwrap();
+        assert_eq!(lock.fencing_token(), Some(1));
+        let token = lock.token().expose().to_owned();
+        let on_servers = servers
+            .iter()
+            .filter(|s| get(&s.server, "tls:job").as_deref() == Some(token.as_str()))
+            .count();
+        assert!(on_servers >= 2);
+        lock.extend(TTL).await.unwrap();
+        assert!(rl
+            .try_acquire("tls:job", TTL)
+            .await
+            .unwrap_err()
+            .is_contention());
+        assert!(lock.release().await.unwrap().deleted >= 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_wrong_ca_is_a_node_failure_and_nothing_is_sent_in_plain_text() {
+        logs();
+        let pki = Pki::generate();
+        let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, false)).collect();
+        let before: Vec<u64> = servers.iter().map(TlsServer::commands_processed).collect();
+        let rl = tls_builder(&servers)
+            .tls_root_certificate(pki.read("other-ca.crt"))
+            .build()
+            .unwrap();
+        let err = rl.try_acquire("tls:job", TTL).await.unwrap_err();
+        assert!(err.is_unavailable() && !err.is_contention(), "{err}");
+        let Error::NotAcquired {
+            nodes: failed,
+            granted: 0,
+            ..
+        } = &err
+        else {
+            panic!("unexpected {err:?}");
+        };
+        // Decided at the second failure of three; each failure names its node and the reason.
+        assert!(failed.len() >= 2, "{err}");
+        let ours: Vec<String> = servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.tls_port))
+            .collect();
+        for node in failed {
+            assert!(ours.iter().any(|o| o == node.node()), "{err}");
+            assert!(node.to_string().contains("certificate"), "{node}");
+        }
+        // The handshake failed before any command: the servers ran none for this client (the
+        // only commands counted are this test's own INFO reads), and hold no key.
+        let after: Vec<u64> = servers.iter().map(TlsServer::commands_processed).collect();
+        for (b, a) in before.iter().zip(&after) {
+            assert_eq!(*a, b + 1, "only the INFO before this one ran");
+        }
+        assert!(servers.iter().all(|s| get(&s.server, "tls:job").is_none()));
+
+        // No plain-text fallback either way: rediss:// to a plain port fails, and the system roots
+        // do not trust the test CA.
+        let plain_port = Redlock::builder(
+            servers
+                .iter()
+                .map(|s| format!("rediss://127.0.0.1:{}", s.server.port())),
+        )
         .node_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_secs(2))
-        .retry_count(1)
-}
-
-#[cfg(feature = "tls")]
-#[tokio::test(flavor = "multi_thread")]
-async fn locks_work_over_tls_with_a_test_ca() {
-    logs();
-    let pki = Pki::generate();
-    let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, false)).collect();
-    let rl = tls_builder(&servers)
         .tls_root_certificate(pki.read("ca.crt"))
-        .fencing(true)
         .build()
         .unwrap();
-    assert!(!format!("{rl:?}").contains("BEGIN"), "no PEM in Debug");
-    let mut lock = rl.acquire("tls:job", TTL).await.unwrap();
-    assert_eq!(lock.fencing_token(), Some(1));
-    let token = lock.token().expose().to_owned();
-    let on_servers = servers
-        .iter()
-        .filter(|s| get(&s.server, "tls:job").as_deref() == Some(token.as_str()))
-        .count();
-    assert!(on_servers >= 2);
-    lock.extend(TTL).await.unwrap();
-    assert!(rl.try_acquire("tls:job", TTL).await.unwrap_err().is_contention());
-    assert!(lock.release().await.unwrap().deleted >= 2);
-}
-
-#[cfg(feature = "tls")]
-#[tokio::test(flavor = "multi_thread")]
-async fn a_wrong_ca_is_a_node_failure_and_nothing_is_sent_in_plain_text() {
-    logs();
-    let pki = Pki::generate();
-    let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, false)).collect();
-    let before: Vec<u64> = servers.iter().map(TlsServer::commands_processed).collect();
-    let rl = tls_builder(&servers)
-        .tls_root_certificate(pki.read("other-ca.crt"))
-        .build()
-        .unwrap();
-    let err = rl.try_acquire("tls:job", TTL).await.unwrap_err();
-    assert!(err.is_unavailable() && !err.is_contention(), "{err}");
-    let Error::NotAcquired { nodes: failed, granted: 0, .. } = &err else {
-        panic!("unexpected {err:?}");
-    };
-    assert_eq!(failed.len(), 3, "{err}");
-    for server in &servers {
-        assert!(err.to_string().contains(&format!("127.0.0.1:{}", server.tls_port)), "{err}");
+        assert!(plain_port
+            .try_acquire("tls:job", TTL)
+            .await
+            .unwrap_err()
+            .is_unavailable());
+        let system_roots = tls_builder(&servers).build().unwrap();
+        assert!(system_roots
+            .try_acquire("tls:job", TTL)
+            .await
+            .unwrap_err()
+            .is_unavailable());
+        assert!(servers.iter().all(|s| get(&s.server, "tls:job").is_none()));
     }
-    // The handshake failed before any command: the servers ran none for this client (the
-    // only commands counted are this test's own INFO reads), and hold no key.
-    let after: Vec<u64> = servers.iter().map(TlsServer::commands_processed).collect();
-    for (b, a) in before.iter().zip(&after) {
-        assert_eq!(*a, b + 1, "only the INFO before this one ran");
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn mutual_tls_needs_the_client_certificate() {
+        logs();
+        let pki = Pki::generate();
+        let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, true)).collect();
+        let without = tls_builder(&servers)
+            .tls_root_certificate(pki.read("ca.crt"))
+            .build()
+            .unwrap();
+        assert!(without
+            .try_acquire("mtls", TTL)
+            .await
+            .unwrap_err()
+            .is_unavailable());
+        let with = tls_builder(&servers)
+            .tls_root_certificate(pki.read("ca.crt"))
+            .tls_client_certificate(pki.read("client.crt"), pki.read("client.key"))
+            .build()
+            .unwrap();
+        let shown = format!("{with:?}");
+        assert!(
+            !shown.contains("PRIVATE KEY") && !shown.contains("BEGIN"),
+            "{shown}"
+        );
+        let lock = with.acquire("mtls", TTL).await.unwrap();
+        lock.release().await.unwrap();
     }
-    assert!(servers.iter().all(|s| get(&s.server, "tls:job").is_none()));
-
-    // No plain-text fallback either way: rediss:// to a plain port fails, and the system roots
-    // do not trust the test CA.
-    let plain_port = Redlock::builder(servers.iter().map(|s| format!("rediss://127.0.0.1:{}", s.server.port())))
-        .node_timeout(Duration::from_millis(500))
-        .tls_root_certificate(pki.read("ca.crt"))
-        .build()
-        .unwrap();
-    assert!(plain_port.try_acquire("tls:job", TTL).await.unwrap_err().is_unavailable());
-    let system_roots = tls_builder(&servers).build().unwrap();
-    assert!(system_roots.try_acquire("tls:job", TTL).await.unwrap_err().is_unavailable());
-    assert!(servers.iter().all(|s| get(&s.server, "tls:job").is_none()));
 }
-
-#[cfg(feature = "tls")]
-#[tokio::test(flavor = "multi_thread")]
-async fn mutual_tls_needs_the_client_certificate() {
-    logs();
-    let pki = Pki::generate();
-    let servers: Vec<TlsServer> = (0..3).map(|_| TlsServer::spawn(&pki, true)).collect();
-    let without = tls_builder(&servers)
-        .tls_root_certificate(pki.read("ca.crt"))
-        .build()
-        .unwrap();
-    assert!(without.try_acquire("mtls", TTL).await.unwrap_err().is_unavailable());
-    let with = tls_builder(&servers)
-        .tls_root_certificate(pki.read("ca.crt"))
-        .tls_client_certificate(pki.read("client.crt"), pki.read("client.key"))
-        .build()
-        .unwrap();
-    let shown = format!("{with:?}");
-    assert!(!shown.contains("PRIVATE KEY") && !shown.contains("BEGIN"), "{shown}");
-    let lock = with.acquire("mtls", TTL).await.unwrap();
-    lock.release().await.unwrap();
-}
-

@@ -15,8 +15,10 @@ use std::time::Duration;
 use futures::future::join_all;
 use redis::aio::MultiplexedConnection;
 
-/// The release script quorumlock runs, byte for byte.
-pub const RELEASE_LUA: &str = include_str!("../../src/lua/release.lua");
+/// The classic compare-and-delete script of the Redlock description, which the raw floor loads
+/// once and runs by `EVALSHA`.
+pub const RELEASE_LUA: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// The TTL of every lock the benchmarks take: long enough that no lock expires during a run.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -196,6 +198,24 @@ pub fn process_cpu() -> Duration {
         Duration::from_secs(tv.tv_sec() as u64) + Duration::from_micros(tv.tv_usec() as u64)
     };
     as_duration(usage.user_time()) + as_duration(usage.system_time())
+}
+
+/// CPU time (user + system) used so far by the processes `pids` (the masters), from
+/// `/proc/PID/stat` (in ticks of 1/100 s, the fixed `USER_HZ` of the Linux ABI); zero where it
+/// cannot be read.
+pub fn servers_cpu(pids: &[u32]) -> Duration {
+    let ticks: u64 = pids
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command name (which is in parentheses and may hold spaces).
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after `) `.
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .sum();
+    Duration::from_millis(ticks * 10)
 }
 
 /// The `q`-quantile (0..=1) of `sorted`, nearest rank; zero when empty.

@@ -171,7 +171,19 @@ pub async fn single_master_failover() -> io::Result<FailoverReport> {
 ///
 /// As [`run_failover_demo`].
 pub async fn independent_masters_failover() -> io::Result<FailoverReport> {
-    let mut pairs = blocking(|| (0..5).map(|_| Pair::start()).collect::<io::Result<Vec<_>>>()).await?;
+    let mut pairs = blocking(|| {
+        std::thread::scope(|scope| {
+            let starting: Vec<_> = (0..5).map(|_| scope.spawn(Pair::start)).collect();
+            starting
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("a start panicked")))
+                })
+                .collect::<io::Result<Vec<_>>>()
+        })
+    })
+    .await?;
     let urls: Vec<String> = pairs.iter().map(|p| p.vip.url()).collect();
     let mut cases = Vec::new();
 
@@ -238,7 +250,11 @@ struct Pair {
 
 impl Pair {
     fn start() -> io::Result<Pair> {
-        let master = RedisServer::spawn()?;
+        // Start the replica's full sync at once (Redis waits 5 s by default for more replicas).
+        let master = RedisServerBuilder::new()
+            .arg("--repl-diskless-sync-delay")
+            .arg("0")
+            .spawn()?;
         let link = FaultProxy::start(master.addr())?;
         let replica = RedisServerBuilder::new()
             .arg("--replicaof")
@@ -325,7 +341,12 @@ struct Held {
     lock: Lock,
 }
 
-async fn acquire(rl: &Redlock, client: usize, resource: &str, history: &History) -> io::Result<Held> {
+async fn acquire(
+    rl: &Redlock,
+    client: usize,
+    resource: &str,
+    history: &History,
+) -> io::Result<Held> {
     let start = Instant::now();
     let lock = rl.acquire(resource, TTL).await.map_err(io::Error::other)?;
     history.record(Op {
@@ -344,7 +365,12 @@ async fn acquire(rl: &Redlock, client: usize, resource: &str, history: &History)
 }
 
 /// What the second client got: `Ok` if it acquired while the first lease was open.
-async fn try_second(rl: &Redlock, resource: &str, history: &History, first: &Held) -> Result<(), String> {
+async fn try_second(
+    rl: &Redlock,
+    resource: &str,
+    history: &History,
+    first: &Held,
+) -> Result<(), String> {
     let start = Instant::now();
     match rl.acquire(resource, TTL).await {
         Ok(lock) => {
@@ -452,6 +478,10 @@ fn info(addr: SocketAddr, section: &str) -> String {
     .unwrap_or_default()
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> io::Result<T> + Send + 'static) -> io::Result<T> {
-    tokio::task::spawn_blocking(f).await.map_err(io::Error::other)?
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(io::Error::other)?
 }

@@ -10,6 +10,8 @@
 //! * [`FaultProxy`] — a per-node TCP proxy: latency, blackhole, held replies, reset, refuse,
 //!   retarget.
 //! * [`History`] — records a run's operations and faults and checks them for violations.
+//! * [`chaos`] — the chaos suite: seeded fault schedules, contending clients, figures.
+//! * [`failover`] — failover evidence: one master + replica against N independent masters.
 
 #![warn(missing_docs, missing_debug_implementations)]
 

@@ -117,10 +117,14 @@ pub(super) struct Cluster {
 
 impl Cluster {
     fn start(setup: &Setup) -> io::Result<Cluster> {
-        let servers = RedisNodes::spawn_with(setup.masters, &RedisServerBuilder::new().aof(setup.aof))?;
+        let servers =
+            RedisNodes::spawn_with(setup.masters, &RedisServerBuilder::new().aof(setup.aof))?;
         let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr()).collect();
         let proxies = if setup.proxied {
-            addrs.iter().map(|a| FaultProxy::start(*a)).collect::<io::Result<Vec<_>>>()?
+            addrs
+                .iter()
+                .map(|a| FaultProxy::start(*a))
+                .collect::<io::Result<Vec<_>>>()?
         } else {
             Vec::new()
         };
@@ -165,7 +169,11 @@ impl Cluster {
         let keys: Vec<String> = direct_query(self.addrs[i], Duration::from_millis(200), |c| {
             redis::cmd("KEYS").arg(format!("{KEY_PREFIX}*")).query(c)
         })?;
-        Some(keys.into_iter().filter(|k| !k.ends_with(":fence")).collect())
+        Some(
+            keys.into_iter()
+                .filter(|k| !k.ends_with(":fence"))
+                .collect(),
+        )
     }
 
     /// Lock keys on the running masters that answer.
@@ -402,8 +410,7 @@ where
 
     let mut clients = Vec::new();
     let rounds = Arc::new(Mutex::new(Vec::new()));
-    if setup.simultaneous_group > 0 {
-        let groups = setup.clients / setup.simultaneous_group;
+    if let Some(groups) = setup.clients.checked_div(setup.simultaneous_group) {
         for g in 0..groups {
             let barrier = Arc::new(Barrier::new(setup.simultaneous_group));
             let go_on = Arc::new(AtomicBool::new(true));
@@ -474,7 +481,9 @@ where
 }
 
 fn client_rng(seed: u64, client: usize) -> StdRng {
-    StdRng::seed_from_u64(seed.wrapping_add((client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+    StdRng::seed_from_u64(
+        seed.wrapping_add((client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+    )
 }
 
 /// Every `MONITOR_EVERY`, reads every lock key's remaining TTL on every master that answers and
@@ -524,7 +533,13 @@ impl Shared {
     }
 
     /// Acquires `resource` with the library's retry policy and records the attempt.
-    async fn acquire(&self, rl: &Redlock, client: usize, resource: &str, once: bool) -> Option<Lock> {
+    async fn acquire(
+        &self,
+        rl: &Redlock,
+        client: usize,
+        resource: &str,
+        once: bool,
+    ) -> Option<Lock> {
         let start = Instant::now();
         let result = if once {
             rl.try_acquire(resource, self.setup.ttl).await
@@ -648,7 +663,9 @@ async fn free_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
         let Some(mut lock) = shared.acquire(&rl, client, &resource, false).await else {
             continue;
         };
-        shared.critical_section(client, r, &mut lock, &mut rng).await;
+        shared
+            .critical_section(client, r, &mut lock, &mut rng)
+            .await;
 
         if rng.random_bool(shared.setup.crash_chance) {
             // The holder's process dies: nothing is released, its connections go away, and a
@@ -658,7 +675,9 @@ async fn free_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
             rl = shared.redlock();
             while !shared.stopped() {
                 if let Some(mut lock) = shared.acquire(&rl, client, &resource, false).await {
-                    shared.critical_section(client, r, &mut lock, &mut rng).await;
+                    shared
+                        .critical_section(client, r, &mut lock, &mut rng)
+                        .await;
                     let _ = shared.release(client, lock).await;
                     break;
                 }
@@ -716,12 +735,17 @@ async fn simultaneous_client(
         let mut won_at = None;
         for attempt in 1..=shared.setup.round_attempts {
             if let Some(mut lock) = shared.acquire(&rl, client, &resource, true).await {
-                shared.critical_section(client, r, &mut lock, &mut rng).await;
+                shared
+                    .critical_section(client, r, &mut lock, &mut rng)
+                    .await;
                 let _ = shared.release(client, lock).await;
                 won_at = Some(attempt);
                 break;
             }
-            let low = shared.setup.retry_delay.saturating_sub(shared.setup.retry_jitter);
+            let low = shared
+                .setup
+                .retry_delay
+                .saturating_sub(shared.setup.retry_jitter);
             let high = shared.setup.retry_delay + shared.setup.retry_jitter;
             tokio::time::sleep(rng.random_range(low..=high)).await;
         }

@@ -262,7 +262,15 @@ impl ChaosRun {
     pub fn header() -> String {
         format!(
             "{:<26} {:>12} {:>12} {:>9} {:>10} {:>9} {:>9} {:>8}  {}",
-            "scenario", "seed", "acquisitions", "failures", "violations", "p50", "p99", "time", "checks"
+            "scenario",
+            "seed",
+            "acquisitions",
+            "failures",
+            "violations",
+            "p50",
+            "p99",
+            "time",
+            "checks"
         )
     }
 

@@ -166,7 +166,13 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
 }
 
 /// Runs the checker and adds the checks every scenario has.
-fn finish(scenario: Scenario, length: Length, seed: u64, mut ran: Ran, mut checks: Vec<Check>) -> ChaosRun {
+fn finish(
+    scenario: Scenario,
+    length: Length,
+    seed: u64,
+    mut ran: Ran,
+    mut checks: Vec<Check>,
+) -> ChaosRun {
     let report = ran.history.check();
     let (p50, p99) = percentiles(&mut ran.latencies);
     if scenario.expects_success() {
@@ -176,7 +182,11 @@ fn finish(scenario: Scenario, length: Length, seed: u64, mut ran: Ran, mut check
             Check::new(
                 format!("at least {target} acquisitions"),
                 report.acquires.ok >= target,
-                format!("{} in {:.1}s", report.acquires.ok, ran.elapsed.as_secs_f64()),
+                format!(
+                    "{} in {:.1}s",
+                    report.acquires.ok,
+                    ran.elapsed.as_secs_f64()
+                ),
             ),
         );
     }
@@ -270,7 +280,9 @@ async fn restart_after_ttl(mut ctl: Ctl) -> io::Result<()> {
         for &i in &victims {
             ctl.kill(i).await?;
         }
-        let id = ctl.fault(format!("masters {victims:?} killed, restarted empty after a TTL"));
+        let id = ctl.fault(format!(
+            "masters {victims:?} killed, restarted empty after a TTL"
+        ));
         let down = ttl + ctl.ms(20, 100);
         tokio::time::sleep(down).await;
         for &i in &victims {
@@ -293,7 +305,10 @@ async fn latency_below_timeout(mut ctl: Ctl) -> io::Result<()> {
             ctl.proxy(i)?.delay(up, down, Duration::from_millis(1));
             delays.push(format!("{}+{}", up.as_millis(), down.as_millis()));
         }
-        let id = ctl.fault(format!("latency (up+down ms, ±1 ms each) {}", delays.join(" ")));
+        let id = ctl.fault(format!(
+            "latency (up+down ms, ±1 ms each) {}",
+            delays.join(" ")
+        ));
         if first {
             ctl.go();
             first = false;
@@ -313,7 +328,9 @@ async fn latency_beyond_ttl(mut ctl: Ctl) -> io::Result<()> {
     for &i in &victims {
         ctl.proxy(i)?.delay(delay, Duration::ZERO, Duration::ZERO);
     }
-    let id = ctl.fault(format!("{delay:?} latency to masters {victims:?} (majority)"));
+    let id = ctl.fault(format!(
+        "{delay:?} latency to masters {victims:?} (majority)"
+    ));
     ctl.go();
     ctl.until_stopped().await;
     for &i in &victims {
@@ -342,7 +359,11 @@ async fn held_replies(mut ctl: Ctl) -> io::Result<()> {
         let deliver = ctl.rng.random_bool(0.5);
         let id = ctl.fault(format!(
             "replies from masters {victims:?} held past the TTL, then {} ({})",
-            if deliver { "delivered" } else { "lost with the connection" },
+            if deliver {
+                "delivered"
+            } else {
+                "lost with the connection"
+            },
             if majority { "majority" } else { "minority" }
         ));
         let held = ttl + ctl.ms(20, 100);
@@ -409,7 +430,9 @@ async fn restart_at_once(mut ctl: Ctl) -> io::Result<()> {
         }
         let k = ctl.rng.random_range(1..=2);
         let victims = ctl.pick(k);
-        let id = ctl.fault(format!("masters {victims:?} crashed and restarted at once (AOF)"));
+        let id = ctl.fault(format!(
+            "masters {victims:?} crashed and restarted at once (AOF)"
+        ));
         for &i in &victims {
             ctl.restart(i).await?;
         }
@@ -529,7 +552,10 @@ async fn stray_keys_gone_within_a_ttl(ran: &Ran, resumed: Instant) -> Check {
                 at.saturating_duration_since(resumed).as_secs_f64() * 1e3,
                 ran.setup.ttl
             ),
-            None => format!("keys still present a TTL ({:?}) after the last resume", ran.setup.ttl),
+            None => format!(
+                "keys still present a TTL ({:?}) after the last resume",
+                ran.setup.ttl
+            ),
         },
     )
 }
@@ -546,7 +572,10 @@ async fn keys_expire_and_the_lock_comes_back(ran: &Ran) -> Check {
         .retry_delay(Duration::from_millis(20))
         .build();
     let lock = match rl {
-        Ok(rl) => rl.acquire("r0", ran.setup.ttl).await.map_err(|e| e.to_string()),
+        Ok(rl) => rl
+            .acquire("r0", ran.setup.ttl)
+            .await
+            .map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     let detail = format!(
@@ -572,7 +601,10 @@ fn validity_reflects_latency(ran: &Ran, round_trip: Duration) -> Check {
     let ceiling = ran.setup.ttl.saturating_sub(ran.setup.drift() + round_trip);
     let left: Vec<Duration> = successful_acquires(ran)
         .iter()
-        .filter_map(|op| op.valid_until().map(|v| v.saturating_duration_since(op.end)))
+        .filter_map(|op| {
+            op.valid_until()
+                .map(|v| v.saturating_duration_since(op.end))
+        })
         .collect();
     let max = left.iter().max().copied().unwrap_or_default();
     let min = left.iter().min().copied().unwrap_or_default();
@@ -611,7 +643,11 @@ fn no_success_inside_majority_faults(ran: &Ran) -> Check {
     Check::new(
         "no acquisition both started and ended inside a majority fault",
         inside.is_empty(),
-        format!("{} majority faults, {} such acquisitions", faults.len(), inside.len()),
+        format!(
+            "{} majority faults, {} such acquisitions",
+            faults.len(),
+            inside.len()
+        ),
     )
 }
 
@@ -641,7 +677,10 @@ fn stale_holders_touch_nothing(ran: &Ran) -> Vec<Check> {
         Check::new(
             "stale holders' extends are refused",
             s.holders > 0 && s.extends_refused == s.holders,
-            format!("{} stale holders, {} extends refused", s.holders, s.extends_refused),
+            format!(
+                "{} stale holders, {} extends refused",
+                s.holders, s.extends_refused
+            ),
         ),
         Check::new(
             "stale holders' releases delete no key",
@@ -661,7 +700,8 @@ fn killed_holders_locks_come_back(ran: &Ran) -> Check {
     // The key expires a TTL after the last acquire or extend (before the kill); then a waiter
     // needs at most one retry delay and one attempt. The slack absorbs scheduling on a loaded
     // two-core machine.
-    let bound = s.ttl + s.retry_delay + s.retry_jitter + s.node_timeout + Duration::from_millis(100);
+    let bound =
+        s.ttl + s.retry_delay + s.retry_jitter + s.node_timeout + Duration::from_millis(100);
     let acquires = successful_acquires(ran);
     let mut worst = Duration::ZERO;
     let mut late = 0;
