@@ -11,12 +11,17 @@ redis-server:
 demo: redis-server
 	$(CARGO) run --release -q -p quorumlock-cli -- demo
 
-## The whole test suite against real redis-server processes.
+## The whole test suite against real redis-server processes (the chaos suite in its short
+## version, failover evidence, fencing, TLS and ACL included).
 test: redis-server
-	$(CARGO) test --workspace --lib --bins --tests --examples
-	$(CARGO) test --workspace --doc
+	$(CARGO) test --workspace --all-features --lib --bins --tests --examples
+	$(CARGO) test --workspace --all-features --doc
+
+## The long chaos suite (>= 10,000 acquisitions per scenario): prints the table with seeds.
+chaos: redis-server
+	$(CARGO) run --release -q --all-features --example chaos
 
 ## Formatting and lints, as CI runs them.
 lint:
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings

@@ -426,8 +426,13 @@ async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_tri
         "\\x00 %s {} 'single' `back`",
         "ünïcödé ☃",
     ];
-    let plain = client(&nodes);
-    let fenced = builder(&nodes).fencing(true).build().unwrap();
+    let slow_machine = Duration::from_millis(250);
+    let plain = builder(&nodes).node_timeout(slow_machine).build().unwrap();
+    let fenced = builder(&nodes)
+        .node_timeout(slow_machine)
+        .fencing(true)
+        .build()
+        .unwrap();
     for name in names {
         for rl in [&plain, &fenced] {
             let mut lock = rl.acquire(name, TTL).await.unwrap();
