@@ -377,16 +377,18 @@ impl Redlock {
         let fenced = self.inner.settings.fencing;
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
+        Counters::bump(&self.inner.counters.attempts);
+        let start = Instant::now();
         let rollback = Rollback {
             redlock: self,
             keys,
             token: &token,
             node_timeout: lease.node_timeout,
+            // A SET sent in this attempt cannot outlive this instant.
+            keys_expire: start + lease.ttl,
             armed: true,
         };
 
-        Counters::bump(&self.inner.counters.attempts);
-        let start = Instant::now();
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         let (outcome, stragglers) = self
             .fan_out(
@@ -735,6 +737,7 @@ struct Rollback<'a> {
     keys: &'a Keys,
     token: &'a LockToken,
     node_timeout: Duration,
+    keys_expire: Instant,
     armed: bool,
 }
 
@@ -755,7 +758,56 @@ impl Rollback<'_> {
             unreachable = failed.len(),
             "rolled back a failed attempt"
         );
+        // A release that got no answer may never have been written (say, the node's connection
+        // was being replaced): keep sending it in the background until the node answers or the
+        // keys have expired anyway.
+        let unanswered: Vec<usize> = failed
+            .iter()
+            .filter_map(|e| self.redlock.inner.nodes.iter().position(|n| n.id() == e.node()))
+            .collect();
+        if !unanswered.is_empty() {
+            spawn_release_until(
+                self.redlock.clone(),
+                self.keys.clone(),
+                self.token.clone(),
+                self.node_timeout,
+                self.keys_expire,
+                unanswered,
+            );
+        }
     }
+}
+
+/// Re-sends a rollback release to each of `nodes` until it answers or `keys_expire` passes,
+/// backing off from the node timeout up to a quarter of a second between tries.
+fn spawn_release_until(
+    redlock: Redlock,
+    keys: Keys,
+    token: LockToken,
+    node_timeout: Duration,
+    keys_expire: Instant,
+    nodes: Vec<usize>,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let retries = nodes.into_iter().map(|i| {
+            let (redlock, keys, token) = (&redlock, &keys, &token);
+            async move {
+                let mut pause = node_timeout;
+                while Instant::now() < keys_expire {
+                    let node = redlock.node(i);
+                    if keys.release_on(node, token.expose(), false, node_timeout).await.is_ok() {
+                        return;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+            }
+        });
+        futures::future::join_all(retries).await;
+    });
 }
 
 impl Drop for Rollback<'_> {

@@ -384,7 +384,7 @@ async fn subscriber(
             Ok(pubsub) => {
                 tracing::debug!(node, "subscriber connected");
                 backoff = RECONNECT_MIN;
-                if serve(pubsub, &hub, &mut changes).await == Served::Closed {
+                if serve(&node, pubsub, &hub, &mut changes).await == Served::Closed {
                     return;
                 }
                 tracing::debug!(node, "subscriber connection lost; reconnecting");
@@ -412,7 +412,12 @@ async fn pause(changes: &mut watch::Receiver<()>, pause: Duration) -> bool {
 
 /// Keeps one connection's subscriptions equal to the wanted channels and forwards its messages
 /// to the waiters.
-async fn serve(pubsub: PubSub, hub: &Weak<Hub>, changes: &mut watch::Receiver<()>) -> Served {
+async fn serve(
+    node: &str,
+    pubsub: PubSub,
+    hub: &Weak<Hub>,
+    changes: &mut watch::Receiver<()>,
+) -> Served {
     let (mut sink, mut messages) = pubsub.split();
     let mut subscribed: HashSet<String> = HashSet::new();
     loop {
@@ -431,7 +436,13 @@ async fn serve(pubsub: PubSub, hub: &Weak<Hub>, changes: &mut watch::Receiver<()
                     }
                     subscribed.extend(add);
                 }
-                _ => return Served::Broken,
+                Ok(Err(e)) => {
+                    // Most often an ACL without `+subscribe` or the channel pattern: waiting
+                    // still works, by polling at the retry delay, but the operator should know.
+                    tracing::warn!(node, error = %e, "SUBSCRIBE refused; waiters fall back to the retry delay");
+                    return Served::Broken;
+                }
+                Err(_timeout) => return Served::Broken,
             }
         }
         if !remove.is_empty() {

@@ -163,6 +163,13 @@ impl FaultProxy {
     /// Bytes already waiting in the proxy (delayed or held) stay where they are until the
     /// blackhole is lifted by [`pass`](Self::pass). A connection closed by one side while
     /// blackholed is not seen by the other side until then.
+    ///
+    /// Discarding bytes *inside* a live TCP stream is something no real network does: on a
+    /// multiplexed Redis connection, the replies after the gap would be matched to the wrong
+    /// requests. To heal a blackholed (or [`drop_held`](Self::drop_held)) proxy the way a real
+    /// partition heals, end its connections first — [`refuse`](Self::refuse)`(true)`, then
+    /// [`reset`](Self::reset), then [`pass`](Self::pass) — so clients reconnect on a clean
+    /// stream. The chaos scenarios heal this way.
     pub fn blackhole(&self) {
         self.state.send_modify(|s| s.faults.blackhole = true);
     }
