@@ -16,7 +16,8 @@ use crate::duration;
 pub(crate) const EXAMPLES: &str = "\
 Examples:
   quorumlock demo
-  quorumlock demo --workers 12 --duration 20s --ttl 500ms";
+  quorumlock demo --workers 12 --duration 20s --ttl 500ms
+  quorumlock demo --failover   # one master + replica loses a lock on failover; five masters do not";
 
 const MASTERS: usize = 5;
 const RESOURCE: &str = "demo:nightly-report";
@@ -35,6 +36,10 @@ pub(crate) struct DemoArgs {
     /// The lock's TTL.
     #[arg(long, default_value = "1s", value_parser = duration::parse)]
     ttl: Duration,
+    /// Instead: reproduce a failover losing a lock on one master with an async replica, and the
+    /// same failovers on five independent masters, with the rule for where that stops.
+    #[arg(long)]
+    failover: bool,
 }
 
 /// What the workers saw.
@@ -48,6 +53,9 @@ struct Tally {
 }
 
 pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<std::process::ExitCode> {
+    if args.failover {
+        return failover().await;
+    }
     anyhow::ensure!(args.workers > 0, "--workers must be at least 1");
     println!("Starting {MASTERS} independent redis-server masters on free loopback ports...");
     let nodes = tokio::task::spawn_blocking(|| RedisNodes::spawn(MASTERS))
@@ -245,4 +253,29 @@ fn report(args: &DemoArgs, tally: &Tally, overlaps: usize, took: Duration) {
 
 fn lock_or_recover<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `--failover`: runs the failover cases and prints each with the rule's prediction.
+async fn failover() -> anyhow::Result<std::process::ExitCode> {
+    println!(
+        "Failover: the replica has not received the lock, the master dies, the replica is promoted\n\
+         and the address moves to it. A second holder is possible once the f masters that lost\n\
+         the key satisfy f >= q - N + k (N masters, quorum q, the holder locked k of them).\n"
+    );
+    let report = quorumlock_testkit::failover::run_failover_demo()
+        .await
+        .context("running the failover cases")?;
+    for case in &report.cases {
+        println!("* {case}\n");
+    }
+    let as_predicted = report.as_predicted();
+    println!(
+        "every case as the rule predicts: {}",
+        if as_predicted { "yes" } else { "NO" }
+    );
+    Ok(if as_predicted {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(crate::exit::FAILURE)
+    })
 }

@@ -22,3 +22,20 @@ fn demo_reports_zero_overlaps_while_masters_fail() {
         .unwrap();
     assert!(acquisitions > 0, "{stdout}");
 }
+
+#[test]
+fn failover_demo_shows_the_single_master_losing_the_lock_and_five_masters_keeping_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .args(["demo", "--failover"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("every case as the rule predicts: yes"), "{stdout}");
+    let cases: Vec<&str> = stdout.lines().filter(|l| l.starts_with("* ")).collect();
+    assert_eq!(cases.len(), 4, "{stdout}");
+    assert!(cases[0].contains("second holder: YES"), "{stdout}");
+    assert!(cases[1].contains("second holder: no"), "{stdout}");
+    assert!(cases[2].contains("second holder: no"), "{stdout}");
+    assert!(cases[3].contains("second holder: YES"), "{stdout}");
+}
