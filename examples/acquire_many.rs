@@ -1,0 +1,25 @@
+//! Lock two accounts at once, all or nothing, to move money between them.
+//!
+//! ```text
+//! cargo run --example acquire_many -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
+//! ```
+
+use std::time::Duration;
+
+use quorumlock::Redlock;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let urls: Vec<String> = std::env::args().skip(1).collect();
+    let rl = Redlock::builder(&urls).key_prefix("bank:").build()?;
+
+    // Either both keys are set on a quorum of masters, or neither is anywhere.
+    let mut both = rl
+        .acquire_many(&["acct:1", "acct:2"], Duration::from_secs(5))
+        .await?;
+    println!("holding {:?} for {:?}", both.resources(), both.remaining());
+    // ... debit acct:1, credit acct:2 ...
+    both.extend(Duration::from_secs(5)).await?; // renews both together
+    both.release().await?; // releases both together
+    Ok(())
+}
