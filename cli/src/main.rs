@@ -3,6 +3,7 @@
 //!
 //! Exit codes are stable and documented in `--help` (see [`exit`]).
 
+mod bench;
 mod demo;
 mod duration;
 mod exec;
@@ -32,6 +33,9 @@ enum Command {
     /// Run a command while holding a lock on a quorum of masters (a distributed flock).
     #[command(after_help = exec::EXAMPLES)]
     Exec(exec::ExecArgs),
+    /// Measure acquire/release latency and throughput against your own masters.
+    #[command(after_help = bench::EXAMPLES)]
+    Bench(bench::BenchArgs),
     /// Show what every master holds for a resource, and the quorum's verdict.
     #[command(after_help = status::EXAMPLES)]
     Status(status::StatusArgs),
@@ -58,6 +62,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Demo(args) => demo::run(args).await,
             Command::Exec(args) => exec::run(args).await,
             Command::Status(args) => status::run(args).await,
+            Command::Bench(args) => bench::run(args)
+                .await
+                .map(|()| ExitCode::SUCCESS),
         }
     })
 }

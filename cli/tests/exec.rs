@@ -187,3 +187,21 @@ fn errors_are_one_line_naming_the_problem() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("127.0.0.1:1") && stderr.contains("same"), "{stderr}");
 }
+
+#[test]
+fn bench_measures_cycles_against_the_given_masters_and_leaves_no_key() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let out = quorumlock(&nodes)
+        .args(["bench", "--workers", "4", "--duration", "1s"])
+        .output()
+        .unwrap();
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("cycles"), "{shown}");
+    // Every benchmark key was released.
+    for server in nodes.iter() {
+        let mut conn = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+        assert!(keys.iter().all(|k| !k.starts_with("quorumlock-bench:")), "{keys:?}");
+    }
+}
