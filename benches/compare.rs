@@ -25,6 +25,9 @@
 //! | `QUORUMLOCK_BENCH_RUNS` | 3 | interleaved runs (medians need ≥ 3) |
 //! | `QUORUMLOCK_BENCH_WORKERS` | 32 | the "many workers" count of cases 1–3 and 5 |
 //! | `QUORUMLOCK_BENCH_CASES` | 1,2,3,4,5 | which cases to run (6, CPU, comes with 1) |
+//!
+//! With `QUORUMLOCK_BENCH_PROFILE` set, it runs a fixed number of cycles of one client instead,
+//! for profiling (see `profile`).
 
 mod support;
 
@@ -480,8 +483,10 @@ fn main() {
 }
 
 /// Profiling mode: a fixed number of uncontended cycles of one client on a single-threaded
-/// runtime, so that an instruction count (`valgrind --tool=callgrind`) is repeatable and can be
-/// divided by the cycle count. The masters are child processes and are not traced.
+/// runtime (`QUORUMLOCK_BENCH_MULTI_THREAD=1` for the default multi-threaded one), so that an
+/// instruction count (`valgrind --tool=callgrind`) is repeatable and can be divided by the cycle
+/// count. The masters are child processes and are not traced. Prints wall and CPU time per
+/// cycle, and the commands the masters ran per cycle (`INFO commandstats`).
 ///
 /// ```text
 /// QUORUMLOCK_BENCH_PROFILE=quorumlock|rslock|raw QUORUMLOCK_BENCH_CYCLES=5000 \
@@ -499,10 +504,14 @@ fn profile(kind: &str) {
     let cycles: usize = env_or("QUORUMLOCK_BENCH_CYCLES", 5000);
     let workers: usize = env_or("QUORUMLOCK_BENCH_WORKERS", 1);
     let nodes = RedisNodes::spawn(env_or("QUORUMLOCK_BENCH_NODES", 5)).unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = if env_or("QUORUMLOCK_BENCH_MULTI_THREAD", 0u8) == 1 {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    }
+    .enable_all()
+    .build()
+    .unwrap();
     let client = Arc::new(runtime.block_on(Client::connect(kind, &nodes.urls())));
     // Warm up outside the counted region: connections, script caches, allocator.
     profile_cycles(&runtime, &client, workers, workers * 50, false);

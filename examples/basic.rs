@@ -13,7 +13,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let urls: Vec<String> = std::env::args().skip(1).collect();
     let rl = Redlock::builder(&urls).build()?;
 
-    let lock = rl.acquire("reports:nightly", Duration::from_secs(30)).await?;
+    let lock = rl
+        .acquire("reports:nightly", Duration::from_secs(30))
+        .await?;
     println!(
         "holding {} for {:?} (token {})",
         lock.resource(),

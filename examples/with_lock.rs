@@ -16,16 +16,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A 3 s lease renewed every second while the 10 s job runs; never held beyond a minute.
     let opts = HoldOptions::new().max_hold(Duration::from_secs(60));
     let result = rl
-        .with_lock_opts("jobs:reindex", Duration::from_secs(3), opts, |held| async move {
-            for step in 1..=10 {
-                if !held.is_held() {
-                    return Err("lock lost");
+        .with_lock_opts(
+            "jobs:reindex",
+            Duration::from_secs(3),
+            opts,
+            |held| async move {
+                for step in 1..=10 {
+                    if !held.is_held() {
+                        return Err("lock lost");
+                    }
+                    println!("step {step}/10, {:?} of lease left", held.remaining());
+                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
-                println!("step {step}/10, {:?} of lease left", held.remaining());
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Ok(held.renewals())
-        })
+                Ok(held.renewals())
+            },
+        )
         .await;
     match result {
         Ok(Ok(renewals)) => println!("done after {renewals} renewals"),

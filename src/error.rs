@@ -435,12 +435,16 @@ mod tests {
     fn bad_input_is_neither_retriable_nor_about_nodes() {
         let errors = [
             Error::Config(ConfigError::NoNodes),
-            Error::InvalidResource { reason: "it is empty" },
+            Error::InvalidResource {
+                reason: "it is empty",
+            },
             Error::InvalidTtl {
                 ttl: Duration::ZERO,
                 reason: "it must be at least 1 ms".into(),
             },
-            Error::Expired { resource: "r".into() },
+            Error::Expired {
+                resource: "r".into(),
+            },
         ];
         for e in errors {
             assert!(!e.is_retriable(), "{e}");

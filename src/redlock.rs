@@ -763,7 +763,13 @@ impl Rollback<'_> {
         // keys have expired anyway.
         let unanswered: Vec<usize> = failed
             .iter()
-            .filter_map(|e| self.redlock.inner.nodes.iter().position(|n| n.id() == e.node()))
+            .filter_map(|e| {
+                self.redlock
+                    .inner
+                    .nodes
+                    .iter()
+                    .position(|n| n.id() == e.node())
+            })
             .collect();
         if !unanswered.is_empty() {
             spawn_release_until(
@@ -798,7 +804,11 @@ fn spawn_release_until(
                 let mut pause = node_timeout;
                 while Instant::now() < keys_expire {
                     let node = redlock.node(i);
-                    if keys.release_on(node, token.expose(), false, node_timeout).await.is_ok() {
+                    if keys
+                        .release_on(node, token.expose(), false, node_timeout)
+                        .await
+                        .is_ok()
+                    {
                         return;
                     }
                     tokio::time::sleep(pause).await;

@@ -80,7 +80,9 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<std::process::ExitCode
     let witness = OccupancyWitness::new(RESOURCE);
     let stop = Arc::new(AtomicBool::new(false));
     let progress = ProgressBar::new_spinner();
-    progress.set_style(ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}")?);
+    progress.set_style(ProgressStyle::with_template(
+        "{spinner} {elapsed:>3} {msg}",
+    )?);
     progress.enable_steady_tick(Duration::from_millis(100));
 
     let workers: Vec<_> = (0..args.workers)
@@ -188,7 +190,9 @@ fn inject_faults(
     // A master that lost its keys must stay away for at least one TTL before rejoining.
     sleep_until((at(0.15) + ttl + Duration::from_millis(100)).max(at(0.45)));
     nodes[2].restart()?;
-    say(format!("master 3 restarted empty after more than one TTL ({ttl:?})"));
+    say(format!(
+        "master 3 restarted empty after more than one TTL ({ttl:?})"
+    ));
     sleep_until(at(0.6));
     nodes[4].pause()?;
     say("master 5 paused (SIGSTOP): it accepts requests and never answers".into());

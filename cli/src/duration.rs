@@ -17,7 +17,11 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
         "" | "s" => value,
         "m" => value * 60.0,
         "h" => value * 3600.0,
-        other => return Err(format!("unknown unit {other:?} in {text:?} (use ms, s, m or h)")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use ms, s, m or h)"
+            ))
+        }
     };
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }

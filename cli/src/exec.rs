@@ -130,7 +130,8 @@ fn spawn(command: &[String], held: &Held) -> anyhow::Result<Child> {
     if let Some(fence) = held.fencing_token() {
         cmd.env("QUORUMLOCK_FENCE", fence.to_string());
     }
-    cmd.spawn().with_context(|| format!("cannot run {program:?}"))
+    cmd.spawn()
+        .with_context(|| format!("cannot run {program:?}"))
 }
 
 fn signal_child(child: &Child, sig: Signal) {

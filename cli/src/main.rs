@@ -62,9 +62,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Demo(args) => demo::run(args).await,
             Command::Exec(args) => exec::run(args).await,
             Command::Status(args) => status::run(args).await,
-            Command::Bench(args) => bench::run(args)
-                .await
-                .map(|()| ExitCode::SUCCESS),
+            Command::Bench(args) => bench::run(args).await.map(|()| ExitCode::SUCCESS),
         }
     })
 }

@@ -16,7 +16,11 @@ pub(crate) struct NodesArg {
 
 impl NodesArg {
     pub(crate) fn builder(&self) -> RedlockBuilder {
-        let urls = self.nodes.iter().map(|u| u.trim()).filter(|u| !u.is_empty());
+        let urls = self
+            .nodes
+            .iter()
+            .map(|u| u.trim())
+            .filter(|u| !u.is_empty());
         quorumlock::Redlock::builder(urls).key_prefix(self.key_prefix.clone())
     }
 }

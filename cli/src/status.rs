@@ -37,7 +37,10 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<std::process::ExitCo
     }
     let verdict = match &status.verdict {
         Verdict::Held { fingerprint, nodes } => {
-            format!("held by {fingerprint} on {nodes}/{} nodes", status.nodes.len())
+            format!(
+                "held by {fingerprint} on {nodes}/{} nodes",
+                status.nodes.len()
+            )
         }
         Verdict::Free => "free".to_owned(),
         Verdict::Split => "split: no token on a quorum, fewer than a quorum free".to_owned(),

@@ -5,7 +5,15 @@ use std::process::Command;
 #[test]
 fn demo_reports_zero_overlaps_while_masters_fail() {
     let out = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
-        .args(["demo", "--workers", "4", "--duration", "3s", "--ttl", "500ms"])
+        .args([
+            "demo",
+            "--workers",
+            "4",
+            "--duration",
+            "3s",
+            "--ttl",
+            "500ms",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -30,8 +38,15 @@ fn failover_demo_shows_the_single_master_losing_the_lock_and_five_masters_keepin
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("every case as the rule predicts: yes"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("every case as the rule predicts: yes"),
+        "{stdout}"
+    );
     let cases: Vec<&str> = stdout.lines().filter(|l| l.starts_with("* ")).collect();
     assert_eq!(cases.len(), 4, "{stdout}");
     assert!(cases[0].contains("second holder: YES"), "{stdout}");

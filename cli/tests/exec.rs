@@ -60,9 +60,20 @@ fn exec_runs_the_command_exactly_once_across_four_concurrent_invocations() {
     let codes: Vec<Option<i32>> = outputs.iter().map(|o| o.status.code()).collect();
     let runs = std::fs::read_to_string(&log).unwrap();
     assert_eq!(runs.lines().count(), 1, "{codes:?}");
-    assert_eq!(codes.iter().filter(|c| **c == Some(0)).count(), 1, "{codes:?}");
-    assert_eq!(codes.iter().filter(|c| **c == Some(75)).count(), 3, "{codes:?}");
-    let busy = outputs.iter().find(|o| o.status.code() == Some(75)).unwrap();
+    assert_eq!(
+        codes.iter().filter(|c| **c == Some(0)).count(),
+        1,
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes.iter().filter(|c| **c == Some(75)).count(),
+        3,
+        "{codes:?}"
+    );
+    let busy = outputs
+        .iter()
+        .find(|o| o.status.code() == Some(75))
+        .unwrap();
     assert!(text(busy).contains("not acquired"), "{}", text(busy));
 }
 
@@ -85,7 +96,12 @@ fn exec_returns_the_commands_exit_code_and_passes_the_resource_and_fence() {
     )
     .output()
     .unwrap();
-    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "2", "{}", text(&again));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        "2",
+        "{}",
+        text(&again)
+    );
 }
 
 #[test]
@@ -102,7 +118,9 @@ fn exec_exits_with_the_conflict_code_when_the_lock_is_busy() {
     .unwrap();
     assert!(wait_for_file(&started, Duration::from_secs(5)));
 
-    let busy = exec(&nodes, &["--resource", "busy"], "echo ran").output().unwrap();
+    let busy = exec(&nodes, &["--resource", "busy"], "echo ran")
+        .output()
+        .unwrap();
     assert_eq!(busy.status.code(), Some(75), "{}", text(&busy));
     assert!(busy.stdout.is_empty(), "the command must not run");
     let custom = exec(&nodes, &["--resource", "busy", "-E", "9"], "echo ran")
@@ -155,8 +173,15 @@ fn exec_reports_a_command_that_cannot_run_and_releases_the_lock() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(127), "{}", text(&out));
-    let again = exec(&nodes, &["--resource", "norun"], "true").output().unwrap();
-    assert_eq!(again.status.code(), Some(0), "the lock was released: {}", text(&again));
+    let again = exec(&nodes, &["--resource", "norun"], "true")
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "the lock was released: {}",
+        text(&again)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -165,27 +190,44 @@ async fn status_shows_the_holder_and_the_verdict() {
     let rl = quorumlock::Redlock::builder(nodes.urls()).build().unwrap();
     let lock = rl.acquire("shown", Duration::from_secs(30)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let out = quorumlock(&nodes).args(["status", "shown"]).output().unwrap();
+    let out = quorumlock(&nodes)
+        .args(["status", "shown"])
+        .output()
+        .unwrap();
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     let fingerprint = lock.token().fingerprint();
-    assert!(shown.contains(&format!("held by {fingerprint} on 3/3")), "{shown}");
+    assert!(
+        shown.contains(&format!("held by {fingerprint} on 3/3")),
+        "{shown}"
+    );
     assert!(!shown.contains(lock.token().expose()), "{shown}");
     lock.release().await.unwrap();
-    let out = quorumlock(&nodes).args(["status", "shown"]).output().unwrap();
+    let out = quorumlock(&nodes)
+        .args(["status", "shown"])
+        .output()
+        .unwrap();
     assert!(text(&out).contains("\"shown\": free"), "{}", text(&out));
 }
 
 #[test]
 fn errors_are_one_line_naming_the_problem() {
     let out = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
-        .args(["status", "--nodes", "redis://127.0.0.1:1,redis://127.0.0.1:1", "x"])
+        .args([
+            "status",
+            "--nodes",
+            "redis://127.0.0.1:1,redis://127.0.0.1:1",
+            "x",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("127.0.0.1:1") && stderr.contains("same"), "{stderr}");
+    assert!(
+        stderr.contains("127.0.0.1:1") && stderr.contains("same"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -200,8 +242,14 @@ fn bench_measures_cycles_against_the_given_masters_and_leaves_no_key() {
     assert!(shown.contains("cycles"), "{shown}");
     // Every benchmark key was released.
     for server in nodes.iter() {
-        let mut conn = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
         let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
-        assert!(keys.iter().all(|k| !k.starts_with("quorumlock-bench:")), "{keys:?}");
+        assert!(
+            keys.iter().all(|k| !k.starts_with("quorumlock-bench:")),
+            "{keys:?}"
+        );
     }
 }
