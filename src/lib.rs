@@ -96,6 +96,7 @@
 
 mod builder;
 mod error;
+mod fanout;
 mod hold;
 mod inspect;
 mod keys;
@@ -104,6 +105,7 @@ mod many;
 mod node;
 mod quorum;
 mod redlock;
+mod release;
 mod retry;
 mod scripts;
 mod stats;

@@ -10,7 +10,8 @@ use tracing::Instrument;
 use crate::error::{Error, NodeErrorKind};
 use crate::keys::Keys;
 use crate::quorum::{self, Decision};
-use crate::redlock::{spawn_release, Lease, Redlock, Released};
+use crate::redlock::{Lease, Redlock, Released};
+use crate::release::spawn_release;
 use crate::stats::Counters;
 
 /// The random value that marks a lock as this holder's on every node: 128 bits from the

@@ -1,19 +1,17 @@
 //! `Redlock`: the client. Fans each operation out to every node and decides on a quorum.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use futures::stream::{FuturesUnordered, StreamExt};
-
 use crate::builder::{RedlockBuilder, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
 use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
+use crate::fanout::Cleanup;
 use crate::keys::{Acquired, Keys};
 use crate::lock::{Lock, LockToken};
 use crate::node::Node;
-use crate::quorum::{self, Decision, Tally, Vote};
+use crate::quorum::{self, Decision};
+use crate::release::Rollback;
 use crate::retry::RetryPolicy;
 use crate::stats::{Counters, Stats};
 use crate::wakeup::Wakeup;
@@ -83,79 +81,6 @@ pub(crate) struct Lease {
     pub(crate) ttl_ms: u64,
     pub(crate) drift: Duration,
     pub(crate) node_timeout: Duration,
-}
-
-/// What the nodes that answered a fan-out said, as far as the decision needed.
-#[derive(Debug)]
-pub(crate) struct Outcome<T> {
-    pub(crate) decision: Decision,
-    /// Node index and value for each node that said yes.
-    pub(crate) yes: Vec<(usize, T)>,
-    /// Each node that said no, or failed.
-    pub(crate) no: Vec<NodeError>,
-    /// Index of each node that said no (as opposed to failing or not answering): the request
-    /// took no effect there.
-    pub(crate) refused: Vec<usize>,
-}
-
-/// One node's reply in a fan-out, tagged with the node's index.
-type Reply<R> = Pin<Box<dyn Future<Output = (usize, Result<R, NodeError>)> + Send>>;
-
-/// Requests still in flight when a fan-out was decided.
-pub(crate) struct Stragglers<R> {
-    pending: FuturesUnordered<Reply<R>>,
-}
-
-impl<R: Send + 'static> Stragglers<R> {
-    /// Lets the remaining requests run to completion in the background (each is bounded by the
-    /// node timeout).
-    pub(crate) fn finish(self) {
-        self.spawn(None);
-    }
-
-    /// As [`finish`](Self::finish), and once `released` is set, releases the token on each node
-    /// whose request completes from then on.
-    ///
-    /// This orders a release after a late `SET` on the same node. Either the `SET`'s reply came
-    /// before `released` was set, so the holder's own release was sent after the `SET` had
-    /// executed; or this task sees `released` and releases again after the reply.
-    pub(crate) fn finish_then_release(self, cleanup: Cleanup) {
-        self.spawn(Some(cleanup));
-    }
-
-    fn spawn(mut self, cleanup: Option<Cleanup>) {
-        if self.pending.is_empty() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            while let Some((i, _)) = self.pending.next().await {
-                if let Some(c) = cleanup
-                    .as_ref()
-                    .filter(|c| c.released.load(Ordering::SeqCst))
-                {
-                    let node = c.redlock.node(i);
-                    let _ = c
-                        .keys
-                        .release_on(node, c.token.expose(), false, c.node_timeout)
-                        .await;
-                }
-            }
-        });
-    }
-}
-
-/// What a straggling request needs to clean up after itself.
-pub(crate) struct Cleanup {
-    pub(crate) redlock: Redlock,
-    pub(crate) keys: Keys,
-    pub(crate) token: LockToken,
-    pub(crate) node_timeout: Duration,
-    /// Set once the lock is released (or the attempt failed): from then on a late grant must be
-    /// undone.
-    pub(crate) released: Arc<AtomicBool>,
 }
 
 /// Why one acquire attempt failed.
@@ -535,138 +460,6 @@ impl Redlock {
         }
     }
 
-    /// Sends one request per node concurrently and counts the answers as they arrive, stopping
-    /// as soon as the outcome is known, or at `deadline`: nodes that have not answered by then
-    /// count as timed out. `judge` turns a node's reply into a yes (with a value) or a no (with
-    /// the reason).
-    ///
-    /// The requests still in flight at the decision are handed back as [`Stragglers`]: the
-    /// caller lets them finish in the background, so that a slow node still gets the key (or
-    /// still gets cleaned up) instead of the request being abandoned half-way.
-    pub(crate) async fn fan_out<R, T, Fut>(
-        &self,
-        request: impl Fn(Redlock, usize) -> Fut,
-        judge: impl Fn(R) -> Result<T, NodeErrorKind>,
-        deadline: Option<Instant>,
-    ) -> (Outcome<T>, Stragglers<R>)
-    where
-        Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
-        R: Send + 'static,
-    {
-        let nodes = &self.inner.nodes;
-        let mut pending: FuturesUnordered<Reply<R>> = (0..nodes.len())
-            .map(|i| {
-                let reply = request(self.clone(), i);
-                Box::pin(async move { (i, reply.await) }) as Reply<R>
-            })
-            .collect();
-        let mut answered = vec![false; nodes.len()];
-        let mut tally = Tally::new(nodes.len());
-        let mut outcome = Outcome {
-            decision: Decision::Pending,
-            yes: Vec::new(),
-            no: Vec::new(),
-            refused: Vec::new(),
-        };
-        let started = Instant::now();
-        while outcome.decision == Decision::Pending {
-            let next = match deadline {
-                None => pending.next().await,
-                Some(deadline) => {
-                    match tokio::time::timeout_at(deadline.into(), pending.next()).await {
-                        Ok(next) => next,
-                        Err(_deadline_passed) => {
-                            let waited = started.elapsed();
-                            let late = answered.iter().enumerate().filter(|(_, a)| !**a);
-                            for (i, _) in late {
-                                let timeout = NodeErrorKind::Timeout(waited);
-                                outcome.no.push(NodeError::new(nodes[i].id(), timeout));
-                            }
-                            outcome.decision = Decision::Lost;
-                            break;
-                        }
-                    }
-                }
-            };
-            let Some((i, reply)) = next else {
-                break;
-            };
-            answered[i] = true;
-            let node = nodes[i].id();
-            let vote = match reply.map(&judge) {
-                Ok(Ok(value)) => {
-                    tracing::debug!(node, elapsed = ?started.elapsed(), "yes");
-                    outcome.yes.push((i, value));
-                    Vote::Yes
-                }
-                Ok(Err(kind)) => {
-                    tracing::debug!(node, elapsed = ?started.elapsed(), reason = %kind, "no");
-                    outcome.no.push(NodeError::new(node, kind));
-                    outcome.refused.push(i);
-                    Vote::No
-                }
-                Err(e) => {
-                    tracing::debug!(node, elapsed = ?started.elapsed(), error = %e.kind(), "failed");
-                    self.inner.counters.node_error(i, &e);
-                    outcome.no.push(e);
-                    Vote::No
-                }
-            };
-            outcome.decision = tally.record(vote);
-        }
-        (outcome, Stragglers { pending })
-    }
-
-    /// Compare-and-delete on every node, waiting for each (bounded by `node_timeout`). With
-    /// `announce`, each node publishes the deletion to waiters; a rollback does not.
-    pub(crate) async fn release_everywhere(
-        &self,
-        keys: &Keys,
-        token: &LockToken,
-        announce: bool,
-        node_timeout: Duration,
-    ) -> (Released, Vec<NodeError>) {
-        self.release_except(keys, token, announce, node_timeout, &[])
-            .await
-    }
-
-    /// As [`release_everywhere`](Self::release_everywhere), leaving out the nodes in `skip`
-    /// (counted as `absent`).
-    async fn release_except(
-        &self,
-        keys: &Keys,
-        token: &LockToken,
-        announce: bool,
-        node_timeout: Duration,
-        skip: &[usize],
-    ) -> (Released, Vec<NodeError>) {
-        let nodes = self.inner.nodes.iter().enumerate();
-        let sent = nodes.filter(|(i, _)| !skip.contains(i));
-        let replies = futures::future::join_all(sent.map(|(i, node)| async move {
-            let started = Instant::now();
-            let reply = keys.release_on(node, token.expose(), announce, node_timeout).await;
-            tracing::debug!(node = node.id(), elapsed = ?started.elapsed(), reply = ?reply.as_ref().map_err(NodeError::kind), "release");
-            (i, reply)
-        }))
-        .await;
-        let mut released = Released {
-            deleted: 0,
-            absent: skip.len(),
-        };
-        let mut failed = Vec::new();
-        for (i, reply) in replies {
-            match reply {
-                Ok(true) => released.deleted += 1,
-                Ok(false) => released.absent += 1,
-                Err(e) => {
-                    self.inner.counters.node_error(i, &e);
-                    failed.push(e)
-                }
-            }
-        }
-        (released, failed)
-    }
-
     /// Validates a TTL against this configuration and derives the lease timing.
     pub(crate) fn lease(&self, ttl: Duration) -> Result<Lease, Error> {
         let invalid = |reason: String| Error::InvalidTtl { ttl, reason };
@@ -709,6 +502,10 @@ impl Redlock {
         Ok(format!("{}{}", self.inner.settings.key_prefix, resource).into())
     }
 
+    pub(crate) fn all_nodes(&self) -> &[Node] {
+        &self.inner.nodes
+    }
+
     pub(crate) fn node(&self, index: usize) -> &Node {
         &self.inner.nodes[index]
     }
@@ -727,139 +524,5 @@ impl Redlock {
 
     pub(crate) fn downgrade(&self) -> WeakRedlock {
         WeakRedlock(Arc::downgrade(&self.inner))
-    }
-}
-
-/// Releases a token on every node unless disarmed: on failure explicitly, on cancellation from
-/// `Drop` in the background.
-struct Rollback<'a> {
-    redlock: &'a Redlock,
-    keys: &'a Keys,
-    token: &'a LockToken,
-    node_timeout: Duration,
-    keys_expire: Instant,
-    armed: bool,
-}
-
-impl Rollback<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-
-    /// Releases now on every node except those in `refused` (which set nothing).
-    async fn release_now(mut self, refused: &[usize]) {
-        self.armed = false;
-        let (released, failed) = self
-            .redlock
-            .release_except(self.keys, self.token, false, self.node_timeout, refused)
-            .await;
-        tracing::debug!(
-            deleted = released.deleted,
-            unreachable = failed.len(),
-            "rolled back a failed attempt"
-        );
-        // A release that got no answer may never have been written (say, the node's connection
-        // was being replaced): keep sending it in the background until the node answers or the
-        // keys have expired anyway.
-        let unanswered: Vec<usize> = failed
-            .iter()
-            .filter_map(|e| {
-                self.redlock
-                    .inner
-                    .nodes
-                    .iter()
-                    .position(|n| n.id() == e.node())
-            })
-            .collect();
-        if !unanswered.is_empty() {
-            spawn_release_until(
-                self.redlock.clone(),
-                self.keys.clone(),
-                self.token.clone(),
-                self.node_timeout,
-                self.keys_expire,
-                unanswered,
-            );
-        }
-    }
-}
-
-/// Re-sends a rollback release to each of `nodes` until it answers or `keys_expire` passes,
-/// backing off from the node timeout up to a quarter of a second between tries.
-fn spawn_release_until(
-    redlock: Redlock,
-    keys: Keys,
-    token: LockToken,
-    node_timeout: Duration,
-    keys_expire: Instant,
-    nodes: Vec<usize>,
-) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        let retries = nodes.into_iter().map(|i| {
-            let (redlock, keys, token) = (&redlock, &keys, &token);
-            async move {
-                let mut pause = node_timeout;
-                while Instant::now() < keys_expire {
-                    let node = redlock.node(i);
-                    if keys
-                        .release_on(node, token.expose(), false, node_timeout)
-                        .await
-                        .is_ok()
-                    {
-                        return;
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(250));
-                }
-            }
-        });
-        futures::future::join_all(retries).await;
-    });
-}
-
-impl Drop for Rollback<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            spawn_release(
-                self.redlock.clone(),
-                self.keys.clone(),
-                self.token.clone(),
-                false,
-                self.node_timeout,
-            );
-        }
-    }
-}
-
-/// Best-effort release in the background, when a tokio runtime is running.
-pub(crate) fn spawn_release(
-    redlock: Redlock,
-    keys: Keys,
-    token: LockToken,
-    announce: bool,
-    node_timeout: Duration,
-) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move {
-                let (released, failed) = redlock
-                    .release_everywhere(&keys, &token, announce, node_timeout)
-                    .await;
-                tracing::debug!(
-                    deleted = released.deleted,
-                    unreachable = failed.len(),
-                    "released in the background"
-                );
-            });
-        }
-        Err(_) => {
-            tracing::warn!(
-                key = keys.iter().next(),
-                "no tokio runtime to release the lock from Drop; it expires at its TTL"
-            )
-        }
     }
 }

@@ -240,7 +240,7 @@ async fn a_lock_held_on_three_of_five_by_another_token_is_refused_and_the_free_m
 async fn release_never_deletes_another_holders_key() {
     let nodes = five();
     let rl = client(&nodes);
-    let short = Duration::from_millis(150);
+    let short = Duration::from_millis(400);
     let stale = rl.acquire("handover", short).await.unwrap();
     tokio::time::sleep(short + Duration::from_millis(50)).await;
     assert!(!stale.is_valid());
@@ -286,10 +286,10 @@ async fn extend_after_expiry_fails_and_touches_no_key() {
     let nodes = five();
     let rl = client(&nodes);
     let mut lock = rl
-        .acquire("expired", Duration::from_millis(100))
+        .acquire("expired", Duration::from_millis(400))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(450)).await;
     // Another holder takes it; the stale extend must not renew that holder's keys.
     let other = rl.acquire("expired", TTL).await.unwrap();
     let token = other.token().expose();

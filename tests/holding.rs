@@ -54,6 +54,9 @@ async fn with_lock_holds_a_lock_for_five_ttls_while_another_client_keeps_trying_
     let rival_loop = async {
         // Starts once the holder has it, and keeps trying until the body is done.
         while !holding.load(Ordering::SeqCst) {
+            if stop.load(Ordering::SeqCst) {
+                return; // the hold failed before its body ran: the assertions below report it
+            }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         while !stop.load(Ordering::SeqCst) {
@@ -66,15 +69,20 @@ async fn with_lock_holds_a_lock_for_five_ttls_while_another_client_keeps_trying_
         }
     };
     let (holding, stop) = (&holding, &stop);
-    let hold = holder.with_lock("five-ttls", ttl, |held| async move {
-        holding.store(true, Ordering::SeqCst);
-        let started = Instant::now();
-        tokio::time::sleep(ttl * 5 + ttl / 3).await;
-        assert!(held.is_held());
-        assert!(held.remaining() > Duration::ZERO);
+    let hold = async {
+        let out = holder
+            .with_lock("five-ttls", ttl, |held| async move {
+                holding.store(true, Ordering::SeqCst);
+                let started = Instant::now();
+                tokio::time::sleep(ttl * 5 + ttl / 3).await;
+                assert!(held.is_held());
+                assert!(held.remaining() > Duration::ZERO);
+                (held.renewals(), started, Instant::now())
+            })
+            .await;
         stop.store(true, Ordering::SeqCst);
-        (held.renewals(), started, Instant::now())
-    });
+        out
+    };
     let (out, ()) = tokio::join!(hold, rival_loop);
     let (renewals, started, ended) = out.unwrap();
     let held_for = ended - started;

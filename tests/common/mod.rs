@@ -2,10 +2,10 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use quorumlock::{Redlock, RedlockBuilder};
-use quorumlock_testkit::{RedisNodes, RedisServer};
+use quorumlock::{Lock, Redlock, RedlockBuilder};
+use quorumlock_testkit::{History, Op, RedisNodes, RedisServer};
 
 /// Five independent masters.
 pub fn five() -> RedisNodes {
@@ -13,12 +13,13 @@ pub fn five() -> RedisNodes {
 }
 
 /// A builder over these masters with settings that keep tests quick: short retry delays and a
-/// node timeout far above loopback round trips (yet short enough for 100 ms TTLs).
+/// node timeout far above loopback round trips, even on a loaded 2-core machine running a debug
+/// build (yet short enough for sub-second TTLs).
 pub fn builder(nodes: &RedisNodes) -> RedlockBuilder {
     Redlock::builder(nodes.urls())
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(10))
-        .node_timeout(Duration::from_millis(50))
+        .node_timeout(Duration::from_millis(100))
 }
 
 pub fn client(nodes: &RedisNodes) -> Redlock {
@@ -58,6 +59,19 @@ pub fn set(server: &RedisServer, key: &str, value: &str, ttl: Duration) {
         .arg(ttl.as_millis() as u64)
         .query(&mut direct(server))
         .unwrap();
+}
+
+/// Deletes `key` on `server`, as another client would.
+pub fn del(server: &RedisServer, key: &str) {
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut direct(server))
+        .unwrap();
+}
+
+/// Records in `history` a successful acquire of `lock` by `client`, started at `start`.
+pub fn record(history: &History, client: usize, start: Instant, lock: &Lock) {
+    history.record(Op::acquired(client, start, Instant::now(), lock));
 }
 
 /// How many of the running servers hold `key` with exactly `value`.
