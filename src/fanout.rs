@@ -3,8 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -34,6 +33,8 @@ type Reply<R> = Pin<Box<dyn Future<Output = (usize, Result<R, NodeError>)> + Sen
 /// Requests still in flight when a fan-out was decided.
 pub(crate) struct Stragglers<R> {
     pending: FuturesUnordered<Reply<R>>,
+    /// Per node, whether its request is among `pending`.
+    in_flight: Vec<bool>,
 }
 
 impl<R: Send + 'static> Stragglers<R> {
@@ -43,14 +44,21 @@ impl<R: Send + 'static> Stragglers<R> {
         self.spawn(None);
     }
 
-    /// As [`finish`](Self::finish), and once `released` is set, releases the token on each node
-    /// whose request completes from then on.
-    ///
-    /// This orders a release after a late `SET` on the same node. Either the `SET`'s reply came
-    /// before `released` was set, so the holder's own release was sent after the `SET` had
-    /// executed; or this task sees `released` and releases again after the reply.
+    /// As [`finish`](Self::finish), and releases the token on each straggling node once its
+    /// request has completed and `gate` is closed: immediately for a failed attempt (pass a
+    /// closed gate), or when the holder releases.
     pub(crate) fn finish_then_release(self, cleanup: Cleanup) {
         self.spawn(Some(cleanup));
+    }
+
+    /// A gate over this fan-out's nodes, closed or open, with the nodes still in flight.
+    pub(crate) fn gate(&self, closed: bool) -> Arc<ReleaseGate> {
+        Arc::new(ReleaseGate {
+            state: Mutex::new(GateState {
+                closed,
+                in_flight: self.in_flight.clone(),
+            }),
+        })
     }
 
     fn spawn(mut self, cleanup: Option<Cleanup>) {
@@ -62,18 +70,55 @@ impl<R: Send + 'static> Stragglers<R> {
         };
         runtime.spawn(async move {
             while let Some((i, _)) = self.pending.next().await {
-                if let Some(c) = cleanup
-                    .as_ref()
-                    .filter(|c| c.released.load(Ordering::SeqCst))
-                {
-                    let node = c.redlock.node(i);
-                    let _ = c
-                        .keys
-                        .release_on(node, c.token.expose(), false, c.node_timeout)
-                        .await;
-                }
+                let Some(c) = cleanup.as_ref().filter(|c| c.gate.landed(i)) else {
+                    continue;
+                };
+                let node = c.redlock.node(i);
+                let _ = c
+                    .keys
+                    .release_on(node, c.token.expose(), false, c.node_timeout)
+                    .await;
             }
         });
+    }
+}
+
+/// Orders a holder's release after the acquire requests still in flight, so that each node gets
+/// exactly one release, and always after its `SET` has executed (a release that overtook a late
+/// `SET` would leave the key behind until its TTL).
+///
+/// When the holder releases, it [`close`](ReleaseGate::close)s the gate: it sends its own
+/// release to the nodes whose acquire request has completed, and the straggler task releases
+/// each remaining node as its request completes.
+#[derive(Debug)]
+pub(crate) struct ReleaseGate {
+    state: Mutex<GateState>,
+}
+
+#[derive(Debug)]
+struct GateState {
+    closed: bool,
+    in_flight: Vec<bool>,
+}
+
+impl ReleaseGate {
+    /// Closes the gate and returns the nodes whose acquire request is still in flight: the
+    /// caller leaves those to the straggler task.
+    pub(crate) fn close(&self) -> Vec<usize> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.closed = true;
+        let in_flight = state.in_flight.iter().enumerate();
+        in_flight.filter(|(_, f)| **f).map(|(i, _)| i).collect()
+    }
+
+    /// Node `i`'s request has completed; `true` when the gate is closed, so the node must be
+    /// released now.
+    fn landed(&self, i: usize) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = state.in_flight.get_mut(i) {
+            *f = false;
+        }
+        state.closed
     }
 }
 
@@ -83,9 +128,7 @@ pub(crate) struct Cleanup {
     pub(crate) keys: Keys,
     pub(crate) token: LockToken,
     pub(crate) node_timeout: Duration,
-    /// Set once the lock is released (or the attempt failed): from then on a late grant must be
-    /// undone.
-    pub(crate) released: Arc<AtomicBool>,
+    pub(crate) gate: Arc<ReleaseGate>,
 }
 
 impl Redlock {
@@ -168,6 +211,7 @@ impl Redlock {
             };
             outcome.decision = tally.record(vote);
         }
-        (outcome, Stragglers { pending })
+        let in_flight = answered.iter().map(|a| !a).collect();
+        (outcome, Stragglers { pending, in_flight })
     }
 }

@@ -1,13 +1,13 @@
 //! `Lock`: a held lease on a resource, and the random token that proves whose it is.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
 use crate::error::{Error, NodeErrorKind};
+use crate::fanout::ReleaseGate;
 use crate::keys::Keys;
 use crate::quorum::{self, Decision};
 use crate::redlock::{Lease, Redlock, Released};
@@ -86,7 +86,7 @@ pub struct Lock {
     /// One fencing token per key, when fencing is on.
     fences: Option<Vec<u64>>,
     /// Shared with the background task finishing this lock's straggling acquire requests.
-    released: Arc<AtomicBool>,
+    gate: Arc<ReleaseGate>,
     /// Set once [`release`](Lock::release) has heard from every node, so that `Drop` sends the
     /// release again only when it was cancelled midway.
     release_done: bool,
@@ -114,7 +114,7 @@ impl Lock {
         lease: Lease,
         deadline: Instant,
         fences: Option<Vec<u64>>,
-        released: Arc<AtomicBool>,
+        gate: Arc<ReleaseGate>,
     ) -> Self {
         Lock {
             redlock,
@@ -124,7 +124,7 @@ impl Lock {
             lease,
             deadline,
             fences,
-            released,
+            gate,
             release_done: false,
         }
     }
@@ -257,11 +257,19 @@ impl Lock {
     ///
     /// If dropped midway, the release is sent again in the background from `Drop`.
     pub async fn release(mut self) -> Result<Released, Error> {
-        self.released.store(true, Ordering::SeqCst);
+        // Nodes whose acquire request is still in flight are released behind it by the
+        // straggler task; this call releases the others.
+        let in_flight = self.gate.close();
         let span = tracing::debug_span!("release", resource = %self.resource);
         let (released, nodes) = self
             .redlock
-            .release_everywhere(&self.keys, &self.token, true, self.lease.node_timeout)
+            .release_except(
+                &self.keys,
+                &self.token,
+                true,
+                self.lease.node_timeout,
+                &in_flight,
+            )
             .instrument(span)
             .await;
         self.release_done = true;
@@ -282,7 +290,7 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        self.released.store(true, Ordering::SeqCst);
+        let in_flight = self.gate.close();
         if !self.release_done && self.is_valid() {
             spawn_release(
                 self.redlock.clone(),
@@ -290,6 +298,7 @@ impl Drop for Lock {
                 self.token.clone(),
                 true,
                 self.lease.node_timeout,
+                in_flight,
             );
         }
     }

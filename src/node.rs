@@ -7,7 +7,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
-use redis::{Client, Cmd, ConnectionInfo, FromRedisValue, RedisResult, ScriptInvocation};
+use redis::{
+    Client, Cmd, ConnectionInfo, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation,
+    ServerErrorKind,
+};
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
@@ -130,16 +133,31 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let mut conn = self.connection()?;
-        let cmd = redis::cmd("EVAL")
-            .arg(scripts::RELEASE_SOURCE)
-            .arg(1)
-            .arg(key)
-            .arg(token)
-            .arg(u8::from(announce))
-            .to_owned();
-        let deleted: i64 = self
-            .bounded(timeout, async move { cmd.query_async(&mut conn).await })
-            .await?;
+        let source = |cmd: &mut redis::Cmd| {
+            cmd.arg(1)
+                .arg(key)
+                .arg(token)
+                .arg(u8::from(announce))
+                .to_owned()
+        };
+        let by_source = source(redis::cmd("EVAL").arg(scripts::RELEASE_SOURCE));
+        let request = async move {
+            if !announce {
+                // A cleanup: one round trip whatever the node's script cache holds.
+                return by_source.query_async(&mut conn).await;
+            }
+            // The holder's release is the hot path: send the script's SHA1, not its source. A
+            // node that restarted has forgotten the script and says NOSCRIPT: send the source
+            // then, within the same time bound.
+            let by_sha = source(redis::cmd("EVALSHA").arg(scripts::RELEASE.get_hash()));
+            match by_sha.query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    by_source.query_async(&mut conn).await
+                }
+                other => other,
+            }
+        };
+        let deleted: i64 = self.bounded(timeout, request).await?;
         Ok(deleted == 1)
     }
 

@@ -1,6 +1,5 @@
 //! `Redlock`: the client. Fans each operation out to every node and decides on a quorum.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -348,13 +347,13 @@ impl Redlock {
                         rollback.disarm();
                         Counters::bump(&self.inner.counters.acquired);
                         tracing::debug!(?elapsed, ?validity, "acquired");
-                        let released = Arc::new(AtomicBool::new(false));
+                        let gate = stragglers.gate(false);
                         stragglers.finish_then_release(Cleanup {
                             redlock: self.clone(),
                             keys: keys.clone(),
                             token: token.clone(),
                             node_timeout: lease.node_timeout,
-                            released: released.clone(),
+                            gate: gate.clone(),
                         });
                         return Ok(Lock::new(
                             self.clone(),
@@ -364,7 +363,7 @@ impl Redlock {
                             *lease,
                             start + elapsed + validity,
                             fences,
-                            released,
+                            gate,
                         ));
                     }
                     (Err(nodes), _) => Failure::NotGranted {
@@ -391,12 +390,13 @@ impl Redlock {
             contended = failure.is_contention(),
             "attempt failed; rolling back"
         );
+        let gate = stragglers.gate(true);
         stragglers.finish_then_release(Cleanup {
             redlock: self.clone(),
             keys: keys.clone(),
             token: token.clone(),
             node_timeout: lease.node_timeout,
-            released: Arc::new(AtomicBool::new(true)),
+            gate,
         });
         // A node that refused set nothing: only the others need the rollback.
         rollback.release_now(&outcome.refused).await;

@@ -9,22 +9,10 @@ use crate::lock::LockToken;
 use crate::redlock::{Redlock, Released};
 
 impl Redlock {
-    /// Compare-and-delete on every node, waiting for each (bounded by `node_timeout`). With
+    /// Compare-and-delete on every node but those in `skip` (counted as `absent`: they are
+    /// released elsewhere or set nothing), waiting for each (bounded by `node_timeout`). With
     /// `announce`, each node publishes the deletion to waiters; a rollback does not.
-    pub(crate) async fn release_everywhere(
-        &self,
-        keys: &Keys,
-        token: &LockToken,
-        announce: bool,
-        node_timeout: Duration,
-    ) -> (Released, Vec<NodeError>) {
-        self.release_except(keys, token, announce, node_timeout, &[])
-            .await
-    }
-
-    /// As [`release_everywhere`](Self::release_everywhere), leaving out the nodes in `skip`
-    /// (counted as `absent`).
-    async fn release_except(
+    pub(crate) async fn release_except(
         &self,
         keys: &Keys,
         token: &LockToken,
@@ -158,24 +146,27 @@ impl Drop for Rollback<'_> {
                 self.token.clone(),
                 false,
                 self.node_timeout,
+                Vec::new(),
             );
         }
     }
 }
 
-/// Best-effort release in the background, when a tokio runtime is running.
+/// Best-effort release in the background, when a tokio runtime is running, on every node but
+/// those in `skip`.
 pub(crate) fn spawn_release(
     redlock: Redlock,
     keys: Keys,
     token: LockToken,
     announce: bool,
     node_timeout: Duration,
+    skip: Vec<usize>,
 ) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(async move {
                 let (released, failed) = redlock
-                    .release_everywhere(&keys, &token, announce, node_timeout)
+                    .release_except(&keys, &token, announce, node_timeout, &skip)
                     .await;
                 tracing::debug!(
                     deleted = released.deleted,

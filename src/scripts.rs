@@ -7,15 +7,18 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Compare-and-delete over one or more keys, sent as `EVAL` with its source rather than
-/// `EVALSHA`. With its announce flag set, each deletion is published on `<key>:released`, the
-/// channel waiters subscribe to (see `wakeup.rs`).
+/// Compare-and-delete over one or more keys. With its announce flag set, each deletion is
+/// published on `<key>:released`, the channel waiters subscribe to (see `wakeup.rs`).
 ///
-/// A release is often sent to a node that is slow or paused, to clean up a `SET` still in flight.
-/// `EVALSHA` needs a second round trip (`SCRIPT LOAD`) on a node that restarted and lost its
-/// script cache; if the first reply comes after the per-node timeout, that second round trip is
-/// never sent and the cleanup silently does not happen. `EVAL` always runs in one round trip.
+/// A holder's release sends it as `EVALSHA` (see [`RELEASE`]), falling back to the source on
+/// `NOSCRIPT`. A cleanup — a rollback, or a release queued behind a late `SET` on a slow or
+/// paused node — sends the source with `EVAL`: `EVALSHA` needs a second round trip on a node that
+/// restarted and lost its script cache, and if the `NOSCRIPT` reply comes after the per-node
+/// timeout that second round trip is never sent and the cleanup silently does not happen.
 pub(crate) const RELEASE_SOURCE: &str = include_str!("lua/release.lua");
+
+/// [`RELEASE_SOURCE`] as a script, for its SHA1.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 
 /// Compare-and-PEXPIRE over one or more keys, all or nothing.
 pub(crate) static EXTEND: LazyLock<Script> =
