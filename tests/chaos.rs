@@ -9,12 +9,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{direct, holders, set};
+use common::{del, holders, record, set};
 use quorumlock::{Lock, Redlock};
 use quorumlock_testkit::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
-use quorumlock_testkit::{
-    History, Op, OpKind, Outcome, RedisNodes, RedisServerBuilder, Report, Violation,
-};
+use quorumlock_testkit::{History, Op, RedisNodes, RedisServerBuilder, Report, Violation};
 use tokio::sync::Mutex;
 
 /// One scenario at a time: each already loads both cores, and two at once would measure the
@@ -113,21 +111,6 @@ async fn s14_fences_never_go_backwards_across_aof_restarts() {
 // Negative controls: the checker must see a violation where the documented assumptions are broken,
 // and none where they hold. The interleaving is driven step by step, not left to chance.
 
-fn record(history: &History, client: usize, start: Instant, lock: &Lock) {
-    history.record(Op {
-        client,
-        resource: lock.resource().to_owned(),
-        token: lock.token().expose().to_owned(),
-        kind: OpKind::Acquire,
-        start,
-        end: Instant::now(),
-        outcome: Outcome::Ok {
-            valid_until: Some(lock.deadline()),
-        },
-        fence: lock.fencing_token(),
-    });
-}
-
 fn redlock(nodes: &RedisNodes) -> Redlock {
     Redlock::builder(nodes.urls())
         .node_timeout(Duration::from_millis(100))
@@ -135,13 +118,6 @@ fn redlock(nodes: &RedisNodes) -> Redlock {
         .retry_delay(Duration::from_millis(20))
         .build()
         .unwrap()
-}
-
-fn del(nodes: &RedisNodes, i: usize, key: &str) {
-    let _: () = redis::cmd("DEL")
-        .arg(key)
-        .query(&mut direct(&nodes[i]))
-        .unwrap();
 }
 
 /// Holder A takes "report" on exactly masters 0, 1 and 2 (3 and 4 are held by another token for
@@ -155,9 +131,17 @@ async fn holder_on_exactly_a_quorum(nodes: &RedisNodes, history: &History, ttl: 
     record(history, 0, start, &a);
     assert_eq!(holders(nodes, "report", a.token().expose()), 3);
     for i in [3, 4] {
-        del(nodes, i, "report");
+        del(&nodes[i], "report");
     }
     a
+}
+
+/// Holder B (client 1) takes "report", retrying by the policy.
+async fn second_holder(nodes: &RedisNodes, history: &History, ttl: Duration) -> Lock {
+    let start = Instant::now();
+    let b = redlock(nodes).acquire("report", ttl).await.unwrap();
+    record(history, 1, start, &b);
+    b
 }
 
 fn overlaps(report: &Report) -> usize {
@@ -179,9 +163,7 @@ async fn negative_control_a_master_restarted_at_once_without_aof_lets_a_second_h
 
     let restart = history.fault("master 0 restarted empty at once");
     nodes[0].restart().unwrap();
-    let start = Instant::now();
-    let b = redlock(&nodes).acquire("report", ttl).await.unwrap();
-    record(&history, 1, start, &b);
+    let b = second_holder(&nodes, &history, ttl).await;
     drop(witness.enter(1));
     history.heal(restart);
 
@@ -217,9 +199,7 @@ async fn negative_control_the_same_restart_after_waiting_a_ttl_leaves_no_overlap
     tokio::time::sleep(ttl).await;
     nodes[0].restart().unwrap();
     history.heal(down);
-    let start = Instant::now();
-    let b = redlock(&nodes).acquire("report", ttl).await.unwrap();
-    record(&history, 1, start, &b);
+    let _b = second_holder(&nodes, &history, ttl).await;
     drop(witness.enter(1));
 
     let report = history.check();
@@ -247,18 +227,13 @@ async fn negative_control_the_same_restart_with_aof_leaves_no_overlap() {
     let start = Instant::now();
     let refused = redlock(&nodes).acquire("report", ttl).await.unwrap_err();
     assert!(refused.is_contention(), "{refused}");
-    history.record(Op {
-        client: 1,
-        resource: "report".into(),
-        token: String::new(),
-        kind: OpKind::Acquire,
+    history.record(Op::acquire_failed(
+        1,
+        "report",
         start,
-        end: Instant::now(),
-        outcome: Outcome::Failed {
-            reason: refused.to_string(),
-        },
-        fence: None,
-    });
+        Instant::now(),
+        &refused,
+    ));
 
     let report = history.check();
     assert!(report.is_clean(), "{report}");

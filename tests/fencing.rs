@@ -21,22 +21,6 @@ fn fenced(nodes: &RedisNodes) -> Redlock {
         .unwrap()
 }
 
-/// Records a successful acquire.
-fn record(history: &History, client: usize, start: Instant, lock: &Lock) {
-    history.record(Op {
-        client,
-        resource: lock.resource().to_owned(),
-        token: lock.token().expose().to_owned(),
-        kind: OpKind::Acquire,
-        start,
-        end: Instant::now(),
-        outcome: Outcome::Ok {
-            valid_until: Some(lock.deadline()),
-        },
-        fence: lock.fencing_token(),
-    });
-}
-
 /// Releases `lock` and records the release (a release that times out on a loaded machine still
 /// ends the lease: the key expires at its TTL).
 async fn release(history: &History, client: usize, lock: Lock) {
@@ -114,10 +98,7 @@ fn set_counters(nodes: &RedisNodes, key: &str, counters: [u64; 5]) {
             .arg(value)
             .query(&mut direct(server))
             .unwrap();
-        let _: () = redis::cmd("DEL")
-            .arg(key)
-            .query(&mut direct(server))
-            .unwrap();
+        del(server, key);
     }
 }
 
@@ -126,13 +107,6 @@ fn counters(nodes: &RedisNodes, key: &str) -> Vec<u64> {
         .iter()
         .map(|s| get(s, &format!("{key}:fence")).map_or(0, |v| v.parse().unwrap()))
         .collect()
-}
-
-fn del(server: &RedisServer, key: &str) {
-    let _: () = redis::cmd("DEL")
-        .arg(key)
-        .query(&mut direct(server))
-        .unwrap();
 }
 
 /// Counters [5, 1, 1, 1, 1]: master 0 has seen more holders than the others (it kept its counter

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{Lock, Redlock};
 
-use crate::{FaultProxy, History, Op, OpKind, Outcome, RedisServer, RedisServerBuilder};
+use crate::{FaultProxy, History, Op, RedisServer, RedisServerBuilder};
 
 /// The lock TTL of the demo: long enough that the first holder's lease is still open when the
 /// second client tries.
@@ -349,18 +349,7 @@ async fn acquire(
 ) -> io::Result<Held> {
     let start = Instant::now();
     let lock = rl.acquire(resource, TTL).await.map_err(io::Error::other)?;
-    history.record(Op {
-        client,
-        resource: resource.to_owned(),
-        token: lock.token().expose().to_owned(),
-        kind: OpKind::Acquire,
-        start,
-        end: Instant::now(),
-        outcome: Outcome::Ok {
-            valid_until: Some(lock.deadline()),
-        },
-        fence: lock.fencing_token(),
-    });
+    history.record(Op::acquired(client, start, Instant::now(), &lock));
     Ok(Held { lock })
 }
 
@@ -375,18 +364,7 @@ async fn try_second(
     match rl.acquire(resource, TTL).await {
         Ok(lock) => {
             let end = Instant::now();
-            history.record(Op {
-                client: 1,
-                resource: resource.to_owned(),
-                token: lock.token().expose().to_owned(),
-                kind: OpKind::Acquire,
-                start,
-                end,
-                outcome: Outcome::Ok {
-                    valid_until: Some(lock.deadline()),
-                },
-                fence: lock.fencing_token(),
-            });
+            history.record(Op::acquired(1, start, end, &lock));
             let open = first.lock.deadline() > end;
             // Keep the second lock until the end of the case: both are held at once.
             std::mem::forget(lock);
@@ -397,18 +375,7 @@ async fn try_second(
             }
         }
         Err(e) => {
-            history.record(Op {
-                client: 1,
-                resource: resource.to_owned(),
-                token: String::new(),
-                kind: OpKind::Acquire,
-                start,
-                end: Instant::now(),
-                outcome: Outcome::Failed {
-                    reason: e.to_string(),
-                },
-                fence: None,
-            });
+            history.record(Op::acquire_failed(1, resource, start, Instant::now(), &e));
             Err(format!("second client refused: {e}"))
         }
     }

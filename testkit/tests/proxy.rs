@@ -215,6 +215,31 @@ fn assert_connection_fails(client: &mut Client, what: &str) {
     }
 }
 
+/// A fresh server, a proxy in front of it and a client connected through the proxy.
+fn proxied() -> (Server, FaultProxy, Client) {
+    let server = Server::start();
+    let proxy = FaultProxy::start(server.addr).unwrap();
+    let client = Client::connect(proxy.addr()).unwrap();
+    (server, proxy, client)
+}
+
+/// Asserts that no reply reaches `client` within [`SILENCE`].
+#[track_caller]
+fn assert_silent(client: &mut Client) {
+    let reply = client.read_briefly();
+    assert!(matches!(&reply, Err(e) if is_timeout(e)), "got {reply:?}");
+}
+
+/// Holds the proxy's replies, sends `INCR counter` through it and waits until the server (seen
+/// through `direct`) has executed it: the reply is then on its way to, or in, the proxy.
+fn hold_an_incr(proxy: &FaultProxy, client: &mut Client, direct: &mut Client) {
+    proxy.hold();
+    client.send(&["INCR", "counter"]).unwrap();
+    eventually("the server has executed the INCR", || {
+        direct.cmd(&["GET", "counter"]).unwrap() == Resp::bulk("1")
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tests.
 // ---------------------------------------------------------------------------------------------
@@ -253,9 +278,7 @@ fn pass_forwards_ping_and_counts_bytes_both_ways() {
 
 #[test]
 fn delay_of_100ms_each_way_makes_a_round_trip_take_at_least_200ms() {
-    let server = Server::start();
-    let proxy = FaultProxy::start(server.addr).unwrap();
-    let mut client = Client::connect(proxy.addr()).unwrap();
+    let (_server, proxy, mut client) = proxied();
     assert_eq!(client.ping().unwrap(), pong());
 
     proxy.delay(
@@ -274,9 +297,7 @@ fn delay_of_100ms_each_way_makes_a_round_trip_take_at_least_200ms() {
 
 #[test]
 fn delay_with_jitter_keeps_pipelined_replies_in_order() {
-    let server = Server::start();
-    let proxy = FaultProxy::start(server.addr).unwrap();
-    let mut client = Client::connect(proxy.addr()).unwrap();
+    let (_server, proxy, mut client) = proxied();
     proxy.delay(
         Duration::from_millis(30),
         Duration::from_millis(30),
@@ -297,9 +318,7 @@ fn delay_with_jitter_keeps_pipelined_replies_in_order() {
 
 #[test]
 fn delayed_bytes_go_out_at_once_when_the_proxy_is_set_to_pass() {
-    let server = Server::start();
-    let proxy = FaultProxy::start(server.addr).unwrap();
-    let mut client = Client::connect(proxy.addr()).unwrap();
+    let (_server, proxy, mut client) = proxied();
     proxy.delay(Duration::from_secs(60), Duration::ZERO, Duration::ZERO);
     client.send(&["PING"]).unwrap();
     assert!(is_timeout(&client.read_briefly().unwrap_err()));
@@ -310,22 +329,18 @@ fn delayed_bytes_go_out_at_once_when_the_proxy_is_set_to_pass() {
 
 #[test]
 fn blackhole_makes_ping_time_out_and_forwards_no_bytes() {
-    let server = Server::start();
-    let proxy = FaultProxy::start(server.addr).unwrap();
-    let mut client = Client::connect(proxy.addr()).unwrap();
+    let (server, proxy, mut client) = proxied();
     assert_eq!(client.ping().unwrap(), pong());
     let before = proxy.stats();
 
     proxy.blackhole();
     client.send(&["INCR", "swallowed"]).unwrap();
-    let reply = client.read_briefly();
-    assert!(matches!(&reply, Err(e) if is_timeout(e)), "got {reply:?}");
+    assert_silent(&mut client);
 
     // A new connection is accepted but hears nothing either.
     let mut late = Client::connect(proxy.addr()).unwrap();
     late.send(&["PING"]).unwrap();
-    let reply = late.read_briefly();
-    assert!(matches!(&reply, Err(e) if is_timeout(e)), "got {reply:?}");
+    assert_silent(&mut late);
 
     let after = proxy.stats();
     assert_eq!(
@@ -361,8 +376,7 @@ fn blackhole_discards_server_pushes_instead_of_delivering_them_later() {
     let mut direct = Client::connect(server.addr).unwrap();
     let receivers = direct.cmd(&["PUBLISH", "news", "lost"]).unwrap();
     assert_eq!(receivers, Resp::Integer(1), "the server did not push");
-    let reply = subscriber.read_briefly();
-    assert!(matches!(&reply, Err(e) if is_timeout(e)), "got {reply:?}");
+    assert_silent(&mut subscriber);
     assert_eq!(proxy.stats().bytes_down, before.bytes_down);
 
     proxy.pass();
@@ -375,20 +389,12 @@ fn blackhole_discards_server_pushes_instead_of_delivering_them_later() {
 
 #[test]
 fn hold_delays_the_reply_until_deliver_held() {
-    let server = Server::start();
-    let proxy = FaultProxy::start(server.addr).unwrap();
-    let mut client = Client::connect(proxy.addr()).unwrap();
+    let (server, proxy, mut client) = proxied();
     let mut direct = Client::connect(server.addr).unwrap();
 
-    proxy.hold();
-    client.send(&["INCR", "counter"]).unwrap();
-    // The request still reaches the server...
-    eventually("the server has executed the INCR", || {
-        direct.cmd(&["GET", "counter"]).unwrap() == Resp::bulk("1")
-    });
-    // ...but its reply stays in the proxy.
-    let reply = client.read_briefly();
-    assert!(matches!(&reply, Err(e) if is_timeout(e)), "got {reply:?}");
+    hold_an_incr(&proxy, &mut client, &mut direct);
+    // The request reached the server, but its reply stays in the proxy.
+    assert_silent(&mut client);
     assert_eq!(proxy.stats().bytes_down, 0);
 
     proxy.deliver_held();
@@ -398,22 +404,15 @@ fn hold_delays_the_reply_until_deliver_held() {
 
 #[test]
 fn drop_held_loses_the_held_reply_and_pass_lets_new_requests_through() {
-    let server = Server::start();
-    let proxy = FaultProxy::start(server.addr).unwrap();
-    let mut client = Client::connect(proxy.addr()).unwrap();
+    let (server, proxy, mut client) = proxied();
     let mut direct = Client::connect(server.addr).unwrap();
 
-    proxy.hold();
-    client.send(&["INCR", "counter"]).unwrap();
-    eventually("the server has executed the INCR", || {
-        direct.cmd(&["GET", "counter"]).unwrap() == Resp::bulk("1")
-    });
+    hold_an_incr(&proxy, &mut client, &mut direct);
     // Give the proxy a moment to read the reply the server has just written.
     thread::sleep(Duration::from_millis(50));
 
     proxy.drop_held();
-    let reply = client.read_briefly();
-    assert!(matches!(&reply, Err(e) if is_timeout(e)), "got {reply:?}");
+    assert_silent(&mut client);
 
     proxy.pass();
     // The first reply seen is the PING's: the INCR's reply is gone for good.
@@ -423,9 +422,7 @@ fn drop_held_loses_the_held_reply_and_pass_lets_new_requests_through() {
 
 #[test]
 fn reset_makes_the_client_see_a_connection_reset() {
-    let server = Server::start();
-    let proxy = FaultProxy::start(server.addr).unwrap();
-    let mut client = Client::connect(proxy.addr()).unwrap();
+    let (server, proxy, mut client) = proxied();
     assert_eq!(client.ping().unwrap(), pong());
     let mut direct = Client::connect(server.addr).unwrap();
     eventually("the server sees two clients", || {
@@ -460,9 +457,7 @@ fn client_count(direct: &mut Client) -> usize {
 
 #[test]
 fn refuse_makes_new_connections_fail_while_existing_ones_keep_working() {
-    let server = Server::start();
-    let proxy = FaultProxy::start(server.addr).unwrap();
-    let mut existing = Client::connect(proxy.addr()).unwrap();
+    let (_server, proxy, mut existing) = proxied();
     assert_eq!(existing.ping().unwrap(), pong());
 
     proxy.refuse(true);

@@ -253,6 +253,19 @@ impl Ctl {
         Duration::from_millis(self.rng.random_range(lo..=hi))
     }
 
+    /// Sleeps a uniformly random `[lo, hi]` milliseconds (see [`ms`](Self::ms)), waking early
+    /// when the run stops; `true` if the run goes on.
+    pub(super) async fn sleep_ms(&mut self, lo: u64, hi: u64) -> bool {
+        let d = self.ms(lo, hi);
+        self.sleep(d).await
+    }
+
+    /// Between 1 and `most` distinct masters (how many, uniformly random), chosen at random, sorted.
+    pub(super) fn pick_up_to(&mut self, most: usize) -> Vec<usize> {
+        let k = self.rng.random_range(1..=most);
+        self.pick(k)
+    }
+
     /// `k` distinct masters, chosen at random, sorted.
     pub(super) fn pick(&mut self, k: usize) -> Vec<usize> {
         let n = self.cluster.addrs.len();
@@ -549,35 +562,14 @@ impl Shared {
         let end = Instant::now();
         match result {
             Ok(lock) => {
-                self.history.record(Op {
-                    client,
-                    resource: resource.to_owned(),
-                    token: lock.token().expose().to_owned(),
-                    kind: OpKind::Acquire,
-                    start,
-                    end,
-                    outcome: Outcome::Ok {
-                        valid_until: Some(lock.deadline()),
-                    },
-                    fence: lock.fencing_token(),
-                });
+                self.history.record(Op::acquired(client, start, end, &lock));
                 self.successes.fetch_add(1, Ordering::SeqCst);
                 guarded(&self.latencies).push(end - start);
                 Some(lock)
             }
             Err(e) => {
-                self.history.record(Op {
-                    client,
-                    resource: resource.to_owned(),
-                    token: String::new(),
-                    kind: OpKind::Acquire,
-                    start,
-                    end,
-                    outcome: Outcome::Failed {
-                        reason: e.to_string(),
-                    },
-                    fence: None,
-                });
+                self.history
+                    .record(Op::acquire_failed(client, resource, start, end, e));
                 None
             }
         }

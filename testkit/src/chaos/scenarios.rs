@@ -225,8 +225,7 @@ async fn idle(mut ctl: Ctl) -> io::Result<()> {
 
 async fn minority_killed(mut ctl: Ctl) -> io::Result<()> {
     ctl.go();
-    let after = ctl.ms(50, 300);
-    ctl.sleep(after).await;
+    ctl.sleep_ms(50, 300).await;
     for i in ctl.pick(2) {
         ctl.kill(i).await?;
         ctl.fault(format!("master {i} killed"));
@@ -253,15 +252,13 @@ async fn minority_paused(mut ctl: Ctl, last_resume: Arc<Mutex<Option<Instant>>>)
             ctl.pause(i)?;
         }
         let id = ctl.fault(format!("masters {victims:?} paused"));
-        let pause = ctl.ms(50, 200);
-        let go_on = ctl.sleep(pause).await;
+        let go_on = ctl.sleep_ms(50, 200).await;
         ctl.heal(id);
         for &i in &victims {
             ctl.resume(i)?;
         }
         *last_resume.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
-        let gap = ctl.ms(50, 200);
-        if !go_on || !ctl.sleep(gap).await {
+        if !go_on || !ctl.sleep_ms(50, 200).await {
             return Ok(());
         }
     }
@@ -271,12 +268,10 @@ async fn restart_after_ttl(mut ctl: Ctl) -> io::Result<()> {
     let ttl = Setup::default().ttl;
     ctl.go();
     loop {
-        let gap = ctl.ms(100, 300);
-        if !ctl.sleep(gap).await {
+        if !ctl.sleep_ms(100, 300).await {
             return Ok(());
         }
-        let k = ctl.rng.random_range(1..=2);
-        let victims = ctl.pick(k);
+        let victims = ctl.pick_up_to(2);
         for &i in &victims {
             ctl.kill(i).await?;
         }
@@ -313,8 +308,7 @@ async fn latency_below_timeout(mut ctl: Ctl) -> io::Result<()> {
             ctl.go();
             first = false;
         }
-        let hold = ctl.ms(200, 500);
-        let go_on = ctl.sleep(hold).await;
+        let go_on = ctl.sleep_ms(200, 500).await;
         ctl.heal(id);
         if !go_on {
             return Ok(());
@@ -347,8 +341,7 @@ async fn held_replies(mut ctl: Ctl) -> io::Result<()> {
     let ttl = HELD_REPLIES_TTL;
     ctl.go();
     loop {
-        let gap = ctl.ms(100, 300);
-        if !ctl.sleep(gap).await {
+        if !ctl.sleep_ms(100, 300).await {
             return Ok(());
         }
         let majority = ctl.rng.random_bool(0.5);
@@ -383,12 +376,10 @@ async fn held_replies(mut ctl: Ctl) -> io::Result<()> {
 async fn connection_resets(mut ctl: Ctl) -> io::Result<()> {
     ctl.go();
     loop {
-        let gap = ctl.ms(50, 200);
-        if !ctl.sleep(gap).await {
+        if !ctl.sleep_ms(50, 200).await {
             return Ok(());
         }
-        let k = ctl.rng.random_range(1..=5);
-        let victims = ctl.pick(k);
+        let victims = ctl.pick_up_to(5);
         for &i in &victims {
             ctl.proxy(i)?.reset();
         }
@@ -401,8 +392,7 @@ async fn partitions(mut ctl: Ctl) -> io::Result<()> {
     ctl.go();
     loop {
         for k in [2, 3] {
-            let gap = ctl.ms(50, 150);
-            if !ctl.sleep(gap).await {
+            if !ctl.sleep_ms(50, 150).await {
                 return Ok(());
             }
             let victims = ctl.pick(k);
@@ -411,8 +401,7 @@ async fn partitions(mut ctl: Ctl) -> io::Result<()> {
             }
             let side = if k >= 3 { "majority" } else { "minority" };
             let id = ctl.fault(format!("masters {victims:?} partitioned away ({side})"));
-            let cut_off = ctl.ms(50, 200);
-            ctl.sleep(cut_off).await;
+            ctl.sleep_ms(50, 200).await;
             ctl.heal(id);
             for &i in &victims {
                 cut(&ctl, i)?;
@@ -424,12 +413,10 @@ async fn partitions(mut ctl: Ctl) -> io::Result<()> {
 async fn restart_at_once(mut ctl: Ctl) -> io::Result<()> {
     ctl.go();
     loop {
-        let gap = ctl.ms(100, 300);
-        if !ctl.sleep(gap).await {
+        if !ctl.sleep_ms(100, 300).await {
             return Ok(());
         }
-        let k = ctl.rng.random_range(1..=2);
-        let victims = ctl.pick(k);
+        let victims = ctl.pick_up_to(2);
         let id = ctl.fault(format!(
             "masters {victims:?} crashed and restarted at once (AOF)"
         ));

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::Instant;
 
+use quorumlock::Lock;
+
 /// Identifies a fault recorded by [`History::fault`](crate::History::fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FaultId(pub(super) usize);
@@ -60,6 +62,45 @@ pub struct Op {
 }
 
 impl Op {
+    /// A successful acquire of `lock` by `client`, attempted from `start` to `end`: the lock's
+    /// resource, token, deadline (as `valid_until`) and fencing token.
+    pub fn acquired(client: usize, start: Instant, end: Instant, lock: &Lock) -> Op {
+        Op {
+            client,
+            resource: lock.resource().to_owned(),
+            token: lock.token().expose().to_owned(),
+            kind: OpKind::Acquire,
+            start,
+            end,
+            outcome: Outcome::Ok {
+                valid_until: Some(lock.deadline()),
+            },
+            fence: lock.fencing_token(),
+        }
+    }
+
+    /// A failed acquire of `resource` by `client`, attempted from `start` to `end`, for `reason`.
+    pub fn acquire_failed(
+        client: usize,
+        resource: &str,
+        start: Instant,
+        end: Instant,
+        reason: impl fmt::Display,
+    ) -> Op {
+        Op {
+            client,
+            resource: resource.to_owned(),
+            token: String::new(),
+            kind: OpKind::Acquire,
+            start,
+            end,
+            outcome: Outcome::Failed {
+                reason: reason.to_string(),
+            },
+            fence: None,
+        }
+    }
+
     /// Whether the attempt succeeded.
     pub fn succeeded(&self) -> bool {
         matches!(self.outcome, Outcome::Ok { .. })
