@@ -127,8 +127,10 @@ async fn the_loss_signal_fires_before_the_deadline_when_three_of_five_masters_ar
             }));
             let (nodes, body_finished) = (&nodes, &body_finished);
             async move {
-                // Let a renewal or two through, then pause a majority.
-                tokio::time::sleep(ttl / 2).await;
+                // Let a renewal through (however loaded the machine), then pause a majority.
+                while held.renewals() == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 for i in [0, 1, 2] {
                     nodes[i].pause().unwrap();
                 }
