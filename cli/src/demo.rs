@@ -112,7 +112,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<std::process::ExitCode
         .join()
         .map_err(|_| anyhow::anyhow!("the fault injector panicked"))??;
     let overlaps = witness.violations().len();
-    report(&args, &tally, overlaps, started.elapsed());
+    report(&args, &tally, &rl.stats(), overlaps, started.elapsed());
     drop(nodes);
     Ok(if overlaps == 0 {
         std::process::ExitCode::SUCCESS
@@ -216,7 +216,13 @@ fn status_line(tally: &Tally, witness: &OccupancyWitness) -> String {
     )
 }
 
-fn report(args: &DemoArgs, tally: &Tally, overlaps: usize, took: Duration) {
+fn report(
+    args: &DemoArgs,
+    tally: &Tally,
+    stats: &quorumlock::Stats,
+    overlaps: usize,
+    took: Duration,
+) {
     let mut latencies = lock_or_recover(&tally.latencies).clone();
     latencies.sort();
     let pct = |p: f64| -> String {
@@ -252,6 +258,20 @@ fn report(args: &DemoArgs, tally: &Tally, overlaps: usize, took: Duration) {
         tally.expired_in_section.load(Ordering::Relaxed)
     );
     println!("  acquire latency     p50 {}   p99 {}", pct(0.5), pct(0.99));
+    println!(
+        "  attempts            {:>8}   (granted {}, contended {})",
+        stats.attempts, stats.acquired, stats.contended
+    );
+    println!("  per master          node errors / of which timeouts");
+    for (i, node) in stats.nodes.iter().enumerate() {
+        println!(
+            "    master {}  {:<21} {:>6} / {}",
+            i + 1,
+            node.node,
+            node.errors,
+            node.timeouts
+        );
+    }
     println!("overlaps: {overlaps}");
 }
 
