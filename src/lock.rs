@@ -75,21 +75,23 @@ impl fmt::Display for LockToken {
 /// lock.release().await?;
 /// # Ok(()) }
 /// ```
+// The fields are crate-visible so that the attempt that won builds the lock in one struct literal,
+// handing over everything it learned.
 pub struct Lock {
-    redlock: Redlock,
+    pub(crate) redlock: Redlock,
     /// The resource name; for a lock over several keys, their names joined by `", "`.
-    resource: String,
-    keys: Keys,
-    token: LockToken,
-    lease: Lease,
-    deadline: Instant,
+    pub(crate) resource: String,
+    pub(crate) keys: Keys,
+    pub(crate) token: LockToken,
+    pub(crate) lease: Lease,
+    pub(crate) deadline: Instant,
     /// One fencing token per key, when fencing is on.
-    fences: Option<Vec<u64>>,
+    pub(crate) fences: Option<Vec<u64>>,
     /// Shared with the background task finishing this lock's straggling acquire requests.
-    gate: Arc<ReleaseGate>,
+    pub(crate) gate: Arc<ReleaseGate>,
     /// Set once [`release`](Lock::release) has heard from every node, so that `Drop` sends the
     /// release again only when it was cancelled midway.
-    release_done: bool,
+    pub(crate) release_done: bool,
 }
 
 impl fmt::Debug for Lock {
@@ -104,31 +106,6 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    // One argument per field: the attempt that won hands over everything it learned.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        redlock: Redlock,
-        resource: String,
-        keys: Keys,
-        token: LockToken,
-        lease: Lease,
-        deadline: Instant,
-        fences: Option<Vec<u64>>,
-        gate: Arc<ReleaseGate>,
-    ) -> Self {
-        Lock {
-            redlock,
-            resource,
-            keys,
-            token,
-            lease,
-            deadline,
-            fences,
-            gate,
-            release_done: false,
-        }
-    }
-
     pub(crate) fn redlock(&self) -> &Redlock {
         &self.redlock
     }

@@ -355,16 +355,17 @@ impl Redlock {
                             node_timeout: lease.node_timeout,
                             gate: gate.clone(),
                         });
-                        return Ok(Lock::new(
-                            self.clone(),
-                            label.to_owned(),
-                            keys.clone(),
+                        return Ok(Lock {
+                            redlock: self.clone(),
+                            resource: label.to_owned(),
+                            keys: keys.clone(),
                             token,
-                            *lease,
-                            start + elapsed + validity,
+                            lease: *lease,
+                            deadline: start + elapsed + validity,
                             fences,
                             gate,
-                        ));
+                            release_done: false,
+                        });
                     }
                     (Err(nodes), _) => Failure::NotGranted {
                         granted: outcome.yes.len(),

@@ -68,8 +68,8 @@ mod tests {
         let p = policy(200, 100);
         let mut rng = StdRng::seed_from_u64(7);
         let delays: Vec<Duration> = (0..1000).map(|_| p.delay(&mut rng)).collect();
-        let min = delays.iter().min().copied().unwrap();
-        let max = delays.iter().max().copied().unwrap();
+        let min = delays.iter().min().copied().unwrap_or_default();
+        let max = delays.iter().max().copied().unwrap_or_default();
         assert!(min >= Duration::from_millis(100), "{min:?}");
         assert!(max <= Duration::from_millis(300), "{max:?}");
         // A thousand uniform draws cover most of the 200 ms range.
