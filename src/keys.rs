@@ -103,11 +103,11 @@ impl Keys {
             Keys::One(key) => node.release(key, token, announce, timeout).await,
             Keys::Many(keys) => {
                 let cmd = redis::cmd("EVAL")
-                    .arg(scripts::RELEASE_SOURCE)
+                    .arg(scripts::RELEASE_SOURCE.as_str())
                     .arg(keys.len())
                     .arg(&keys[..])
                     .arg(token)
-                    .arg(u8::from(announce))
+                    .arg(scripts::release_id(token, announce))
                     .to_owned();
                 let deleted: i64 = node.query(cmd, timeout).await?;
                 Ok(deleted > 0)

@@ -93,13 +93,13 @@ impl Node {
         let mut conn = self.connection()?;
         match fence_key {
             None => {
-                let cmd = redis::cmd("SET")
+                let mut cmd = Cmd::with_capacity(6, key.len() + token.len() + 32);
+                cmd.arg("SET")
                     .arg(key)
                     .arg(token)
                     .arg("NX")
                     .arg("PX")
-                    .arg(ttl_ms)
-                    .to_owned();
+                    .arg(ttl_ms);
                 let reply: Option<String> = self
                     .bounded(timeout, async move { cmd.query_async(&mut conn).await })
                     .await?;
@@ -124,7 +124,7 @@ impl Node {
 
     /// Compare-and-delete. `Ok(true)` when this token's key was deleted, `Ok(false)` when the key
     /// was already gone or belongs to another token. With `announce`, a deletion is published
-    /// on the key's release channel (see `scripts::RELEASE_SOURCE`).
+    /// on the key's release channel (see `lua/release.lua`).
     pub(crate) async fn release(
         &self,
         key: &str,
@@ -133,26 +133,25 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let mut conn = self.connection()?;
-        let source = |cmd: &mut redis::Cmd| {
-            cmd.arg(1)
-                .arg(key)
-                .arg(token)
-                .arg(u8::from(announce))
-                .to_owned()
+        let id = scripts::release_id(token, announce);
+        let release = |by: &str, script: &str| {
+            let mut cmd = Cmd::with_capacity(6, by.len() + script.len() + key.len() + 64);
+            cmd.arg(by).arg(script).arg(1).arg(key).arg(token).arg(&id);
+            cmd
         };
-        let by_source = source(redis::cmd("EVAL").arg(scripts::RELEASE_SOURCE));
+        let by_source = || release("EVAL", &scripts::RELEASE_SOURCE);
         let request = async move {
             if !announce {
                 // A cleanup: one round trip whatever the node's script cache holds.
-                return by_source.query_async(&mut conn).await;
+                return by_source().query_async(&mut conn).await;
             }
             // The holder's release is the hot path: send the script's SHA1, not its source. A
             // node that restarted has forgotten the script and says NOSCRIPT: send the source
             // then, within the same time bound.
-            let by_sha = source(redis::cmd("EVALSHA").arg(scripts::RELEASE.get_hash()));
+            let by_sha = release("EVALSHA", scripts::RELEASE.get_hash());
             match by_sha.query_async(&mut conn).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    by_source.query_async(&mut conn).await
+                    by_source().query_async(&mut conn).await
                 }
                 other => other,
             }

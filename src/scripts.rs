@@ -7,18 +7,32 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Compare-and-delete over one or more keys. With its announce flag set, each deletion is
-/// published on `<key>:released`, the channel waiters subscribe to (see `wakeup.rs`).
+/// Compare-and-delete over one or more keys. With an announce id, each deletion is published
+/// on `<key>:released`, the channel waiters subscribe to (see `wakeup.rs`).
 ///
 /// A holder's release sends it as `EVALSHA` (see [`RELEASE`]), falling back to the source on
 /// `NOSCRIPT`. A cleanup — a rollback, or a release queued behind a late `SET` on a slow or
 /// paused node — sends the source with `EVAL`: `EVALSHA` needs a second round trip on a node that
 /// restarted and lost its script cache, and if the `NOSCRIPT` reply comes after the per-node
 /// timeout that second round trip is never sent and the cleanup silently does not happen.
-pub(crate) const RELEASE_SOURCE: &str = include_str!("lua/release.lua");
+///
+/// The source is sent without its comments: it travels with every cleanup, and the node hashes
+/// what it receives.
+pub(crate) static RELEASE_SOURCE: LazyLock<String> =
+    LazyLock::new(|| without_comments(include_str!("lua/release.lua")));
 
 /// [`RELEASE_SOURCE`] as a script, for its SHA1.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(&RELEASE_SOURCE));
+
+/// The release script's announce argument for a release of `token`: a short non-secret
+/// fingerprint of the token when the release is announced, `"0"` when it is silent (see
+/// `lua/release.lua`).
+pub(crate) fn release_id(token: &str, announce: bool) -> String {
+    match announce {
+        true => crate::lock::fingerprint(token),
+        false => "0".to_owned(),
+    }
+}
 
 /// Compare-and-PEXPIRE over one or more keys, all or nothing.
 pub(crate) static EXTEND: LazyLock<Script> =
@@ -43,4 +57,24 @@ pub(crate) static INSPECT: LazyLock<Script> =
 /// The channel a release of `key` is announced on.
 pub(crate) fn release_channel(key: &str) -> String {
     format!("{key}:released")
+}
+
+/// `source` without its full-line comments, blank lines and indentation.
+fn without_comments(source: &str) -> String {
+    let lines = source.lines().map(str::trim);
+    let code = lines.filter(|line| !line.is_empty() && !line.starts_with("--"));
+    code.collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sent_release_source_keeps_the_code_and_drops_the_comments() {
+        assert!(!RELEASE_SOURCE.contains("--"));
+        assert!(RELEASE_SOURCE.starts_with("local deleted = 0\n"));
+        assert!(RELEASE_SOURCE.ends_with("\nreturn deleted"));
+        assert!(RELEASE_SOURCE.len() < include_str!("lua/release.lua").len() / 2);
+    }
 }
