@@ -350,7 +350,41 @@ fn measure(spec: &Spec<'_>, cfg: &Config) -> Measurement {
 
 /// Every measurement of every run, by what it measured.
 #[derive(Default)]
-struct Results(BTreeMap<Key, Vec<Measurement>>);
+struct Results(BTreeMap<Key, Vec<Measurement>>, Vec<ReplySpread>);
+
+/// Per run: the median time from sending a `SET` to five healthy masters to its k-th reply,
+/// k = 1..=5, microseconds (raw connections, one request in flight at a time).
+type ReplySpread = [f64; 5];
+
+/// How many fan-outs [`reply_spread`] times.
+const SPREAD_SAMPLES: usize = 2000;
+
+/// Times [`SPREAD_SAMPLES`] sequential `SET` fan-outs to `urls` on raw connections: what
+/// deciding at the third reply instead of the fifth can save on these masters, whatever the
+/// client.
+fn reply_spread(urls: &[String]) -> ReplySpread {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let samples: Vec<Vec<Duration>> = runtime.block_on(async {
+        let raw = support::Raw::connect(urls).await;
+        let mut samples = Vec::with_capacity(SPREAD_SAMPLES);
+        for _ in 0..SPREAD_SAMPLES {
+            samples.push(raw.reply_times("bench:spread", support::TTL).await);
+        }
+        samples
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    std::array::from_fn(|k| {
+        let kth: Vec<f64> = samples
+            .iter()
+            .filter_map(|s| s.get(k))
+            .map(|d| d.as_secs_f64() * 1e6)
+            .collect();
+        median(&kth)
+    })
+}
 
 impl Results {
     fn runs(&self, key: Key) -> &[Measurement] {
@@ -414,6 +448,9 @@ fn main() {
             for n in SCALING.into_iter().filter(|&n| n != 5) {
                 plan.extend(worker_counts.map(|w| (Case::Healthy, n, w)));
             }
+        }
+        if cfg.has(1) {
+            results.1.push(reply_spread(&five));
         }
         for (case, n, workers) in plan {
             let kinds: &[Kind] = if case == Case::Contended {
@@ -774,6 +811,18 @@ fn report(r: &Results, cfg: &Config, machine: &Machine) -> String {
             }
         }
         let _ = writeln!(out);
+        if case == Case::Healthy && !r.1.is_empty() {
+            let kth = |k: usize| median(&r.1.iter().map(|s| s[k]).collect::<Vec<_>>());
+            let _ = writeln!(
+                out,
+                "Time from sending one `SET` to its k-th reply from the five masters (raw connections, one fan-out at a time, median of {SPREAD_SAMPLES} per run): {} — the third reply comes at {:.0} % of the fifth's time; that is all deciding early can save here.\n",
+                (0..5)
+                    .map(|k| format!("{} {}", ["1st", "2nd", "3rd", "4th", "5th"][k], us(kth(k))))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                100.0 * kth(2) / kth(4),
+            );
+        }
         for workers in [1, w] {
             let q = key(case, 5, workers, Kind::Quorumlock);
             let (vs_rs, rs_runs) = r.ratio(q, key(case, 5, workers, Kind::Rslock), rate_of);

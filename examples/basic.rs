@@ -24,6 +24,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     // ... the work that only one process may do at a time, finished within lock.remaining() ...
     let released = lock.release().await?;
-    println!("released on {} masters", released.deleted);
+    println!(
+        "released: {} masters confirmed before the call returned",
+        released.deleted + released.absent
+    );
     Ok(())
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
@@ -39,45 +40,73 @@ pub(crate) struct Stragglers<R> {
 
 impl<R: Send + 'static> Stragglers<R> {
     /// Lets the remaining requests run to completion in the background (each is bounded by the
-    /// node timeout).
+    /// node timeout). They must not just be dropped: a request the connection has not written
+    /// yet would then never be sent.
     pub(crate) fn finish(self) {
         self.spawn(None);
     }
 
     /// As [`finish`](Self::finish), and releases the token on each straggling node once its
-    /// request has completed and `gate` is closed: immediately for a failed attempt (pass a
-    /// closed gate), or when the holder releases.
+    /// request has completed: the rollback of a failed attempt.
     pub(crate) fn finish_then_release(self, cleanup: Cleanup) {
-        self.spawn(Some(cleanup));
+        let gate = ReleaseGate::new(true, self.in_flight.clone());
+        self.spawn(Some((cleanup, gate)));
     }
 
-    /// A gate over this fan-out's nodes, closed or open, with the nodes still in flight.
-    pub(crate) fn gate(&self, closed: bool) -> Arc<ReleaseGate> {
-        Arc::new(ReleaseGate {
-            state: Mutex::new(GateState {
-                closed,
-                in_flight: self.in_flight.clone(),
-            }),
-        })
-    }
-
-    fn spawn(mut self, cleanup: Option<Cleanup>) {
+    /// For the attempt that won: as [`finish`](Self::finish), and once the holder releases,
+    /// releases each straggling node after its request has completed. Returns the gate the
+    /// holder's release goes through; `None` when nothing is left in flight.
+    pub(crate) fn finish_before_release(mut self, cleanup: Cleanup) -> Option<Arc<ReleaseGate>> {
+        self.collect_landed();
         if self.pending.is_empty() {
+            return None;
+        }
+        let gate = ReleaseGate::new(false, self.in_flight.clone());
+        self.spawn(Some((cleanup, gate.clone())));
+        Some(gate)
+    }
+
+    /// Takes in the requests that have completed by now, without waiting.
+    fn collect_landed(&mut self) {
+        while let Some(Some((i, _))) = self.pending.next().now_or_never() {
+            if let Some(f) = self.in_flight.get_mut(i) {
+                *f = false;
+            }
+        }
+    }
+
+    fn spawn(mut self, cleanup: Option<(Cleanup, Arc<ReleaseGate>)>) {
+        // Most stragglers of a healthy fan-out have landed by now: only those still in flight,
+        // or landed but due a release, need a task.
+        let mut due = Vec::new();
+        while let Some(Some((i, _))) = self.pending.next().now_or_never() {
+            if cleanup.as_ref().is_some_and(|(_, gate)| gate.landed(i)) {
+                due.push(i);
+            }
+        }
+        if self.pending.is_empty() && due.is_empty() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
+            let release = |i: usize| {
+                let cleanup = cleanup.as_ref().map(|(c, _)| c);
+                async move {
+                    let Some(c) = cleanup else { return };
+                    let node = c.redlock.node(i);
+                    let token = c.token.expose();
+                    let _ = c.keys.release_on(node, token, c.announce, c.node_timeout).await;
+                }
+            };
+            for i in due {
+                release(i).await;
+            }
             while let Some((i, _)) = self.pending.next().await {
-                let Some(c) = cleanup.as_ref().filter(|c| c.gate.landed(i)) else {
-                    continue;
-                };
-                let node = c.redlock.node(i);
-                let _ = c
-                    .keys
-                    .release_on(node, c.token.expose(), false, c.node_timeout)
-                    .await;
+                if cleanup.as_ref().is_some_and(|(_, gate)| gate.landed(i)) {
+                    release(i).await;
+                }
             }
         });
     }
@@ -85,7 +114,8 @@ impl<R: Send + 'static> Stragglers<R> {
 
 /// Orders a holder's release after the acquire requests still in flight, so that each node gets
 /// exactly one release, and always after its `SET` has executed (a release that overtook a late
-/// `SET` would leave the key behind until its TTL).
+/// `SET` — say, one waiting for the node's connection to be re-established — would leave the
+/// key behind until its TTL).
 ///
 /// When the holder releases, it [`close`](ReleaseGate::close)s the gate: it sends its own
 /// release to the nodes whose acquire request has completed, and the straggler task releases
@@ -102,6 +132,12 @@ struct GateState {
 }
 
 impl ReleaseGate {
+    fn new(closed: bool, in_flight: Vec<bool>) -> Arc<Self> {
+        Arc::new(ReleaseGate {
+            state: Mutex::new(GateState { closed, in_flight }),
+        })
+    }
+
     /// Closes the gate and returns the nodes whose acquire request is still in flight: the
     /// caller leaves those to the straggler task.
     pub(crate) fn close(&self) -> Vec<usize> {
@@ -122,13 +158,14 @@ impl ReleaseGate {
     }
 }
 
-/// What a straggling request needs to clean up after itself.
+/// What straggling acquire requests need to clean up after themselves.
 pub(crate) struct Cleanup {
     pub(crate) redlock: Redlock,
     pub(crate) keys: Keys,
     pub(crate) token: LockToken,
     pub(crate) node_timeout: Duration,
-    pub(crate) gate: Arc<ReleaseGate>,
+    /// Whether the releases are the holder's (announced to waiters) or a rollback's (silent).
+    pub(crate) announce: bool,
 }
 
 impl Redlock {

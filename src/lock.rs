@@ -87,9 +87,10 @@ pub struct Lock {
     pub(crate) deadline: Instant,
     /// One fencing token per key, when fencing is on.
     pub(crate) fences: Option<Vec<u64>>,
-    /// Shared with the background task finishing this lock's straggling acquire requests.
-    pub(crate) gate: Arc<ReleaseGate>,
-    /// Set once [`release`](Lock::release) has heard from every node, so that `Drop` sends the
+    /// Shared with the background task finishing this lock's straggling acquire requests, if
+    /// any were still in flight when the quorum granted.
+    pub(crate) gate: Option<Arc<ReleaseGate>>,
+    /// Set once [`release`](Lock::release) has heard from a quorum, so that `Drop` sends the
     /// release again only when it was cancelled midway.
     pub(crate) release_done: bool,
 }
@@ -223,7 +224,8 @@ impl Lock {
     }
 
     /// Releases the lock on every node (compare-and-delete: a key that expired or was taken by
-    /// another holder is left alone).
+    /// another holder is left alone). Returns once a quorum has confirmed; the releases still in
+    /// flight then finish in the background, each bounded by the node timeout.
     ///
     /// # Errors
     ///
@@ -234,19 +236,13 @@ impl Lock {
     ///
     /// If dropped midway, the release is sent again in the background from `Drop`.
     pub async fn release(mut self) -> Result<Released, Error> {
-        // Nodes whose acquire request is still in flight are released behind it by the
-        // straggler task; this call releases the others.
-        let in_flight = self.gate.close();
+        // Nodes whose acquire request is still in flight are released behind it, in the
+        // background; this call releases the others.
+        let in_flight = self.close_gate();
         let span = tracing::debug_span!("release", resource = %self.resource);
         let (released, nodes) = self
             .redlock
-            .release_except(
-                &self.keys,
-                &self.token,
-                true,
-                self.lease.node_timeout,
-                &in_flight,
-            )
+            .release_at_quorum(&self.keys, &self.token, self.lease.node_timeout, &in_flight)
             .instrument(span)
             .await;
         self.release_done = true;
@@ -263,11 +259,18 @@ impl Lock {
             })
         }
     }
+
+    /// Closes the gate to the background task finishing the acquire requests still in flight,
+    /// and returns those nodes: the task releases each once its request has completed.
+    fn close_gate(&self) -> Vec<usize> {
+        self.gate.as_ref().map(|gate| gate.close()).unwrap_or_default()
+    }
 }
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        let in_flight = self.gate.close();
+        // Always: a late acquire request must not leave its key behind, valid or not.
+        let in_flight = self.close_gate();
         if !self.release_done && self.is_valid() {
             spawn_release(
                 self.redlock.clone(),

@@ -112,13 +112,18 @@ impl Failure {
     }
 }
 
-/// Which nodes still hold a token after a release.
+/// What the nodes that had answered a release said, when it returned.
+///
+/// A release returns once a quorum has confirmed, so `deleted + absent` is at least the quorum
+/// and may be less than the node count: the releases still in flight finish in the
+/// background.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Released {
     /// Nodes on which this lock's key was still present and was deleted.
     pub deleted: usize,
-    /// Nodes on which the key had already expired or never landed.
+    /// Nodes on which the key had already expired or never landed (or is released behind an
+    /// acquire request still in flight).
     pub absent: usize,
 }
 
@@ -347,13 +352,12 @@ impl Redlock {
                         rollback.disarm();
                         Counters::bump(&self.inner.counters.acquired);
                         tracing::debug!(?elapsed, ?validity, "acquired");
-                        let gate = stragglers.gate(false);
-                        stragglers.finish_then_release(Cleanup {
+                        let gate = stragglers.finish_before_release(Cleanup {
                             redlock: self.clone(),
                             keys: keys.clone(),
                             token: token.clone(),
                             node_timeout: lease.node_timeout,
-                            gate: gate.clone(),
+                            announce: true,
                         });
                         return Ok(Lock {
                             redlock: self.clone(),
@@ -391,13 +395,12 @@ impl Redlock {
             contended = failure.is_contention(),
             "attempt failed; rolling back"
         );
-        let gate = stragglers.gate(true);
         stragglers.finish_then_release(Cleanup {
             redlock: self.clone(),
             keys: keys.clone(),
             token: token.clone(),
             node_timeout: lease.node_timeout,
-            gate,
+            announce: false,
         });
         // A node that refused set nothing: only the others need the rollback.
         rollback.release_now(&outcome.refused).await;

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::NodeError;
+use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::Keys;
 use crate::lock::LockToken;
 use crate::redlock::{Redlock, Released};
@@ -45,6 +45,47 @@ impl Redlock {
             }
         }
         (released, failed)
+    }
+}
+
+impl Redlock {
+    /// The holder's release: compare-and-delete on every node but those in `skip` (counted as
+    /// `absent`: they are released behind their acquire request), announced to waiters. Returns
+    /// as soon as a quorum has confirmed, or enough nodes failed that no quorum can; the
+    /// releases still in flight finish in the background.
+    pub(crate) async fn release_at_quorum(
+        &self,
+        keys: &Keys,
+        token: &LockToken,
+        node_timeout: Duration,
+        skip: &[usize],
+    ) -> (Released, Vec<NodeError>) {
+        let (outcome, stragglers) = self
+            .fan_out(
+                |rl, i| {
+                    let sent = (!skip.contains(&i)).then(|| (keys.clone(), token.clone()));
+                    async move {
+                        let Some((keys, token)) = sent else {
+                            return Ok(None);
+                        };
+                        let node = rl.node(i);
+                        keys.release_on(node, token.expose(), true, node_timeout)
+                            .await
+                            .map(Some)
+                    }
+                },
+                // Every answer confirms: the key is gone from that node either way.
+                Ok::<_, NodeErrorKind>,
+                None,
+            )
+            .await;
+        stragglers.finish();
+        let deleted = outcome.yes.iter().filter(|(_, r)| *r == Some(true)).count();
+        let released = Released {
+            deleted,
+            absent: outcome.yes.len() - deleted,
+        };
+        (released, outcome.no)
     }
 }
 

@@ -27,9 +27,10 @@ async fn acquire_sets_the_token_on_every_master_and_release_removes_it() {
         .await
     );
 
+    // The release returns at the third confirmation; the last two land just after.
     let released = lock.release().await.unwrap();
-    assert_eq!(released.deleted, 5);
-    assert_eq!(present(&nodes, "orders:42"), 0);
+    assert!(released.deleted >= 3 && released.absent == 0, "{released:?}");
+    assert!(eventually(Duration::from_secs(1), || present(&nodes, "orders:42") == 0).await);
 
     // Released straight after acquiring: the masters that had not answered yet are cleaned up
     // behind their late SET.
@@ -255,7 +256,9 @@ async fn release_never_deletes_another_holders_key() {
     );
     let released = stale.release().await.unwrap();
     assert_eq!(released.deleted, 0);
-    assert_eq!(released.absent, 5);
+    assert!(released.absent >= 3, "{released:?}");
+    // Give the releases still in flight when it returned time to land: none may delete.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(holders(&nodes, "handover", token), 5);
 }
 
@@ -491,12 +494,13 @@ async fn redlock_is_clone_send_sync_and_lock_is_send() {
             let rl = rl.clone();
             tokio::spawn(async move {
                 let lock = rl.acquire(&format!("task-{i}"), TTL).await.unwrap();
-                lock.release().await.unwrap().deleted
+                let released = lock.release().await.unwrap();
+                released.deleted + released.absent
             })
         })
         .collect();
     for h in handles {
-        assert!(h.await.unwrap() >= 3);
+        assert!(h.await.unwrap() >= 3, "a quorum confirmed each release");
     }
     // Requests that were still landing when a lock was released are cleaned up behind it.
     let clean = || (0..4).all(|i| present(&nodes, &format!("task-{i}")) == 0);

@@ -328,9 +328,12 @@ async fn a_renewal_racing_the_release_never_resurrects_the_lock() {
             })
             .await
             .unwrap();
-        // Nothing of the holder's is left where another client could be kept out by it.
+        // Nothing of the holder's is left where another client could be kept out by it: the
+        // release returned at a quorum, and the rest land just after (well before the keys
+        // would expire on their own).
         let lock = other.try_acquire("racing", ttl).await.unwrap();
-        assert_eq!(holders(&nodes, "racing", &token), 0, "round {round}");
+        let gone = || holders(&nodes, "racing", &token) == 0;
+        assert!(eventually(ttl / 2, gone).await, "round {round}");
         lock.release().await.unwrap();
         tokens.push(token);
     }
@@ -582,8 +585,9 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
         );
     }
     let released = lock.release().await.unwrap();
-    assert_eq!(released.deleted, 5);
-    assert_eq!(present(&nodes, "acct:1") + present(&nodes, "acct:2"), 0);
+    assert!(released.deleted >= 3 && released.absent == 0, "{released:?}");
+    let left = || present(&nodes, "acct:1") + present(&nodes, "acct:2");
+    assert!(eventually(Duration::from_secs(1), || left() == 0).await);
 
     for bad in [&[][..], &["a", "a"][..], &["a", ""][..]] {
         let err = rl.try_acquire_many(bad, TTL).await.unwrap_err();
