@@ -276,6 +276,10 @@ pub enum NodeErrorKind {
     Held,
     /// No reply within the per-node timeout.
     Timeout(Duration),
+    /// Not sent: the node's recent requests all timed out, and until it answers again only one
+    /// request at a time goes to it (a probe) while the others fail at once instead of each
+    /// waiting out the timeout.
+    Unresponsive,
     /// The request failed: connection refused or broken, authentication, a server error.
     Redis(redis::RedisError),
     /// The server replied with something the scripts never return.
@@ -335,6 +339,9 @@ impl fmt::Display for NodeErrorKind {
         match self {
             NodeErrorKind::Held => f.write_str("held by another token"),
             NodeErrorKind::Timeout(t) => write!(f, "no reply within {t:?}"),
+            NodeErrorKind::Unresponsive => {
+                f.write_str("not contacted: its recent requests timed out, and a probe is pending")
+            }
             NodeErrorKind::Redis(e) => write!(f, "{e}"),
             NodeErrorKind::UnexpectedReply(r) => write!(f, "unexpected reply {r}"),
         }

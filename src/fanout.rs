@@ -97,7 +97,10 @@ impl<R: Send + 'static> Stragglers<R> {
                     let Some(c) = cleanup else { return };
                     let node = c.redlock.node(i);
                     let token = c.token.expose();
-                    let _ = c.keys.release_on(node, token, c.announce, c.node_timeout).await;
+                    let _ = c
+                        .keys
+                        .release_on(node, token, c.announce, c.node_timeout)
+                        .await;
                 }
             };
             for i in due {

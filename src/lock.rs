@@ -263,7 +263,10 @@ impl Lock {
     /// Closes the gate to the background task finishing the acquire requests still in flight,
     /// and returns those nodes: the task releases each once its request has completed.
     fn close_gate(&self) -> Vec<usize> {
-        self.gate.as_ref().map(|gate| gate.close()).unwrap_or_default()
+        self.gate
+            .as_ref()
+            .map(|gate| gate.close())
+            .unwrap_or_default()
     }
 }
 

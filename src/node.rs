@@ -2,7 +2,7 @@
 //! commands and scripts the algorithm sends it.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -15,9 +15,12 @@ use redis::{
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 
-/// After this many timeouts in a row with no reply at all, the connection is presumed dead (a
-/// blackholed route answers nothing and never closes) and is replaced by a fresh one.
-const TIMEOUTS_BEFORE_RECONNECT: u32 = 3;
+/// After this many timeouts in a row with no reply at all, the node is presumed unresponsive (a
+/// blackholed route or a stopped process answers nothing and never closes the connection): its
+/// connection is replaced by a fresh one, and until it answers again only one request at a time
+/// is sent to it, as a probe. The others fail at once, so that a hung node costs the client
+/// neither a pile of requests each waiting out the timeout, nor the work of tracking them.
+const TIMEOUTS_BEFORE_UNRESPONSIVE: u32 = 3;
 
 /// A node's answer to an acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +41,8 @@ pub(crate) struct Node {
     /// does no I/O and needs no runtime. Cloning a `ConnectionManager` is cheap (an `Arc`).
     connection: Mutex<Option<ConnectionManager>>,
     timeouts_in_a_row: AtomicU32,
+    /// Whether a probe of an unresponsive node is in flight.
+    probing: AtomicBool,
 }
 
 impl std::fmt::Debug for Node {
@@ -73,6 +78,7 @@ impl Node {
             connect_timeout,
             connection: Mutex::new(None),
             timeouts_in_a_row: AtomicU32::new(0),
+            probing: AtomicBool::new(false),
         }
     }
 
@@ -272,7 +278,9 @@ impl Node {
         Ok(conn)
     }
 
-    /// Runs one request against this node, bounded by `timeout`.
+    /// Runs one request against this node, bounded by `timeout`; fails at once, without sending
+    /// it, while the node is unresponsive and another request is probing it (see
+    /// [`TIMEOUTS_BEFORE_UNRESPONSIVE`]).
     ///
     /// A request cut off by the timeout may still have been written to the connection; anything
     /// sent after it on the same connection is executed after it, which is what lets a rollback
@@ -282,15 +290,27 @@ impl Node {
         timeout: Duration,
         request: impl Future<Output = RedisResult<T>>,
     ) -> Result<T, NodeError> {
+        let unresponsive =
+            self.timeouts_in_a_row.load(Ordering::Relaxed) >= TIMEOUTS_BEFORE_UNRESPONSIVE;
+        let probe = match unresponsive {
+            false => None,
+            true => match Probe::start(&self.probing) {
+                Some(probe) => Some(probe),
+                None => return Err(NodeError::new(&self.id, NodeErrorKind::Unresponsive)),
+            },
+        };
         match tokio::time::timeout(timeout, request).await {
             Ok(reply) => {
-                self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+                if self.timeouts_in_a_row.swap(0, Ordering::Relaxed) >= TIMEOUTS_BEFORE_UNRESPONSIVE
+                {
+                    tracing::debug!(node = %self.id, "answering again");
+                }
                 reply.map_err(|e| NodeError::new(&self.id, NodeErrorKind::Redis(e)))
             }
             Err(_elapsed) => {
                 let in_a_row = self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
-                if in_a_row >= TIMEOUTS_BEFORE_RECONNECT {
-                    self.timeouts_in_a_row.store(0, Ordering::Relaxed);
+                // A fresh connection when the node turns unresponsive, and for each next probe.
+                if in_a_row == TIMEOUTS_BEFORE_UNRESPONSIVE || probe.is_some() {
                     self.forget_connection();
                 }
                 Err(NodeError::new(&self.id, NodeErrorKind::Timeout(timeout)))
@@ -299,8 +319,25 @@ impl Node {
     }
 
     fn forget_connection(&self) {
-        tracing::debug!(node = %self.id, "no reply to {TIMEOUTS_BEFORE_RECONNECT} requests in a row; reconnecting");
+        tracing::debug!(node = %self.id, "no reply to the last {TIMEOUTS_BEFORE_UNRESPONSIVE} requests or more; reconnecting");
         let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         *slot = None;
+    }
+}
+
+/// The one request in flight to an unresponsive node; the next request may probe once it ends,
+/// however it ends (a reply, a timeout, or the caller dropping it).
+struct Probe<'a>(&'a AtomicBool);
+
+impl<'a> Probe<'a> {
+    fn start(probing: &'a AtomicBool) -> Option<Self> {
+        let free = probing.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed);
+        free.is_ok().then_some(Probe(probing))
+    }
+}
+
+impl Drop for Probe<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use quorumlock::{Error, Redlock};
+use quorumlock::{Error, NodeErrorKind, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -29,7 +29,10 @@ async fn acquire_sets_the_token_on_every_master_and_release_removes_it() {
 
     // The release returns at the third confirmation; the last two land just after.
     let released = lock.release().await.unwrap();
-    assert!(released.deleted >= 3 && released.absent == 0, "{released:?}");
+    assert!(
+        released.deleted >= 3 && released.absent == 0,
+        "{released:?}"
+    );
     assert!(eventually(Duration::from_secs(1), || present(&nodes, "orders:42") == 0).await);
 
     // Released straight after acquiring: the masters that had not answered yet are cleaned up
@@ -220,6 +223,69 @@ async fn acquire_fails_within_the_node_timeout_when_three_of_five_are_paused() {
     }
     let clean = eventually(Duration::from_secs(3), || present(&nodes, "stalled") == 0).await;
     assert!(clean, "late SETs on the resumed masters were rolled back");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_master_is_probed_one_request_at_a_time_until_it_answers_again() {
+    let nodes = five();
+    let node_timeout = Duration::from_millis(200);
+    let rl = builder(&nodes).node_timeout(node_timeout).build().unwrap();
+    rl.connect().await.unwrap();
+    for i in [0, 1, 2] {
+        nodes[i].pause().unwrap();
+    }
+    let unresponsive = |err: &Error| match err {
+        Error::NotAcquired { nodes, .. } => nodes
+            .iter()
+            .filter(|n| matches!(n.kind(), NodeErrorKind::Unresponsive))
+            .count(),
+        _ => 0,
+    };
+    let timeouts = |err: &Error| match err {
+        Error::NotAcquired { nodes, .. } => nodes.iter().filter(|n| n.is_timeout()).count(),
+        _ => 0,
+    };
+    // Each attempt times out twice on each hung master: its SET, then its rollback's release.
+    for _ in 0..2 {
+        let err = rl.try_acquire("hung", TTL).await.unwrap_err();
+        assert_eq!(timeouts(&err) + unresponsive(&err), 3, "{err}");
+    }
+    // Three requests in a row have timed out on each: from now on one request at a time probes
+    // it, and the others fail at once, unsent, instead of waiting out the node timeout. Of
+    // eight concurrent attempts, at most three can hold a probe.
+    let attempts: Vec<_> = (0..8)
+        .map(|i| {
+            let rl = rl.clone();
+            tokio::spawn(async move { rl.try_acquire(&format!("hung-{i}"), TTL).await })
+        })
+        .collect();
+    let mut not_sent = 0;
+    for attempt in attempts {
+        let err = attempt.await.unwrap().unwrap_err();
+        if unresponsive(&err) == 3 {
+            not_sent += 1;
+        }
+    }
+    assert!(not_sent >= 5, "{not_sent} of 8 attempts");
+
+    for i in [0, 1, 2] {
+        nodes[i].resume().unwrap();
+    }
+    // The next probe that gets an answer brings each master back into every request.
+    let mut all_five = false;
+    for _ in 0..50 {
+        let lock = rl.try_acquire("hung", TTL).await;
+        if let Ok(lock) = lock {
+            let token = lock.token().expose().to_owned();
+            all_five = eventually(node_timeout, || holders(&nodes, "hung", &token) == 5).await;
+            lock.release().await.unwrap();
+            if all_five {
+                break;
+            }
+        }
+        tokio::time::sleep(node_timeout / 4).await;
+    }
+    assert!(all_five, "the resumed masters take part again");
 }
 
 #[tokio::test(flavor = "multi_thread")]

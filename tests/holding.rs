@@ -585,7 +585,10 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
         );
     }
     let released = lock.release().await.unwrap();
-    assert!(released.deleted >= 3 && released.absent == 0, "{released:?}");
+    assert!(
+        released.deleted >= 3 && released.absent == 0,
+        "{released:?}"
+    );
     let left = || present(&nodes, "acct:1") + present(&nodes, "acct:2");
     assert!(eventually(Duration::from_secs(1), || left() == 0).await);
 

@@ -189,7 +189,11 @@ impl Raw {
             .map(|connection| {
                 let mut connection = connection.clone();
                 let mut cmd = redis::cmd("SET");
-                cmd.arg(key).arg(&token).arg("NX").arg("PX").arg(ttl.as_millis() as u64);
+                cmd.arg(key)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl.as_millis() as u64);
                 async move { cmd.query_async::<Option<String>>(&mut connection).await }
             })
             .collect();
