@@ -2,7 +2,6 @@
 //! as soon as it is known, and the requests still in flight finished in the background.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,17 +27,21 @@ pub(crate) struct Outcome<T> {
     pub(crate) refused: Vec<usize>,
 }
 
-/// One node's reply in a fan-out, tagged with the node's index.
-type Reply<R> = Pin<Box<dyn Future<Output = (usize, Result<R, NodeError>)> + Send>>;
 
 /// Requests still in flight when a fan-out was decided.
-pub(crate) struct Stragglers<R> {
-    pending: FuturesUnordered<Reply<R>>,
+///
+/// `F` is a node's request, resolving to the node's index and its reply.
+pub(crate) struct Stragglers<F> {
+    pending: FuturesUnordered<F>,
     /// Per node, whether its request is among `pending`.
     in_flight: Vec<bool>,
 }
 
-impl<R: Send + 'static> Stragglers<R> {
+impl<F, R> Stragglers<F>
+where
+    F: Future<Output = (usize, Result<R, NodeError>)> + Send + 'static,
+    R: Send + 'static,
+{
     /// Lets the remaining requests run to completion in the background (each is bounded by the
     /// node timeout). They must not just be dropped: a request the connection has not written
     /// yet would then never be sent.
@@ -185,16 +188,19 @@ impl Redlock {
         request: impl Fn(Redlock, usize) -> Fut,
         judge: impl Fn(R) -> Result<T, NodeErrorKind>,
         deadline: Option<Instant>,
-    ) -> (Outcome<T>, Stragglers<R>)
+    ) -> (
+        Outcome<T>,
+        Stragglers<impl Future<Output = (usize, Result<R, NodeError>)> + Send + 'static>,
+    )
     where
         Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
         R: Send + 'static,
     {
         let nodes = &self.all_nodes();
-        let mut pending: FuturesUnordered<Reply<R>> = (0..nodes.len())
+        let mut pending: FuturesUnordered<_> = (0..nodes.len())
             .map(|i| {
                 let reply = request(self.clone(), i);
-                Box::pin(async move { (i, reply.await) }) as Reply<R>
+                async move { (i, reply.await) }
             })
             .collect();
         let mut answered = vec![false; nodes.len()];
