@@ -27,7 +27,6 @@ pub(crate) struct Outcome<T> {
     pub(crate) refused: Vec<usize>,
 }
 
-
 /// Requests still in flight when a fan-out was decided.
 ///
 /// `F` is a node's request, resolving to the node's index and its reply.

@@ -2,9 +2,9 @@
 //! commands and scripts the algorithm sends it.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
 use redis::{
@@ -15,12 +15,18 @@ use redis::{
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 
-/// After this many timeouts in a row with no reply at all, the node is presumed unresponsive (a
-/// blackholed route or a stopped process answers nothing and never closes the connection): its
-/// connection is replaced by a fresh one, and until it answers again only one request at a time
-/// is sent to it, as a probe. The others fail at once, so that a hung node costs the client
-/// neither a pile of requests each waiting out the timeout, nor the work of tracking them.
+/// After this many timeouts in a row with no reply at all, spread over at least
+/// [`SILENCE_BEFORE_UNRESPONSIVE`], the node is presumed unresponsive (a blackholed route or a
+/// stopped process answers nothing and never closes the connection): its connection is replaced
+/// by a fresh one, and until it answers again only one request at a time is sent to it, as a
+/// probe. The others fail at once, so that a hung node costs the client neither a pile of
+/// requests each waiting out the timeout, nor the work of tracking them.
 const TIMEOUTS_BEFORE_UNRESPONSIVE: u32 = 3;
+
+/// See [`TIMEOUTS_BEFORE_UNRESPONSIVE`]: a burst of timeouts from a moment of overload (short
+/// node timeouts on a busy machine) is not a hung node, and skipping it would leave the keys
+/// of the next locks on fewer nodes.
+const SILENCE_BEFORE_UNRESPONSIVE: Duration = Duration::from_secs(1);
 
 /// A node's answer to an acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +47,9 @@ pub(crate) struct Node {
     /// does no I/O and needs no runtime. Cloning a `ConnectionManager` is cheap (an `Arc`).
     connection: Mutex<Option<ConnectionManager>>,
     timeouts_in_a_row: AtomicU32,
+    /// When the first of those timed out, in milliseconds since `created`.
+    silent_since_ms: AtomicU64,
+    created: Instant,
     /// Whether a probe of an unresponsive node is in flight.
     probing: AtomicBool,
 }
@@ -78,6 +87,8 @@ impl Node {
             connect_timeout,
             connection: Mutex::new(None),
             timeouts_in_a_row: AtomicU32::new(0),
+            silent_since_ms: AtomicU64::new(0),
+            created: Instant::now(),
             probing: AtomicBool::new(false),
         }
     }
@@ -290,9 +301,7 @@ impl Node {
         timeout: Duration,
         request: impl Future<Output = RedisResult<T>>,
     ) -> Result<T, NodeError> {
-        let unresponsive =
-            self.timeouts_in_a_row.load(Ordering::Relaxed) >= TIMEOUTS_BEFORE_UNRESPONSIVE;
-        let probe = match unresponsive {
+        let probe = match self.is_unresponsive() {
             false => None,
             true => match Probe::start(&self.probing) {
                 Some(probe) => Some(probe),
@@ -309,13 +318,30 @@ impl Node {
             }
             Err(_elapsed) => {
                 let in_a_row = self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
-                // A fresh connection when the node turns unresponsive, and for each next probe.
+                if in_a_row == 1 {
+                    self.silent_since_ms.store(self.now_ms(), Ordering::Relaxed);
+                }
+                // A fresh connection after a few timeouts in a row, and for each next probe.
                 if in_a_row == TIMEOUTS_BEFORE_UNRESPONSIVE || probe.is_some() {
                     self.forget_connection();
                 }
                 Err(NodeError::new(&self.id, NodeErrorKind::Timeout(timeout)))
             }
         }
+    }
+
+    /// Whether requests have timed out [`TIMEOUTS_BEFORE_UNRESPONSIVE`] times in a row, over at
+    /// least [`SILENCE_BEFORE_UNRESPONSIVE`].
+    fn is_unresponsive(&self) -> bool {
+        self.timeouts_in_a_row.load(Ordering::Relaxed) >= TIMEOUTS_BEFORE_UNRESPONSIVE && {
+            let since = self.silent_since_ms.load(Ordering::Relaxed);
+            let silence = Duration::from_millis(self.now_ms().saturating_sub(since));
+            silence >= SILENCE_BEFORE_UNRESPONSIVE
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     fn forget_connection(&self) {
