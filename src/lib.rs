@@ -76,8 +76,10 @@
 //!
 //! A holder's release is published on the channel `<prefix><resource>:released` of every node
 //! that held it. After an attempt meets contention, [`Redlock::acquire`] subscribes — one
-//! shared subscriber connection per node for the whole client — and retries as soon as any node
+//! shared subscriber connection per node for the whole client — and retries as soon as a node
 //! announces a release, instead of sleeping out the retry delay (which stays the fallback).
+//! Each release wakes one waiter of the client, the one that has waited longest; the others
+//! keep waiting rather than split the vote with it.
 //!
 //! # Layout
 //!

@@ -310,7 +310,15 @@ impl Node {
         };
         match tokio::time::timeout(timeout, request).await {
             Ok(reply) => {
-                if self.timeouts_in_a_row.swap(0, Ordering::Relaxed) >= TIMEOUTS_BEFORE_UNRESPONSIVE
+                // Only the server's own answer shows it is alive: a request failing because its
+                // connection was dropped or could not be opened says nothing about that.
+                let answered = match &reply {
+                    Ok(_) => true,
+                    Err(e) => matches!(e.kind(), ErrorKind::Server(_)),
+                };
+                if answered
+                    && self.timeouts_in_a_row.swap(0, Ordering::Relaxed)
+                        >= TIMEOUTS_BEFORE_UNRESPONSIVE
                 {
                     tracing::debug!(node = %self.id, "answering again");
                 }
@@ -358,12 +366,32 @@ struct Probe<'a>(&'a AtomicBool);
 impl<'a> Probe<'a> {
     fn start(probing: &'a AtomicBool) -> Option<Self> {
         let free = probing.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed);
-        free.is_ok().then_some(Probe(probing))
+        // Not `then_some`: that would build (and drop, releasing the flag) a probe that lost.
+        free.is_ok().then(|| Probe(probing))
     }
 }
 
 impl Drop for Probe<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_probe_at_a_time_and_a_start_that_lost_leaves_the_probe_alone() {
+        let probing = AtomicBool::new(false);
+        let first = Probe::start(&probing);
+        assert!(first.is_some());
+        assert!(Probe::start(&probing).is_none());
+        assert!(
+            Probe::start(&probing).is_none(),
+            "the lost start released the flag"
+        );
+        drop(first);
+        assert!(Probe::start(&probing).is_some());
     }
 }

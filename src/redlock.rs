@@ -237,8 +237,9 @@ impl Redlock {
     ///
     /// Once an attempt finds the resource held, the client subscribes to its release channel on
     /// every node (one shared subscriber connection per node, opened in the background) and
-    /// retries as soon as any node announces a release; the jittered delay remains the
-    /// fallback, for instance when the holder's lease simply expires. An uncontended acquire
+    /// retries as soon as a node announces a release; the jittered delay remains the fallback,
+    /// for instance when the holder's lease simply expires. Each release wakes one waiter of
+    /// this client and its clones: the one that has waited longest. An uncontended acquire
     /// never subscribes.
     ///
     /// On success the lock is valid for [`Lock::remaining`]: the TTL minus the time the

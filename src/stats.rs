@@ -29,8 +29,8 @@ pub struct Stats {
     pub acquired: u64,
     /// Failed attempts in which at least one node refused because another token held a key.
     pub contended: u64,
-    /// Retries started early because a node announced a release, instead of after the retry
-    /// delay.
+    /// Retries started early because a release was announced, instead of after the retry
+    /// delay. Each release wakes one waiter of the client.
     pub wakeups: u64,
     /// Successful extensions: [`Lock::extend`](crate::Lock::extend),
     /// [`MultiLock::extend`](crate::MultiLock::extend) and the renewals of

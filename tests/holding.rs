@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use quorumlock::{Error, HoldOptions, LossReason, NodeState, Redlock, Verdict};
-use quorumlock_testkit::RedisServer;
+use quorumlock::{Error, HoldOptions, Lock, LossReason, NodeState, Redlock, Verdict};
+use quorumlock_testkit::{RedisNodes, RedisServer};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinHandle;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -531,6 +533,161 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
     })
     .await;
     assert!(left, "unsubscribed once no waiter remains");
+}
+
+/// `(attempts, contended, wakeups, acquired)` of `rl` so far.
+fn counts(rl: &Redlock) -> (u64, u64, u64, u64) {
+    let s = rl.stats();
+    (s.attempts, s.contended, s.wakeups, s.acquired)
+}
+
+/// A client whose retry delay outlasts the test: only a hand-off can get its waiters in.
+fn patient(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .retry_delay(Duration::from_secs(600))
+        .retry_jitter(Duration::ZERO)
+        .retry_count(100)
+        .build()
+        .unwrap()
+}
+
+/// Lines up `count` acquires of `resource` (held by another client on every node) on
+/// `waiters`, one at a time, each once the previous one is parked. Each sends its place in line
+/// and its lock to the receiver once it gets in.
+async fn line_up(
+    nodes: &RedisNodes,
+    waiters: &Redlock,
+    resource: &'static str,
+    count: usize,
+) -> (Vec<JoinHandle<()>>, UnboundedReceiver<(usize, Lock)>) {
+    let (won, winners) = tokio::sync::mpsc::unbounded_channel();
+    let channel = format!("{resource}:released");
+    let mut tasks = Vec::new();
+    for place in 0..count {
+        let (rl, won) = (waiters.clone(), won.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = rl.acquire(resource, TTL).await.unwrap();
+            let _ = won.send((place, lock));
+        }));
+        // The first one subscribes after its first attempt, and the first confirmed
+        // subscription sends it round once more; every later one joins and tries once.
+        let n = place as u64 + 2;
+        let parked = eventually(Duration::from_secs(10), || {
+            counts(waiters) == (n, n, 1, 0) && nodes.iter().all(|s| subscribers(s, &channel) == 1)
+        })
+        .await;
+        assert!(parked, "waiter {place}: {:?}", counts(waiters));
+    }
+    (tasks, winners)
+}
+
+/// The next lock handed over, with its holder's place in line.
+async fn next_winner(winners: &mut UnboundedReceiver<(usize, Lock)>) -> (usize, Lock) {
+    let next = tokio::time::timeout(Duration::from_secs(10), winners.recv()).await;
+    next.expect("a release handed the lock to nobody")
+        .expect("every waiter is gone")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_release_hands_the_lock_to_one_waiter_of_a_client_the_one_that_waited_longest() {
+    const WAITERS: usize = 5;
+    let nodes = five();
+    let holder = client(&nodes);
+    let waiters = patient(&nodes);
+    let mut held = holder.acquire("handoff", TTL).await.unwrap();
+    let token = held.token().expose().to_owned();
+    assert!(
+        eventually(Duration::from_secs(2), || holders(
+            &nodes, "handoff", &token
+        ) == 5)
+        .await
+    );
+    let (tasks, mut winners) = line_up(&nodes, &waiters, "handoff", WAITERS).await;
+    let lined_up = counts(&waiters);
+
+    // Each holder releases as usual. The retry delay outlasts the test, so every lock passed on
+    // was handed over by a release.
+    let mut order = Vec::new();
+    for _ in 0..WAITERS {
+        held.release().await.unwrap();
+        let (place, lock) = next_winner(&mut winners).await;
+        order.push(place);
+        held = lock;
+    }
+    held.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "first come, first served"
+    );
+    let (attempts, contended, wakeups, acquired) = counts(&waiters);
+    println!(
+        "{WAITERS} hand-offs: {} attempts, {} contended, {} wake-ups",
+        attempts - lined_up.0,
+        contended - lined_up.1,
+        wakeups - lined_up.2
+    );
+    assert_eq!(acquired, WAITERS as u64);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_heard_from_every_node_costs_a_client_one_wake_up_and_one_attempt() {
+    const WAITERS: usize = 4;
+    let nodes = five();
+    let holder = client(&nodes);
+    let waiters = patient(&nodes);
+    let mut held = holder.acquire("heard", TTL).await.unwrap();
+    let token = held.token().expose().to_owned();
+    assert!(
+        eventually(Duration::from_secs(2), || holders(&nodes, "heard", &token)
+            == 5)
+        .await
+    );
+    let (tasks, mut winners) = line_up(&nodes, &waiters, "heard", WAITERS).await;
+    let lined_up = counts(&waiters);
+
+    // Each release taken apart: deleted everywhere first, then announced by every node, so
+    // that no attempt can race it (what a woken waiter does then is up to the client alone).
+    let announce = |id: &str| {
+        for server in nodes.iter() {
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg("heard:released")
+                .arg(id)
+                .query(&mut direct(server))
+                .unwrap();
+        }
+    };
+    for round in 0..WAITERS as u64 {
+        let id = held.token().fingerprint();
+        nodes.iter().for_each(|s| del(s, "heard"));
+        announce(&id);
+        let (place, lock) = next_winner(&mut winners).await;
+        assert_eq!(place as u64, round, "first come, first served");
+        // Copies of the same release once more, late: they wake nobody.
+        announce(&id);
+        // Time for any other waiter woken to show in the counters.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (attempts, contended, wakeups, acquired) = counts(&waiters);
+        assert_eq!(
+            (attempts, contended, wakeups, acquired),
+            (
+                lined_up.0 + round + 1,
+                lined_up.1,
+                lined_up.2 + round + 1,
+                round + 1
+            ),
+            "release {round}: ten copies, one wake-up, one attempt, no contention"
+        );
+        // The former holder's own release finds the key taken over, and leaves it.
+        drop(std::mem::replace(&mut held, lock));
+    }
+    held.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
