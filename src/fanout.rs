@@ -2,10 +2,11 @@
 //! as soon as it is known, and the requests still in flight finished in the background.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
 use crate::error::{NodeError, NodeErrorKind};
@@ -28,17 +29,15 @@ pub(crate) struct Outcome<T> {
 }
 
 /// Requests still in flight when a fan-out was decided.
-///
-/// `F` is a node's request, resolving to the node's index and its reply.
 pub(crate) struct Stragglers<F> {
-    pending: FuturesUnordered<F>,
-    /// Per node, whether its request is among `pending`.
-    in_flight: Vec<bool>,
+    requests: InFlight<F>,
+    /// For the counters: a straggler's failure is a node error like any other.
+    redlock: Redlock,
 }
 
 impl<F, R> Stragglers<F>
 where
-    F: Future<Output = (usize, Result<R, NodeError>)> + Send + 'static,
+    F: Future<Output = Result<R, NodeError>> + Send + 'static,
     R: Send + 'static,
 {
     /// Lets the remaining requests run to completion in the background (each is bounded by the
@@ -51,7 +50,7 @@ where
     /// As [`finish`](Self::finish), and releases the token on each straggling node once its
     /// request has completed: the rollback of a failed attempt.
     pub(crate) fn finish_then_release(self, cleanup: Cleanup) {
-        let gate = ReleaseGate::new(true, self.in_flight.clone());
+        let gate = ReleaseGate::new(true, self.requests.in_flight());
         self.spawn(Some((cleanup, gate)));
     }
 
@@ -60,20 +59,24 @@ where
     /// holder's release goes through; `None` when nothing is left in flight.
     pub(crate) fn finish_before_release(mut self, cleanup: Cleanup) -> Option<Arc<ReleaseGate>> {
         self.collect_landed();
-        if self.pending.is_empty() {
+        if self.requests.is_empty() {
             return None;
         }
-        let gate = ReleaseGate::new(false, self.in_flight.clone());
+        let gate = ReleaseGate::new(false, self.requests.in_flight());
         self.spawn(Some((cleanup, gate.clone())));
         Some(gate)
     }
 
     /// Takes in the requests that have completed by now, without waiting.
     fn collect_landed(&mut self) {
-        while let Some(Some((i, _))) = self.pending.next().now_or_never() {
-            if let Some(f) = self.in_flight.get_mut(i) {
-                *f = false;
-            }
+        while let Some(Some((i, reply))) = self.requests.next().now_or_never() {
+            self.count(i, &reply);
+        }
+    }
+
+    fn count(&self, node: usize, reply: &Result<R, NodeError>) {
+        if let Err(e) = reply {
+            self.redlock.counters().node_error(node, e);
         }
     }
 
@@ -81,12 +84,13 @@ where
         // Most stragglers of a healthy fan-out have landed by now: only those still in flight,
         // or landed but due a release, need a task.
         let mut due = Vec::new();
-        while let Some(Some((i, _))) = self.pending.next().now_or_never() {
+        while let Some(Some((i, reply))) = self.requests.next().now_or_never() {
+            self.count(i, &reply);
             if cleanup.as_ref().is_some_and(|(_, gate)| gate.landed(i)) {
                 due.push(i);
             }
         }
-        if self.pending.is_empty() && due.is_empty() {
+        if self.requests.is_empty() && due.is_empty() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -108,7 +112,8 @@ where
             for i in due {
                 release(i).await;
             }
-            while let Some((i, _)) = self.pending.next().await {
+            while let Some((i, reply)) = self.requests.next().await {
+                self.count(i, &reply);
                 if cleanup.as_ref().is_some_and(|(_, gate)| gate.landed(i)) {
                     release(i).await;
                 }
@@ -187,22 +192,13 @@ impl Redlock {
         request: impl Fn(Redlock, usize) -> Fut,
         judge: impl Fn(R) -> Result<T, NodeErrorKind>,
         deadline: Option<Instant>,
-    ) -> (
-        Outcome<T>,
-        Stragglers<impl Future<Output = (usize, Result<R, NodeError>)> + Send + 'static>,
-    )
+    ) -> (Outcome<T>, Stragglers<Fut>)
     where
         Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
         R: Send + 'static,
     {
         let nodes = &self.all_nodes();
-        let mut pending: FuturesUnordered<_> = (0..nodes.len())
-            .map(|i| {
-                let reply = request(self.clone(), i);
-                async move { (i, reply.await) }
-            })
-            .collect();
-        let mut answered = vec![false; nodes.len()];
+        let mut pending = InFlight::new((0..nodes.len()).map(|i| request(self.clone(), i)));
         let mut tally = Tally::new(nodes.len());
         let mut outcome = Outcome {
             decision: Decision::Pending,
@@ -219,8 +215,7 @@ impl Redlock {
                         Ok(next) => next,
                         Err(_deadline_passed) => {
                             let waited = started.elapsed();
-                            let late = answered.iter().enumerate().filter(|(_, a)| !**a);
-                            for (i, _) in late {
+                            for i in pending.in_flight_nodes() {
                                 let timeout = NodeErrorKind::Timeout(waited);
                                 outcome.no.push(NodeError::new(nodes[i].id(), timeout));
                             }
@@ -233,7 +228,6 @@ impl Redlock {
             let Some((i, reply)) = next else {
                 break;
             };
-            answered[i] = true;
             let node = nodes[i].id();
             let vote = match reply.map(&judge) {
                 Ok(Ok(value)) => {
@@ -256,7 +250,63 @@ impl Redlock {
             };
             outcome.decision = tally.record(vote);
         }
-        let in_flight = answered.iter().map(|a| !a).collect();
-        (outcome, Stragglers { pending, in_flight })
+        let stragglers = Stragglers {
+            requests: pending,
+            redlock: self.clone(),
+        };
+        (outcome, stragglers)
+    }
+}
+
+/// The requests of one fan-out, one per node, polled together: each wake-up polls those still
+/// pending. With a handful of nodes that costs less than a `FuturesUnordered`'s per-request
+/// task, waker and queue.
+struct InFlight<F> {
+    /// By node index; `None` once the request has completed.
+    slots: Vec<Option<Pin<Box<F>>>>,
+    pending: usize,
+}
+
+impl<F: Future> InFlight<F> {
+    fn new(requests: impl Iterator<Item = F>) -> Self {
+        let slots: Vec<_> = requests.map(|f| Some(Box::pin(f))).collect();
+        InFlight {
+            pending: slots.len(),
+            slots,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pending == 0
+    }
+
+    /// Per node, whether its request is still in flight.
+    fn in_flight(&self) -> Vec<bool> {
+        self.slots.iter().map(Option::is_some).collect()
+    }
+
+    fn in_flight_nodes(&self) -> impl Iterator<Item = usize> + '_ {
+        let slots = self.slots.iter().enumerate();
+        slots.filter(|(_, s)| s.is_some()).map(|(i, _)| i)
+    }
+
+    /// The next request to complete, with its node's index; `None` when none is left.
+    async fn next(&mut self) -> Option<(usize, F::Output)> {
+        futures::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<(usize, F::Output)>> {
+        if self.pending == 0 {
+            return Poll::Ready(None);
+        }
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(request) = slot else { continue };
+            if let Poll::Ready(reply) = request.as_mut().poll(cx) {
+                *slot = None;
+                self.pending -= 1;
+                return Poll::Ready(Some((i, reply)));
+            }
+        }
+        Poll::Pending
     }
 }

@@ -868,7 +868,10 @@ async fn stats_count_attempts_grants_contention_and_node_errors() {
         .unwrap();
     let s = rl.stats();
     assert_eq!((s.attempts, s.acquired), (5, 2));
-    assert!(s.nodes[4].errors >= 1, "{s:?}");
+    // The decisions may come before the dead master's errors, which are counted as they land.
+    let counted = || rl.stats().nodes[4].errors >= 2;
+    assert!(eventually(Duration::from_secs(1), counted).await, "{s:?}");
+    let s = rl.stats();
     assert!(s.nodes[..4].iter().all(|n| n.errors == 0), "{s:?}");
     println!("{s:?}");
 }
