@@ -46,9 +46,7 @@ impl Redlock {
         }
         (released, failed)
     }
-}
 
-impl Redlock {
     /// The holder's release: compare-and-delete on every node but those in `skip` (counted as
     /// `absent`: they are released behind their acquire request), announced to waiters. Returns
     /// as soon as a quorum has confirmed, or enough nodes failed that no quorum can; the
