@@ -5,7 +5,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use quorumlock::{Error, NodeErrorKind, Redlock};
+use quorumlock::{Error, NodeError, NodeErrorKind, Redlock};
+use quorumlock_testkit::RedisNodes;
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -192,23 +193,39 @@ async fn acquire_does_not_wait_for_two_paused_masters_and_cleans_up_after_they_r
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn acquire_fails_within_the_node_timeout_when_three_of_five_are_paused() {
+/// The node timeout of [`three_of_five_paused`]'s client.
+const PAUSED_NODE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Five masters, the first three paused (`SIGSTOP`), and a connected client with a node timeout
+/// of [`PAUSED_NODE_TIMEOUT`].
+async fn three_of_five_paused() -> (RedisNodes, Redlock) {
     let nodes = five();
-    let node_timeout = Duration::from_millis(200);
-    let rl = builder(&nodes).node_timeout(node_timeout).build().unwrap();
+    let rl = builder(&nodes)
+        .node_timeout(PAUSED_NODE_TIMEOUT)
+        .build()
+        .unwrap();
     rl.connect().await.unwrap();
     for i in [0, 1, 2] {
         nodes[i].pause().unwrap();
     }
+    (nodes, rl)
+}
+
+/// How many of the nodes listed by a failed acquire match `matching`.
+fn failed_nodes(err: &Error, matching: impl Fn(&NodeError) -> bool) -> usize {
+    match err {
+        Error::NotAcquired { nodes, .. } => nodes.iter().filter(|n| matching(n)).count(),
+        _ => 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acquire_fails_within_the_node_timeout_when_three_of_five_are_paused() {
+    let (nodes, rl) = three_of_five_paused().await;
     let err = rl.try_acquire("stalled", TTL).await.unwrap_err();
     assert!(err.is_unavailable(), "{err}");
-    match &err {
-        Error::NotAcquired { nodes: failed, .. } => {
-            assert_eq!(failed.iter().filter(|n| n.is_timeout()).count(), 3, "{err}")
-        }
-        other => panic!("unexpected {other:?}"),
-    }
+    assert!(matches!(err, Error::NotAcquired { .. }), "{err:?}");
+    assert_eq!(failed_nodes(&err, NodeError::is_timeout), 3, "{err}");
     // The two live masters were rolled back.
     assert_eq!(
         nodes
@@ -227,29 +244,15 @@ async fn acquire_fails_within_the_node_timeout_when_three_of_five_are_paused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_master_is_probed_one_request_at_a_time_until_it_answers_again() {
-    let nodes = five();
-    let node_timeout = Duration::from_millis(200);
-    let rl = builder(&nodes).node_timeout(node_timeout).build().unwrap();
-    rl.connect().await.unwrap();
-    for i in [0, 1, 2] {
-        nodes[i].pause().unwrap();
-    }
-    let unresponsive = |err: &Error| match err {
-        Error::NotAcquired { nodes, .. } => nodes
-            .iter()
-            .filter(|n| matches!(n.kind(), NodeErrorKind::Unresponsive))
-            .count(),
-        _ => 0,
-    };
-    let timeouts = |err: &Error| match err {
-        Error::NotAcquired { nodes, .. } => nodes.iter().filter(|n| n.is_timeout()).count(),
-        _ => 0,
-    };
+    let (nodes, rl) = three_of_five_paused().await;
+    let unresponsive =
+        |err: &Error| failed_nodes(err, |n| matches!(n.kind(), NodeErrorKind::Unresponsive));
+    let timeouts = |err: &Error| failed_nodes(err, NodeError::is_timeout);
     // Each attempt times out twice on each hung master: its SET, then its rollback's release.
     // Once they have for a second (from the first timeout, one node timeout in), the masters
     // count as unresponsive.
     let silent = Instant::now();
-    while silent.elapsed() < Duration::from_secs(1) + node_timeout * 2 {
+    while silent.elapsed() < Duration::from_secs(1) + PAUSED_NODE_TIMEOUT * 2 {
         let err = rl.try_acquire("hung", TTL).await.unwrap_err();
         assert_eq!(timeouts(&err) + unresponsive(&err), 3, "{err}");
     }
@@ -280,13 +283,14 @@ async fn a_hung_master_is_probed_one_request_at_a_time_until_it_answers_again() 
         let lock = rl.try_acquire("hung", TTL).await;
         if let Ok(lock) = lock {
             let token = lock.token().expose().to_owned();
-            all_five = eventually(node_timeout, || holders(&nodes, "hung", &token) == 5).await;
+            all_five =
+                eventually(PAUSED_NODE_TIMEOUT, || holders(&nodes, "hung", &token) == 5).await;
             lock.release().await.unwrap();
             if all_five {
                 break;
             }
         }
-        tokio::time::sleep(node_timeout / 4).await;
+        tokio::time::sleep(PAUSED_NODE_TIMEOUT / 4).await;
     }
     assert!(all_five, "the resumed masters take part again");
 }

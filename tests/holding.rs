@@ -582,6 +582,15 @@ async fn line_up(
 }
 
 /// The next lock handed over, with its holder's place in line.
+/// `resource`, acquired by `holder`, once its key has landed on all five masters.
+async fn held_on_every_node(nodes: &RedisNodes, holder: &Redlock, resource: &str) -> Lock {
+    let held = holder.acquire(resource, TTL).await.unwrap();
+    let token = held.token().expose().to_owned();
+    let everywhere = || holders(nodes, resource, &token) == 5;
+    assert!(eventually(Duration::from_secs(2), everywhere).await);
+    held
+}
+
 async fn next_winner(winners: &mut UnboundedReceiver<(usize, Lock)>) -> (usize, Lock) {
     let next = tokio::time::timeout(Duration::from_secs(10), winners.recv()).await;
     next.expect("a release handed the lock to nobody")
@@ -594,14 +603,7 @@ async fn each_release_hands_the_lock_to_one_waiter_of_a_client_the_one_that_wait
     let nodes = five();
     let holder = client(&nodes);
     let waiters = patient(&nodes);
-    let mut held = holder.acquire("handoff", TTL).await.unwrap();
-    let token = held.token().expose().to_owned();
-    assert!(
-        eventually(Duration::from_secs(2), || holders(
-            &nodes, "handoff", &token
-        ) == 5)
-        .await
-    );
+    let mut held = held_on_every_node(&nodes, &holder, "handoff").await;
     let (tasks, mut winners) = line_up(&nodes, &waiters, "handoff", WAITERS).await;
     let lined_up = counts(&waiters);
 
@@ -639,13 +641,7 @@ async fn a_release_heard_from_every_node_costs_a_client_one_wake_up_and_one_atte
     let nodes = five();
     let holder = client(&nodes);
     let waiters = patient(&nodes);
-    let mut held = holder.acquire("heard", TTL).await.unwrap();
-    let token = held.token().expose().to_owned();
-    assert!(
-        eventually(Duration::from_secs(2), || holders(&nodes, "heard", &token)
-            == 5)
-        .await
-    );
+    let mut held = held_on_every_node(&nodes, &holder, "heard").await;
     let (tasks, mut winners) = line_up(&nodes, &waiters, "heard", WAITERS).await;
     let lined_up = counts(&waiters);
 
