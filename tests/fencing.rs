@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use quorumlock::{Lock, Redlock};
 use quorumlock_testkit::{
-    History, Op, OpKind, Outcome, RedisNodes, RedisServer, RedisServerBuilder, Violation,
+    History, RedisNodes, RedisServer, RedisServerBuilder, Releasing, Violation,
 };
 
 const TTL: Duration = Duration::from_secs(10);
@@ -24,24 +24,9 @@ fn fenced(nodes: &RedisNodes) -> Redlock {
 /// Releases `lock` and records the release (a release that times out on a loaded machine still
 /// ends the lease: the key expires at its TTL).
 async fn release(history: &History, client: usize, lock: Lock) {
-    let (resource, token) = (lock.resource().to_owned(), lock.token().expose().to_owned());
-    let start = Instant::now();
-    let outcome = match lock.release().await {
-        Ok(_) => Outcome::Ok { valid_until: None },
-        Err(e) => Outcome::Failed {
-            reason: e.to_string(),
-        },
-    };
-    history.record(Op {
-        client,
-        resource,
-        token,
-        kind: OpKind::Release,
-        start,
-        end: Instant::now(),
-        outcome,
-        fence: None,
-    });
+    let releasing = Releasing::start(&lock);
+    let result = lock.release().await;
+    history.record(releasing.finished(client, &result));
 }
 
 /// Acquires `resource`, retrying past contention (the previous holder's keys expiring).

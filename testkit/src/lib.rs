@@ -24,7 +24,7 @@ mod server;
 pub use history::{
     check_fence_order, check_overlaps, Acquisition, Fault, FaultId, FencedCounts, FencedRegister,
     History, Lease, LostUpdateRegister, OccupancyGuard, OccupancyWitness, Occupant, Op, OpCounts,
-    OpKind, Outcome, Report, Stale, TokenFingerprint, Violation,
+    OpKind, Outcome, Releasing, Report, Stale, TokenFingerprint, Violation,
 };
 pub use proxy::{FaultProxy, ProxyStats};
 pub use server::{RedisNodes, RedisServer, RedisServerBuilder, REDIS_SERVER_ENV};

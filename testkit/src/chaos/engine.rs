@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, Barrier};
 
 use crate::{
     FaultId, FaultProxy, FencedRegister, History, LostUpdateRegister, OccupancyWitness, Op, OpKind,
-    Outcome, RedisNodes, RedisServerBuilder,
+    Outcome, RedisNodes, RedisServerBuilder, Releasing,
 };
 
 /// Every lock key of a chaos run starts with this.
@@ -599,28 +599,9 @@ impl Shared {
     }
 
     async fn release(&self, client: usize, lock: Lock) -> Result<quorumlock::Released, Error> {
-        let (resource, token, fence) = (
-            lock.resource().to_owned(),
-            lock.token().expose().to_owned(),
-            lock.fencing_token(),
-        );
-        let start = Instant::now();
+        let releasing = Releasing::start(&lock);
         let result = lock.release().await;
-        self.history.record(Op {
-            client,
-            resource,
-            token,
-            kind: OpKind::Release,
-            start,
-            end: Instant::now(),
-            outcome: match &result {
-                Ok(_) => Outcome::Ok { valid_until: None },
-                Err(e) => Outcome::Failed {
-                    reason: e.to_string(),
-                },
-            },
-            fence,
-        });
+        self.history.record(releasing.finished(client, &result));
         result
     }
 

@@ -37,7 +37,7 @@ mod violation;
 mod witness;
 
 pub use checks::{check_fence_order, check_overlaps, Acquisition, Lease};
-pub use record::{Fault, FaultId, Op, OpKind, Outcome, TokenFingerprint};
+pub use record::{Fault, FaultId, Op, OpKind, Outcome, Releasing, TokenFingerprint};
 pub use report::{OpCounts, Report};
 pub use violation::Violation;
 pub use witness::{

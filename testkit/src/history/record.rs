@@ -61,6 +61,56 @@ pub struct Op {
     pub fence: Option<u64>,
 }
 
+/// A release under way: what it records of its lock, taken before the release consumes the lock.
+///
+/// ```no_run
+/// # async fn run(history: quorumlock_testkit::History, lock: quorumlock::Lock) {
+/// use quorumlock_testkit::Releasing;
+/// let releasing = Releasing::start(&lock);
+/// let result = lock.release().await;
+/// history.record(releasing.finished(0, &result));
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Releasing {
+    resource: String,
+    token: String,
+    fence: Option<u64>,
+    start: Instant,
+}
+
+impl Releasing {
+    /// Notes `lock`'s resource, token and fence, and that its release starts now.
+    pub fn start(lock: &Lock) -> Self {
+        Releasing {
+            resource: lock.resource().to_owned(),
+            token: lock.token().expose().to_owned(),
+            fence: lock.fencing_token(),
+            start: Instant::now(),
+        }
+    }
+
+    /// The release by `client`, ended now with `result`. A failed release is recorded too: it
+    /// still ends the holder's lease (its keys expire at their TTL).
+    pub fn finished<T, E: fmt::Display>(self, client: usize, result: &Result<T, E>) -> Op {
+        Op {
+            client,
+            resource: self.resource,
+            token: self.token,
+            kind: OpKind::Release,
+            start: self.start,
+            end: Instant::now(),
+            outcome: match result {
+                Ok(_) => Outcome::Ok { valid_until: None },
+                Err(e) => Outcome::Failed {
+                    reason: e.to_string(),
+                },
+            },
+            fence: self.fence,
+        }
+    }
+}
+
 impl Op {
     /// A successful acquire of `lock` by `client`, attempted from `start` to `end`: the lock's
     /// resource, token, deadline (as `valid_until`) and fencing token.
