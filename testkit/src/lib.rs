@@ -5,26 +5,52 @@
 //!
 //! # Layout
 //!
-//! * [`RedisServer`] / [`RedisNodes`] — sandboxed masters with fault verbs (kill/restart,
-//!   pause/resume).
-//! * [`FaultProxy`] — a per-node TCP proxy: latency, blackhole, held replies, reset, refuse,
-//!   retarget.
-//! * [`History`] — records a run's operations and faults and checks them for violations.
+//! * [`server`] — [`RedisServer`] / [`RedisNodes`]: sandboxed masters with fault verbs
+//!   (kill/restart, pause/resume).
+//! * [`proxy`] — [`FaultProxy`]: a per-node TCP proxy with latency, blackhole, held replies,
+//!   reset, refuse/accept, retarget, and heal.
+//! * [`history`] — [`History`]: records a run's operations and faults and checks them for
+//!   violations, with the witnesses clients call inside their critical sections.
 //! * [`chaos`] — the chaos suite: seeded fault schedules, contending clients, figures.
 //! * [`failover`] — failover evidence: one master + replica against N independent masters.
+//! * [`figures`] — percentiles by one definition, and digit grouping, for every printed figure.
+//! * [`mutex`] — mutex access that survives a panic in another task.
+//!
+//! The names used most are also at the crate root, grouped below by the module that defines them.
 
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod chaos;
 pub mod failover;
-mod history;
-mod proxy;
-mod server;
+pub mod figures;
+pub mod history;
+pub mod mutex;
+pub mod proxy;
+pub mod server;
 
-pub use history::{
-    check_fence_order, check_overlaps, Acquisition, Fault, FaultId, FencedCounts, FencedRegister,
-    History, Lease, LostUpdateRegister, OccupancyGuard, OccupancyWitness, Occupant, Op, OpCounts,
-    OpKind, Outcome, Releasing, Report, Stale, TokenFingerprint, Violation,
-};
-pub use proxy::{FaultProxy, ProxyStats};
+// Sandboxed masters.
+#[doc(no_inline)]
 pub use server::{RedisNodes, RedisServer, RedisServerBuilder, REDIS_SERVER_ENV};
+
+// The fault proxy.
+#[doc(no_inline)]
+pub use proxy::{FaultProxy, ProxyStats};
+
+// The history recorder and what it records.
+#[doc(no_inline)]
+pub use history::{Fault, FaultId, History, Op, OpKind, Outcome, Releasing, TokenFingerprint};
+
+// Protocol-level checkers.
+#[doc(no_inline)]
+pub use history::{check_fence_order, check_overlaps, Acquisition, Lease};
+
+// Effect-level witnesses.
+#[doc(no_inline)]
+pub use history::{
+    FencedCounts, FencedRegister, LostUpdateRegister, OccupancyGuard, OccupancyWitness, Occupant,
+    Stale,
+};
+
+// The verdict on a history.
+#[doc(no_inline)]
+pub use history::{OpCounts, Report, Violation};

@@ -3,7 +3,8 @@
 //! [`FaultProxy`] sits between a client and one upstream (normally a `redis-server`) and forwards
 //! bytes in both directions, in order, until a test tells it to misbehave: add latency, swallow
 //! traffic, hold replies back, reset connections, refuse new ones, or send new connections to a
-//! different upstream.
+//! different upstream. Each fault has its undo: [`FaultProxy::pass`] clears them all, and
+//! [`FaultProxy::heal`] also resets the connections that lost bytes.
 //!
 //! The proxy runs on its own background thread with its own single-threaded tokio runtime, so it
 //! works the same whether the test is synchronous or runs inside any tokio runtime. Every control
@@ -52,7 +53,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 ///
 /// proxy.delay(Duration::from_millis(50), Duration::from_millis(50), Duration::from_millis(5));
 /// proxy.blackhole(); // the node is now partitioned away
-/// proxy.pass(); // and healed
+/// proxy.heal(); // and back, its old connections reset
 /// # let _ = url;
 /// # Ok(())
 /// # }
@@ -166,10 +167,9 @@ impl FaultProxy {
     ///
     /// Discarding bytes *inside* a live TCP stream is something no real network does: on a
     /// multiplexed Redis connection, the replies after the gap would be matched to the wrong
-    /// requests. To heal a blackholed (or [`drop_held`](Self::drop_held)) proxy the way a real
-    /// partition heals, end its connections first — [`refuse`](Self::refuse)`(true)`, then
-    /// [`reset`](Self::reset), then [`pass`](Self::pass) — so clients reconnect on a clean
-    /// stream. The chaos scenarios heal this way.
+    /// requests. To end a blackhole (or [`drop_held`](Self::drop_held)) the way a real
+    /// partition ends, use [`heal`](Self::heal): it ends the connections first, so clients
+    /// reconnect on a clean stream. The chaos scenarios heal this way.
     pub fn blackhole(&self) {
         self.state.send_modify(|s| s.faults.blackhole = true);
     }
@@ -213,10 +213,34 @@ impl FaultProxy {
         self.state.send_modify(|s| s.reset_epoch += 1);
     }
 
-    /// While `on`, refuses new connections: each is accepted and at once closed with a TCP RST,
-    /// so the client's first read or write fails. Existing connections are untouched.
-    pub fn refuse(&self, on: bool) {
-        self.state.send_modify(|s| s.faults.refuse = on);
+    /// Refuses new connections until [`accept`](Self::accept) or [`pass`](Self::pass): each is
+    /// accepted and at once closed with a TCP RST, so the client's first read or write fails.
+    /// Existing connections are untouched.
+    pub fn refuse(&self) {
+        self.state.send_modify(|s| s.faults.refuse = true);
+    }
+
+    /// Undoes [`refuse`](Self::refuse): new connections are proxied again. Other faults stay as
+    /// they are.
+    pub fn accept(&self) {
+        self.state.send_modify(|s| s.faults.refuse = false);
+    }
+
+    /// Ends every fault the way a long partition ends on a real network, where bytes are never
+    /// lost from inside a live TCP stream: connections that may have lost, held or delayed bytes
+    /// are torn down with a TCP RST instead of carrying on, so that clients reconnect on a clean
+    /// stream; then the proxy forwards normally, as after [`pass`](Self::pass).
+    ///
+    /// In order: new connections are refused, nothing more is forwarded on the current ones,
+    /// held replies are discarded, the current connections are reset, and every fault is
+    /// cleared. Use it to undo [`blackhole`](Self::blackhole) or [`hold`](Self::hold); `pass`
+    /// alone would resume the old streams with a gap in them.
+    pub fn heal(&self) {
+        self.refuse();
+        self.blackhole();
+        self.drop_held();
+        self.reset();
+        self.pass();
     }
 
     /// Sends new connections to `upstream` from now on, like a virtual IP moved to a promoted

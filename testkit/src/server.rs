@@ -15,13 +15,15 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::ops::{Index, IndexMut};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
+
+use crate::mutex;
 
 /// Environment variable naming the `redis-server` binary to run instead of the one on `PATH`.
 pub const REDIS_SERVER_ENV: &str = "QUORUMLOCK_REDIS_SERVER";
@@ -273,7 +275,7 @@ impl RedisServer {
     ///
     /// If the signal cannot be sent or the process cannot be reaped.
     pub fn kill(&mut self) -> io::Result<()> {
-        let slot = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let slot = mutex::get_mut(&mut self.child);
         if let Some(child) = slot.as_mut() {
             match signal_child(child, Signal::SIGKILL) {
                 Ok(()) | Err(SignalError::Exited) => {}
@@ -339,7 +341,7 @@ impl RedisServer {
     }
 
     fn lock_child(&self) -> MutexGuard<'_, Option<Child>> {
-        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+        mutex::lock(&self.child)
     }
 
     fn signal(&self, signal: Signal) -> io::Result<()> {
@@ -407,7 +409,7 @@ impl RedisServer {
             .stderr(stderr)
             .spawn()
             .map_err(|error| StartError::Fatal(not_found(&self.binary, &error)))?;
-        let slot = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let slot = mutex::get_mut(&mut self.child);
         let child = slot.insert(child);
         let result = wait_ready(child, self.port, dir, marks);
         if result.is_err() {

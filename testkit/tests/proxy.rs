@@ -447,6 +447,28 @@ fn reset_makes_the_client_see_a_connection_reset() {
     assert_eq!(fresh.ping().unwrap(), pong());
 }
 
+#[test]
+fn heal_resets_the_connections_that_lost_bytes_and_carries_new_ones() {
+    let (server, proxy, mut swallowed) = proxied();
+    assert_eq!(swallowed.ping().unwrap(), pong());
+
+    proxy.blackhole();
+    swallowed.send(&["INCR", "swallowed"]).unwrap();
+    assert_silent(&mut swallowed);
+
+    proxy.heal();
+    // The stream with a gap in it is not resumed: its client sees the connection end.
+    assert_connection_fails(&mut swallowed, "a connection blackholed before the heal");
+    eventually("the proxy counts no active connection", || {
+        proxy.stats().active == 0
+    });
+    // New connections are neither refused nor blackholed, and the swallowed request never ran.
+    let mut fresh = Client::connect(proxy.addr()).unwrap();
+    assert_eq!(fresh.ping().unwrap(), pong());
+    let mut direct = Client::connect(server.addr).unwrap();
+    assert_eq!(direct.cmd(&["GET", "swallowed"]).unwrap(), Resp::Bulk(None));
+}
+
 /// The number of clients connected to the server `direct` talks to, `direct` included.
 fn client_count(direct: &mut Client) -> usize {
     match direct.cmd(&["CLIENT", "LIST"]).unwrap() {
@@ -460,7 +482,7 @@ fn refuse_makes_new_connections_fail_while_existing_ones_keep_working() {
     let (_server, proxy, mut existing) = proxied();
     assert_eq!(existing.ping().unwrap(), pong());
 
-    proxy.refuse(true);
+    proxy.refuse();
     for _ in 0..3 {
         if let Ok(mut refused) = Client::connect(proxy.addr()) {
             assert_connection_fails(&mut refused, "a connection made while refusing");
@@ -469,7 +491,7 @@ fn refuse_makes_new_connections_fail_while_existing_ones_keep_working() {
     assert_eq!(existing.ping().unwrap(), pong());
     assert_eq!(proxy.stats().connections, 1);
 
-    proxy.refuse(false);
+    proxy.accept();
     let mut accepted = Client::connect(proxy.addr()).unwrap();
     assert_eq!(accepted.ping().unwrap(), pong());
 }

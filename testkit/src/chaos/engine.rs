@@ -5,7 +5,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use quorumlock::{Error, Lock, Redlock};
@@ -13,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{oneshot, Barrier};
 
+use crate::mutex;
 use crate::{
     FaultId, FaultProxy, FencedRegister, History, LostUpdateRegister, OccupancyWitness, Op, OpKind,
     Outcome, RedisNodes, RedisServerBuilder, Releasing,
@@ -142,7 +143,7 @@ impl Cluster {
     }
 
     pub(super) fn servers(&self) -> MutexGuard<'_, RedisNodes> {
-        self.servers.lock().unwrap_or_else(PoisonError::into_inner)
+        mutex::lock(&self.servers)
     }
 
     /// The URLs the clients use (the proxies', when there are proxies).
@@ -356,10 +357,6 @@ struct Shared {
     kills: Mutex<Vec<(String, Instant)>>,
 }
 
-fn guarded<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Runs `setup` with `driver` injecting faults, until the target or the time limit.
 pub(super) async fn run<F, Fut>(setup: Setup, seed: u64, driver: F) -> io::Result<Ran>
 where
@@ -475,10 +472,10 @@ where
         return Err(e);
     }
 
-    let latencies = std::mem::take(&mut *guarded(&shared.latencies));
-    let stale = *guarded(&shared.stale);
-    let kills = std::mem::take(&mut *guarded(&shared.kills));
-    let rounds = std::mem::take(&mut *guarded(&rounds));
+    let latencies = std::mem::take(&mut *mutex::lock(&shared.latencies));
+    let stale = *mutex::lock(&shared.stale);
+    let kills = std::mem::take(&mut *mutex::lock(&shared.kills));
+    let rounds = std::mem::take(&mut *mutex::lock(&rounds));
     Ok(Ran {
         setup,
         history,
@@ -564,7 +561,7 @@ impl Shared {
             Ok(lock) => {
                 self.history.record(Op::acquired(client, start, end, &lock));
                 self.successes.fetch_add(1, Ordering::SeqCst);
-                guarded(&self.latencies).push(end - start);
+                mutex::lock(&self.latencies).push(end - start);
                 Some(lock)
             }
             Err(e) => {
@@ -643,7 +640,7 @@ async fn free_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
         if rng.random_bool(shared.setup.crash_chance) {
             // The holder's process dies: nothing is released, its connections go away, and a
             // new process takes its place and wants the same resource at once.
-            guarded(&shared.kills).push((resource.clone(), Instant::now()));
+            mutex::lock(&shared.kills).push((resource.clone(), Instant::now()));
             std::mem::forget(lock);
             rl = shared.redlock();
             while !shared.stopped() {
@@ -665,7 +662,7 @@ async fn free_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
             tokio::time::sleep_until(overdue.into()).await;
             let refused = shared.extend(client, &mut lock).await.is_err();
             let released = shared.release(client, lock).await;
-            let mut stale = guarded(&shared.stale);
+            let mut stale = mutex::lock(&shared.stale);
             stale.holders += 1;
             stale.extends_refused += usize::from(refused);
             if let Ok(released) = released {
@@ -723,13 +720,13 @@ async fn simultaneous_client(
             tokio::time::sleep(rng.random_range(low..=high)).await;
         }
         if let Some(attempt) = won_at {
-            guarded(&round_wins).push((client, attempt));
+            mutex::lock(&round_wins).push((client, attempt));
         }
         barrier.wait().await;
         if leader {
-            let wins = std::mem::take(&mut *guarded(&round_wins));
+            let wins = std::mem::take(&mut *mutex::lock(&round_wins));
             let first = wins.iter().map(|(_, a)| *a).min();
-            guarded(&rounds).push(first);
+            mutex::lock(&rounds).push(first);
         }
     }
 }

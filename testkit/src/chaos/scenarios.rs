@@ -1,7 +1,7 @@
 //! The fault schedule and the checks of each [`Scenario`].
 
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quorumlock::Redlock;
@@ -9,6 +9,7 @@ use rand::Rng;
 
 use super::engine::{self, Ctl, Ran, Setup, KEY_PREFIX};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
+use crate::mutex;
 use crate::{Fault, Op, OpKind};
 
 pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Result<ChaosRun> {
@@ -62,10 +63,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 move |ctl| minority_paused(ctl, last_resume)
             })
             .await?;
-            let resumed = last_resume
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .unwrap_or(ran.stopped_at);
+            let resumed = mutex::lock(&last_resume).unwrap_or(ran.stopped_at);
             let checks = vec![stray_keys_gone_within_a_ttl(&ran, resumed).await];
             (ran, checks)
         }
@@ -257,7 +255,7 @@ async fn minority_paused(mut ctl: Ctl, last_resume: Arc<Mutex<Option<Instant>>>)
         for &i in &victims {
             ctl.resume(i)?;
         }
-        *last_resume.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+        *mutex::lock(&last_resume) = Some(Instant::now());
         if !go_on || !ctl.sleep_ms(50, 200).await {
             return Ok(());
         }
@@ -367,7 +365,7 @@ async fn held_replies(mut ctl: Ctl) -> io::Result<()> {
             if deliver {
                 ctl.proxy(i)?.deliver_held();
             } else {
-                cut(&ctl, i)?;
+                ctl.proxy(i)?.heal();
             }
         }
     }
@@ -404,7 +402,7 @@ async fn partitions(mut ctl: Ctl) -> io::Result<()> {
             ctl.sleep_ms(50, 200).await;
             ctl.heal(id);
             for &i in &victims {
-                cut(&ctl, i)?;
+                ctl.proxy(i)?.heal();
             }
         }
     }
@@ -425,19 +423,6 @@ async fn restart_at_once(mut ctl: Ctl) -> io::Result<()> {
         }
         ctl.heal(id);
     }
-}
-
-/// Ends a proxy fault the way TCP ends a long partition: the connections that lost bytes are
-/// torn down (a real network never drops bytes from a live connection, so neither may the
-/// proxy), and new connections start clean.
-fn cut(ctl: &Ctl, i: usize) -> io::Result<()> {
-    let proxy = ctl.proxy(i)?;
-    proxy.refuse(true);
-    proxy.blackhole();
-    proxy.drop_held();
-    proxy.reset();
-    proxy.pass();
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -45,14 +45,11 @@ pub use witness::{
     Stale,
 };
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Locks a mutex, carrying on with the data if another thread panicked while holding it: a
-/// recorder must keep working (and keep its evidence) when one client task panics.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
+// A recorder must keep working (and keep its evidence) when one client task panics.
+use crate::mutex::lock;
 
 /// A thread-safe recorder of operations and faults, shared by the client tasks of one chaos run.
 ///
