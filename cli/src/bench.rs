@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use quorumlock::Redlock;
+use quorumlock_testkit::figures::{group_digits, nearest_rank};
 
 use crate::duration;
 
@@ -186,8 +187,8 @@ async fn drive(bar: &ProgressBar, live: &Live, started: Instant, duration: Durat
                 bar.set_position(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX));
                 bar.set_message(format!(
                     "{} cycles, {}/s, {failed} failed",
-                    thousands(cycles),
-                    thousands(per_second(cycles, elapsed) as u64),
+                    group_digits(cycles),
+                    group_digits(per_second(cycles, elapsed) as u64),
                 ));
             }
         }
@@ -215,12 +216,12 @@ fn print_summary(
     println!();
     println!(
         "cycles      {:>12}   ({} acquire + release per second)",
-        thousands(cycles),
-        thousands(per_second(cycles, elapsed) as u64)
+        group_digits(cycles),
+        group_digits(per_second(cycles, elapsed) as u64)
     );
     println!(
         "failed      {:>12}   ({} acquire(s), {} release(s))",
-        thousands(total.failed_acquires + total.failed_releases),
+        group_digits(total.failed_acquires + total.failed_releases),
         total.failed_acquires,
         total.failed_releases
     );
@@ -246,18 +247,6 @@ fn print_summary(
 
 fn per_second(count: u64, elapsed: Duration) -> f64 {
     count as f64 / elapsed.as_secs_f64().max(1e-9)
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn show(d: Option<Duration>) -> String {
@@ -336,12 +325,10 @@ impl Histogram {
         (self.count > 0).then(|| Duration::from_micros(self.max))
     }
 
-    /// The `q`-quantile (nearest rank), never above the largest value seen.
+    /// The `q`-quantile, by the nearest-rank definition every figure of the project uses
+    /// ([`nearest_rank`]), read from the buckets: never above the largest value seen.
     fn quantile(&self, q: f64) -> Option<Duration> {
-        if self.count == 0 {
-            return None;
-        }
-        let rank = ((self.count as f64 * q).ceil() as u64).clamp(1, self.count);
+        let rank = nearest_rank(self.count, q)?;
         let mut seen = 0;
         for (bucket, &n) in self.counts.iter().enumerate() {
             seen += n;
@@ -393,13 +380,5 @@ mod tests {
         assert_eq!(a.count(), 3);
         assert_eq!(a.max(), Some(Duration::from_millis(50)));
         assert_eq!(Histogram::default().quantile(0.5), None);
-    }
-
-    #[test]
-    fn thousands_are_grouped() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1_000), "1,000");
-        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }
