@@ -165,13 +165,12 @@ impl Error {
         match self {
             Error::Unavailable { .. } => true,
             Error::Lost { reason, nodes, .. } => {
-                *reason == LossReason::NotRenewed && !nodes.iter().any(NodeError::is_contention)
+                *reason == LossReason::NotRenewed && nodes.iter().all(NodeError::is_unavailable)
             }
             Error::NotAcquired { nodes, .. }
             | Error::NotExtended { nodes, .. }
             | Error::NotReleased { nodes, .. } => {
-                nodes.iter().any(NodeError::is_unavailable)
-                    && !nodes.iter().any(NodeError::is_contention)
+                !nodes.is_empty() && nodes.iter().all(NodeError::is_unavailable)
             }
             _ => false,
         }
@@ -189,7 +188,9 @@ impl Error {
             // Extending again helps only if nodes were out; a token gone from a majority is gone.
             Error::NotExtended { .. } => self.is_unavailable(),
             // Holding it again may work; hitting the configured limit again would not help.
-            Error::Lost { reason, .. } => *reason != LossReason::HoldLimit,
+            Error::Lost { reason, .. } => {
+                !matches!(reason, LossReason::HoldLimit | LossReason::Cancelled)
+            }
             Error::Config(_)
             | Error::InvalidResource { .. }
             | Error::InvalidTtl { .. }
@@ -210,6 +211,9 @@ pub enum LossReason {
     TokenGone,
     /// The hold reached [`HoldOptions::max_hold`](crate::HoldOptions::max_hold).
     HoldLimit,
+    /// The `with_lock` future was dropped before its body finished; the lock is being released
+    /// in the background. Only the body's [`Held`](crate::Held) clones see this reason.
+    Cancelled,
 }
 
 impl fmt::Display for LossReason {
@@ -218,6 +222,7 @@ impl fmt::Display for LossReason {
             LossReason::NotRenewed => "no renewal reached a quorum before the deadline",
             LossReason::TokenGone => "a quorum of nodes no longer holds the token",
             LossReason::HoldLimit => "the maximum hold time was reached",
+            LossReason::Cancelled => "with_lock was cancelled",
         })
     }
 }
@@ -271,9 +276,11 @@ pub struct NodeError {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum NodeErrorKind {
-    /// The key is held by another token (for acquire), or no longer holds this lock's token (for
-    /// extend).
+    /// The key is held by another token: the node refused to grant it.
     Held,
+    /// The key no longer holds this lock's token (it expired, or another holder has it since):
+    /// the node refused to extend or fence it.
+    TokenGone,
     /// No reply within the per-node timeout.
     Timeout(Duration),
     /// Not sent: the node's recent requests all timed out, and until it answers again only one
@@ -309,6 +316,11 @@ impl NodeError {
         matches!(self.kind, NodeErrorKind::Held)
     }
 
+    /// `true` when the node no longer holds this lock's token.
+    pub fn is_token_gone(&self) -> bool {
+        matches!(self.kind, NodeErrorKind::TokenGone)
+    }
+
     /// `true` when the node did not answer within the per-node timeout.
     pub fn is_timeout(&self) -> bool {
         matches!(self.kind, NodeErrorKind::Timeout(_))
@@ -316,7 +328,7 @@ impl NodeError {
 
     /// `true` when the node could not take part: a timeout, a connection or server error.
     pub fn is_unavailable(&self) -> bool {
-        !self.is_contention()
+        !self.is_contention() && !self.is_token_gone()
     }
 
     /// The client library's error, when the request itself failed.
@@ -338,6 +350,7 @@ impl fmt::Display for NodeErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NodeErrorKind::Held => f.write_str("held by another token"),
+            NodeErrorKind::TokenGone => f.write_str("no longer holds this lock's token"),
             NodeErrorKind::Timeout(t) => write!(f, "no reply within {t:?}"),
             NodeErrorKind::Unresponsive => {
                 f.write_str("not contacted: its recent requests timed out, and a probe is pending")
@@ -422,13 +435,16 @@ mod tests {
 
     #[test]
     fn an_extend_refused_because_the_token_is_gone_is_not_retriable() {
+        let gone_from = |node| NodeError::new(node, NodeErrorKind::TokenGone);
         let gone = Error::NotExtended {
             resource: "r".into(),
             extended: 1,
             quorum: 3,
-            nodes: vec![held("a:1"), held("b:2"), held("c:3")],
+            nodes: vec![gone_from("a:1"), gone_from("b:2"), timed_out("c:3")],
         };
         assert!(!gone.is_retriable());
+        assert!(!gone.is_contention(), "a lost lease is not contention");
+        assert!(!gone.is_unavailable());
         let cut_off = Error::NotExtended {
             resource: "r".into(),
             extended: 2,

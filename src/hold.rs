@@ -95,9 +95,17 @@ struct Shared {
 struct Status {
     deadline: Instant,
     renewals: u32,
-    /// `Some` once the hold is over: `Some(Some(reason))` after a loss, `Some(None)` after a
-    /// normal end.
-    ended: Option<Option<LossReason>>,
+    phase: Phase,
+}
+
+/// Where a hold is in its life. It only moves forward: from `Holding` to one of the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Holding,
+    /// `with_lock` finished and released the lock.
+    Ended,
+    /// The lease ended early, for this reason.
+    Lost(LossReason),
 }
 
 impl std::fmt::Debug for Held {
@@ -109,7 +117,7 @@ impl std::fmt::Debug for Held {
             .field("fence", &self.shared.fence)
             .field("remaining", &self.remaining())
             .field("renewals", &status.renewals)
-            .field("ended", &status.ended)
+            .field("phase", &status.phase)
             .finish()
     }
 }
@@ -124,7 +132,7 @@ impl Held {
                 status: watch::Sender::new(Status {
                     deadline: lock.deadline(),
                     renewals: 0,
-                    ended: None,
+                    phase: Phase::Holding,
                 }),
             }),
         }
@@ -154,9 +162,9 @@ impl Held {
     /// Validity left; [`Duration::ZERO`] once the hold is over (lost or ended).
     pub fn remaining(&self) -> Duration {
         let status = *self.shared.status.borrow();
-        match status.ended {
-            Some(_) => Duration::ZERO,
-            None => status.deadline.saturating_duration_since(Instant::now()),
+        match status.phase {
+            Phase::Holding => status.deadline.saturating_duration_since(Instant::now()),
+            Phase::Ended | Phase::Lost(_) => Duration::ZERO,
         }
     }
 
@@ -167,12 +175,15 @@ impl Held {
 
     /// `true` while the lock is held: not lost, and `with_lock` has not finished.
     pub fn is_held(&self) -> bool {
-        self.shared.status.borrow().ended.is_none()
+        self.shared.status.borrow().phase == Phase::Holding
     }
 
     /// Why the lock was lost, once it has been; `None` while held and after a normal end.
     pub fn loss(&self) -> Option<LossReason> {
-        self.shared.status.borrow().ended.flatten()
+        match self.shared.status.borrow().phase {
+            Phase::Lost(reason) => Some(reason),
+            Phase::Holding | Phase::Ended => None,
+        }
     }
 
     /// Completes once this handle no longer guards a held lock: the lease was lost (see
@@ -185,7 +196,7 @@ impl Held {
     pub async fn lost(&self) {
         let mut status = self.shared.status.subscribe();
         // The sender lives in `self.shared`, so the channel cannot close while we wait.
-        let _ = status.wait_for(|s| s.ended.is_some()).await;
+        let _ = status.wait_for(|s| s.phase != Phase::Holding).await;
     }
 
     fn renewed(&self, deadline: Instant) {
@@ -195,12 +206,26 @@ impl Held {
         });
     }
 
-    fn end(&self, loss: Option<LossReason>) {
-        self.shared.status.send_modify(|s| {
-            if s.ended.is_none() {
-                s.ended = Some(loss);
+    /// Moves the hold to `phase`, unless it has already ended.
+    fn end(&self, phase: Phase) {
+        self.shared.status.send_if_modified(|s| {
+            let first = s.phase == Phase::Holding;
+            if first {
+                s.phase = phase;
             }
+            first
         });
+    }
+}
+
+/// Ends the hold's handles when dropped, unless `with_lock` ended them itself first: a
+/// `with_lock` future dropped midway tells its body's subtasks that the lock is gone
+/// ([`LossReason::Cancelled`]) before the lock's own `Drop` starts the release.
+struct EndOnDrop<'a>(&'a Held);
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.end(Phase::Lost(LossReason::Cancelled));
     }
 }
 
@@ -248,12 +273,13 @@ impl Plan {
 /// How the body's run ended.
 enum Ending<T> {
     Finished(std::thread::Result<T>),
-    /// With the panic payload if the body panicked during its grace period.
-    Lost(
-        LossReason,
-        Vec<NodeError>,
-        Option<Box<dyn std::any::Any + Send>>,
-    ),
+    Lost {
+        reason: LossReason,
+        /// The node errors of the last renewal that failed.
+        nodes: Vec<NodeError>,
+        /// The panic payload, if the body panicked during its grace period.
+        panic: Option<Box<dyn std::any::Any + Send>>,
+    },
 }
 
 impl Redlock {
@@ -365,6 +391,8 @@ impl Redlock {
         let mut lock = self.acquire(resource, ttl).await?;
         let acquired = Instant::now();
         let held = Held::new(&lock);
+        // Declared after `lock`, so dropped before it: on cancellation the handles end first.
+        let _end_on_drop = EndOnDrop(&held);
         let span = tracing::debug_span!("with_lock", resource);
 
         let ending = {
@@ -375,7 +403,7 @@ impl Redlock {
                 biased;
                 out = &mut body => Ending::Finished(out),
                 (reason, nodes) = &mut renewals => {
-                    held.end(Some(reason));
+                    held.end(Phase::Lost(reason));
                     let mut panic = None;
                     if !plan.grace.is_zero() {
                         // The body may see the signal and stop on its own; a panic still
@@ -384,14 +412,14 @@ impl Redlock {
                             panic = Some(payload);
                         }
                     }
-                    Ending::Lost(reason, nodes, panic)
+                    Ending::Lost { reason, nodes, panic }
                 }
             }
             // The body and the renewals are dropped here, before the release is sent: no
             // renewal can follow the release (and a renewal could not re-create a deleted key
             // anyway: extend is compare-and-PEXPIRE).
         };
-        held.end(None);
+        held.end(Phase::Ended);
 
         match ending {
             Ending::Finished(Ok(out)) => {
@@ -402,7 +430,11 @@ impl Redlock {
                 release_quietly(lock, &span).await;
                 std::panic::resume_unwind(panic)
             }
-            Ending::Lost(reason, nodes, panic) => {
+            Ending::Lost {
+                reason,
+                nodes,
+                panic,
+            } => {
                 Counters::bump(&self.counters().lost);
                 span.in_scope(|| tracing::warn!(%reason, renewals = held.renewals(), "lock lost"));
                 release_quietly(lock, &span).await;
@@ -486,5 +518,5 @@ async fn keep_alive(
 /// `true` when so many nodes no longer hold the token that no renewal can reach a quorum.
 fn token_gone(lock: &Lock, nodes: &[NodeError]) -> bool {
     let rl = lock.redlock();
-    nodes.iter().filter(|n| n.is_contention()).count() > rl.node_count() - rl.quorum()
+    nodes.iter().filter(|n| n.is_token_gone()).count() > rl.node_count() - rl.quorum()
 }

@@ -174,3 +174,36 @@ impl Keys {
 pub(crate) fn fence_key(key: &str) -> String {
     format!("{key}:fence")
 }
+
+/// The suffixes of the keys and channels kept beside a lock's own key, each with the reason a
+/// resource whose key ends with it is refused. The lock key is `<prefix><resource>` and its
+/// auxiliary keys are the lock key plus a suffix, so a resource named `x:fence` would *be*
+/// the fencing counter of `x`: acquiring it would overwrite the counter and releasing it would
+/// delete it. Refusing these names keeps every existing key where it is, so masters in use keep
+/// their counters.
+pub(crate) const RESERVED_SUFFIXES: [(&str, &str); 4] = [
+    (
+        ":fence",
+        "it ends with \":fence\", reserved for the fencing counter of the resource it extends",
+    ),
+    (
+        ":released",
+        "it ends with \":released\", reserved for the release channel of the resource it extends",
+    ),
+    (
+        ":queue",
+        "it ends with \":queue\", reserved for the wait queue of the resource it extends",
+    ),
+    (
+        ":holder",
+        "it ends with \":holder\", reserved for the holder description of the resource it extends",
+    ),
+];
+
+/// Why `key` cannot be a lock key: `Some` when it ends with a reserved suffix.
+pub(crate) fn reserved(key: &str) -> Option<&'static str> {
+    RESERVED_SUFFIXES
+        .iter()
+        .find(|(suffix, _)| key.ends_with(suffix))
+        .map(|(_, reason)| *reason)
+}

@@ -157,8 +157,15 @@ impl Lock {
 
     /// Renews the lock for `ttl` from now, on a quorum of nodes, before the current deadline.
     ///
-    /// On success the new deadline is computed from the start of this extend. On failure the
-    /// lock keeps its old deadline and nothing is deleted on any node.
+    /// On success the new deadline is computed from the start of this extend. A `ttl` shorter
+    /// than what is left shortens the lock: `PEXPIRE` sets the keys' expiry, it does not only
+    /// push it back.
+    ///
+    /// On failure nothing is deleted on any node, and the deadline becomes the earlier of the
+    /// old one and `start + ttl − drift`: a node that received the request may still run it,
+    /// late, and a shorter TTL would then cut its key short. The deadline never promises more
+    /// than every request this lock has sent allows. An extend to a TTL at least as long as
+    /// what is left, the usual renewal, leaves the deadline as it was when it fails.
     ///
     /// # Errors
     ///
@@ -168,8 +175,8 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: if dropped, the deadline stays as it was (some nodes may hold the key
-    /// longer, which only delays other clients).
+    /// Cancel safe: if dropped, the deadline is as after a failure (see above). Nodes that
+    /// received the request may still renew the key, which only delays other clients.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         let lease = self.redlock.lease(ttl)?;
         if !self.is_valid() {
@@ -179,6 +186,12 @@ impl Lock {
         }
         let span = tracing::debug_span!("extend", resource = %self.resource, ttl = ?lease.ttl);
         let start = Instant::now();
+        // Before anything is sent, so that it holds however this call ends (a win replaces it):
+        // a request that runs on a node at any time from now on leaves that key at least
+        // `ttl` to live on the node's clock.
+        if let Some(bound) = start.checked_add(lease.ttl.saturating_sub(lease.drift)) {
+            self.deadline = self.deadline.min(bound);
+        }
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         // Confirmations that arrive after the current deadline do not count: by then another
         // client may hold the lock.
@@ -192,12 +205,9 @@ impl Lock {
                             .await
                     }
                 },
-                |renewed| {
-                    if renewed {
-                        Ok(())
-                    } else {
-                        Err(NodeErrorKind::Held)
-                    }
+                |renewed| match renewed {
+                    true => Ok(()),
+                    false => Err(NodeErrorKind::TokenGone),
                 },
                 Some(self.deadline),
             )

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::builder::{RedlockBuilder, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
 use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
 use crate::fanout::Cleanup;
-use crate::keys::{Acquired, Keys};
+use crate::keys::{self, Acquired, Keys};
 use crate::lock::{Lock, LockToken};
 use crate::node::Node;
 use crate::quorum::{self, Decision};
@@ -453,7 +453,7 @@ impl Redlock {
                 Ok(true) => holding += 1,
                 Ok(false) => nodes.push(NodeError::new(
                     self.inner.nodes[i].id(),
-                    NodeErrorKind::Held,
+                    NodeErrorKind::TokenGone,
                 )),
                 Err(e) => nodes.push(e),
             }
@@ -498,13 +498,21 @@ impl Redlock {
     }
 
     /// The Redis key of a resource.
+    ///
+    /// A key ending in one of [`keys::RESERVED_SUFFIXES`] is refused: it would be the fencing
+    /// counter (or another auxiliary key) of another resource, which a lock would overwrite
+    /// and delete.
     pub(crate) fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
         if resource.is_empty() {
             return Err(Error::InvalidResource {
                 reason: "it is empty",
             });
         }
-        Ok(format!("{}{}", self.inner.settings.key_prefix, resource).into())
+        let key = format!("{}{}", self.inner.settings.key_prefix, resource);
+        if let Some(reason) = keys::reserved(&key) {
+            return Err(Error::InvalidResource { reason });
+        }
+        Ok(key.into())
     }
 
     pub(crate) fn all_nodes(&self) -> &[Node] {
