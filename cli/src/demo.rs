@@ -262,7 +262,9 @@ fn report(
     out!("  acquire latency     p50 {}   p99 {}", pct(0.5), pct(0.99))?;
     out!(
         "  attempts            {:>8}   (granted {}, contended {})",
-        stats.attempts, stats.acquired, stats.contended
+        stats.attempts,
+        stats.acquired,
+        stats.contended
     )?;
     out!("  per master          node errors / of which timeouts")?;
     for (i, node) in stats.nodes.iter().enumerate() {

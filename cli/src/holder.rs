@@ -92,19 +92,23 @@ impl Published {
             ttl,
             conns,
         };
-        published.refresh().await;
+        published.set(None).await;
         published
     }
 
-    /// Writes the description again with a fresh TTL (after a renewal of the lock).
+    /// Writes the description again with a fresh TTL (after a renewal of the lock) where it
+    /// still exists: one deleted by `quorumlock unlock` stays deleted.
     pub(crate) async fn refresh(&self) {
+        self.set(Some("XX")).await;
+    }
+
+    async fn set(&self, condition: Option<&str>) {
         let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-        let set = redis::cmd("SET")
-            .arg(&self.key)
-            .arg(&self.value)
-            .arg("PX")
-            .arg(ttl_ms)
-            .clone();
+        let mut set = redis::cmd("SET");
+        set.arg(&self.key).arg(&self.value).arg("PX").arg(ttl_ms);
+        if let Some(condition) = condition {
+            set.arg(condition);
+        }
         let writes = self.conns.iter().map(|conn| {
             let (mut conn, set) = (conn.clone(), &set);
             async move {

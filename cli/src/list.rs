@@ -59,10 +59,10 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
         .zip(join_all(masters.iter().map(|m| lock_keys(m, &pattern))).await)
     {
         match found {
-            Ok(keys) => resources.extend(keys.into_iter().filter_map(|key| {
-                key.strip_prefix(args.nodes.key_prefix())
-                    .map(str::to_owned)
-            })),
+            Ok(keys) => resources
+                .extend(keys.into_iter().filter_map(|key| {
+                    key.strip_prefix(args.nodes.key_prefix()).map(str::to_owned)
+                })),
             Err(e) => tracing::warn!(node = master.node(), error = %e, "not listed"),
         }
     }

@@ -72,9 +72,6 @@ enum Command {
         /// The shell to complete for.
         shell: clap_complete::Shell,
     },
-    /// Internal: guards a command's process group for `exec` (kills it if `exec` dies).
-    #[command(hide = true)]
-    Watchdog,
 }
 
 const COMPLETIONS_EXAMPLES: &str = "\
@@ -84,11 +81,12 @@ Examples:
   quorumlock completions fish > ~/.config/fish/completions/quorumlock.fish";
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    // The watchdog runs before anything else is set up: no runtime, no logger, no threads.
-    if matches!(cli.command, Command::Watchdog) {
+    // `exec`'s watchdog is this binary too. It is not a subcommand (it would show up in help
+    // and completions), and it runs before anything is set up: no runtime, no logger, no threads.
+    if exec::watchdog::is_invoked() {
         return exec::watchdog::run();
     }
+    let cli = Cli::parse();
     logging::init(cli.verbose);
     match run(cli) {
         Ok(code) => code,
@@ -120,7 +118,6 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 output::write_all(&out)?;
                 Ok(ExitCode::SUCCESS)
             }
-            Command::Watchdog => Ok(exec::watchdog::run()),
         }
     });
     // Everything that matters has been awaited; a read of stdin may still sit on a blocking

@@ -37,11 +37,7 @@ impl Master {
     /// Why the master cannot be used, on one line, without credentials.
     pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, String> {
         let client = redis::Client::open(self.url.as_str()).map_err(|e| one_line(&e))?;
-        match tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            client.get_multiplexed_async_connection(),
-        )
-        .await
+        match tokio::time::timeout(REQUEST_TIMEOUT, client.get_multiplexed_async_connection()).await
         {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(one_line(&e)),
@@ -86,7 +82,11 @@ pub(crate) async fn invoke<T: redis::FromRedisValue>(
 /// server that is not Redis answers with something long.
 pub(crate) fn one_line(e: &dyn std::fmt::Display) -> String {
     const MAX: usize = 120;
-    let text = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = e
+        .to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     match text.char_indices().nth(MAX) {
         Some((cut, _)) => format!("{}...", &text[..cut]),
         None => text,

@@ -76,21 +76,47 @@ pub(crate) async fn check(rl: &Redlock) -> Result<(), quorumlock::Error> {
     rl.connect().await.map(|_health| ())
 }
 
-/// Accepts a node URL, or says how to fix a common mistake.
+/// Accepts a node URL, or says how to fix it: a missing scheme, a port out of range, anything
+/// else the Redis client cannot parse. A password in the URL is never echoed back.
 fn parse_url(text: &str) -> Result<String, String> {
     let text = text.trim();
-    if text.is_empty() || text.contains("://") || text.starts_with("unix:") {
+    if text.is_empty() || text.starts_with("unix:") || text.starts_with("redis+unix:") {
         return Ok(text.to_owned());
     }
-    // Never echo a password back.
-    let hint = if text.contains('@') {
-        "redis://user:password@host:port".to_owned()
-    } else {
-        format!("redis://{text}")
+    let Some((_scheme, rest)) = text.split_once("://") else {
+        let hint = match text.rsplit_once('@') {
+            Some((_, host)) => format!("redis://user:password@{host}"),
+            None => format!("redis://{text}"),
+        };
+        return Err(format!(
+            "a node URL needs a scheme: write {hint} (rediss:// for TLS)"
+        ));
     };
-    Err(format!(
-        "a node URL needs a scheme: write {hint} (rediss:// for TLS)"
-    ))
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let port = match host_port.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':'),
+        None => host_port.rsplit_once(':').map(|(_, p)| p),
+    };
+    let shown = redact(text);
+    if let Some(port) = port {
+        if !matches!(port.parse::<u16>(), Ok(p) if p > 0) {
+            return Err(format!(
+                "{shown}: port {port:?} is not a port number (1-65535)"
+            ));
+        }
+    }
+    redis::Client::open(text)
+        .map(|_| text.to_owned())
+        .map_err(|e| format!("{shown}: {e}"))
+}
+
+/// The URL with any user and password replaced by `***`.
+fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
+        _ => url.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -105,10 +131,26 @@ mod tests {
         );
         let secret = parse_url(":hunter2@10.0.0.1:6379").unwrap_err();
         assert!(!secret.contains("hunter2"), "{secret}");
+        assert!(
+            secret.contains("redis://user:password@10.0.0.1:6379"),
+            "{secret}"
+        );
         assert_eq!(
             parse_url(" redis://h:1 ").as_deref(),
             Ok("redis://h:1"),
             "URLs with a scheme pass"
         );
+    }
+
+    #[test]
+    fn a_port_out_of_range_is_named() {
+        let typo = parse_url("redis://:hunter2@127.0.0.1:71020").unwrap_err();
+        assert_eq!(
+            typo,
+            "redis://***@127.0.0.1:71020: port \"71020\" is not a port number (1-65535)"
+        );
+        assert!(parse_url("redis://[::1]:6379").is_ok());
+        assert!(parse_url("redis://[::1]:0").is_err());
+        assert!(parse_url("redis://h").is_ok(), "the default port");
     }
 }

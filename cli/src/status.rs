@@ -97,7 +97,11 @@ fn print_table(status: &Inspection, holder: Option<&Holder>) -> std::io::Result<
         Verdict::Unknown => format!("unknown: fewer than {} nodes answered", status.quorum),
         other => format!("{other:?}"),
     };
-    out!("{:?}: {verdict} (quorum {})", status.resource, status.quorum)?;
+    out!(
+        "{:?}: {verdict} (quorum {})",
+        status.resource,
+        status.quorum
+    )?;
     if let Some(holder) = holder {
         out!("holder {}: {holder}", holder.lock)?;
     }

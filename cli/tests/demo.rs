@@ -54,3 +54,28 @@ fn failover_demo_shows_the_single_master_losing_the_lock_and_five_masters_keepin
     assert!(cases[2].contains("second holder: no"), "{stdout}");
     assert!(cases[3].contains("second holder: YES"), "{stdout}");
 }
+
+#[test]
+fn demo_into_a_pipe_closed_early_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    // `quorumlock demo | head -2`.
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .args(["demo", "--duration", "1s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(demo.stdout.take().unwrap());
+    let mut first_two = String::new();
+    for _ in 0..2 {
+        stdout.read_line(&mut first_two).unwrap();
+    }
+    drop(stdout);
+    let out = demo.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(first_two.starts_with("Starting 5"), "{first_two}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,42 +1,14 @@
-//! `quorumlock exec` and `quorumlock status`: the real binary against testkit masters.
+//! `quorumlock exec`: the real binary against testkit masters — the lock, the exit codes, and the
+//! habits it shares with `flock(1)` and `etcdctl lock`.
 
-use std::path::Path;
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::{exec, quorumlock, text, wait_for_file, wait_until, Witness};
 use quorumlock_testkit::RedisNodes;
-
-fn quorumlock(nodes: &RedisNodes) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_quorumlock"));
-    cmd.env("QUORUMLOCK_NODES", nodes.urls().join(","));
-    cmd
-}
-
-fn exec(nodes: &RedisNodes, extra: &[&str], script: &str) -> Command {
-    let mut cmd = quorumlock(nodes);
-    cmd.arg("exec").args(extra).args(["--", "sh", "-c", script]);
-    cmd
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn wait_for_file(path: &Path, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if path.exists() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
-}
 
 #[test]
 fn exec_runs_the_command_exactly_once_across_four_concurrent_invocations() {
@@ -184,53 +156,6 @@ fn exec_reports_a_command_that_cannot_run_and_releases_the_lock() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn status_shows_the_holder_and_the_verdict() {
-    let nodes = RedisNodes::spawn(3).unwrap();
-    let rl = quorumlock::Redlock::builder(nodes.urls()).build().unwrap();
-    let lock = rl.acquire("shown", Duration::from_secs(30)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let out = quorumlock(&nodes)
-        .args(["status", "shown"])
-        .output()
-        .unwrap();
-    let shown = text(&out);
-    assert_eq!(out.status.code(), Some(75), "held: {shown}");
-    let fingerprint = lock.token().fingerprint();
-    assert!(
-        shown.contains(&format!("held by {fingerprint} on 3/3")),
-        "{shown}"
-    );
-    assert!(!shown.contains(lock.token().expose()), "{shown}");
-    lock.release().await.unwrap();
-    let out = quorumlock(&nodes)
-        .args(["status", "shown"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "free: {}", text(&out));
-    assert!(text(&out).contains("\"shown\": free"), "{}", text(&out));
-}
-
-#[test]
-fn errors_are_one_line_naming_the_problem() {
-    let out = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
-        .args([
-            "status",
-            "--nodes",
-            "redis://127.0.0.1:1,redis://127.0.0.1:1",
-            "x",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("127.0.0.1:1") && stderr.contains("same"),
-        "{stderr}"
-    );
-}
-
 #[test]
 fn bench_measures_cycles_against_the_given_masters_and_leaves_no_key() {
     let nodes = RedisNodes::spawn(3).unwrap();
@@ -253,4 +178,188 @@ fn bench_measures_cycles_against_the_given_masters_and_leaves_no_key() {
             "{keys:?}"
         );
     }
+}
+
+#[test]
+fn no_wait_wait_forever_and_negative_durations_behave_like_flock() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let started = witness.path("started");
+    let mut holder = exec(
+        &nodes,
+        &["--resource", "habits"],
+        &format!("touch {}; sleep 1.5", started.display()),
+    )
+    .spawn()
+    .unwrap();
+    assert!(wait_for_file(&started, Duration::from_secs(5)));
+
+    let no_wait = exec(&nodes, &["--resource", "habits", "-n"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(no_wait.status.code(), Some(75), "{}", text(&no_wait));
+    assert!(no_wait.stdout.is_empty(), "{}", text(&no_wait));
+    let forever = exec(
+        &nodes,
+        &["--resource", "habits", "-w", "forever"],
+        "echo waited",
+    )
+    .output()
+    .unwrap();
+    assert_eq!(forever.status.code(), Some(0), "{}", text(&forever));
+    assert_eq!(String::from_utf8_lossy(&forever.stdout).trim(), "waited");
+    assert!(holder.wait().unwrap().success());
+
+    let negative = exec(&nodes, &["--resource", "habits", "--ttl", "-5s"], "true")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&negative.stderr);
+    assert_eq!(negative.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("\"-5s\" is negative"), "{stderr}");
+    assert!(
+        !stderr.contains("tip"),
+        "no advice to write `-- -5s`: {stderr}"
+    );
+    let both = exec(&nodes, &["--resource", "habits", "-n", "-w", "5s"], "true")
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+}
+
+#[test]
+fn dash_c_runs_a_command_string_with_sh() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let out = quorumlock(&nodes)
+        .args(["exec", "--resource", "string", "-c"])
+        .arg("echo \"$QUORUMLOCK_RESOURCE\" $((40 + 2)); exit 4")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "string 42");
+    let both = quorumlock(&nodes)
+        .args(["exec", "--resource", "string", "-c", "true", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+}
+
+#[test]
+fn without_a_command_the_lock_is_held_until_stdin_closes() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let mut holder = quorumlock(&nodes)
+        .args(["exec", "--resource", "held", "--fencing"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first.trim(), "locked held fence 1");
+
+    let busy = exec(&nodes, &["--resource", "held"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(busy.status.code(), Some(75), "{}", text(&busy));
+    // Typing does not end the hold; closing stdin does.
+    let mut stdin = holder.stdin.take().unwrap();
+    stdin.write_all(b"anything\n").unwrap();
+    drop(stdin);
+    assert!(holder.wait().unwrap().success());
+    let free = exec(&nodes, &["--resource", "held"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(free.status.code(), Some(0), "{}", text(&free));
+}
+
+#[test]
+fn without_a_command_a_signal_ends_the_hold_and_releases() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let mut holder = quorumlock(&nodes)
+        .args(["exec", "--resource", "held"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(holder.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first.trim(), "locked held");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(holder.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(holder.wait().unwrap().code(), Some(143));
+    let free = exec(&nodes, &["--resource", "held", "-n"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(free.status.code(), Some(0), "{}", text(&free));
+}
+
+/// Kills the process (ours, by pid) if the test fails while it runs.
+struct KillOnPanic(u32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0).unwrap());
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// `script` gives the command line a terminal of its own (a pty), as an interactive shell has.
+fn at_a_terminal(command_line: &str) -> Command {
+    let mut cmd = Command::new("script");
+    cmd.args(["-qec", command_line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+#[test]
+fn at_a_terminal_the_command_reads_it_and_gets_ctrl_c_once() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let log = witness.log();
+    // A background process group reading the terminal would be stopped by SIGTTIN: the
+    // command must be in the foreground to read the line.
+    let script = format!(
+        "read line; echo \"got $line\" >> {log}; \
+         trap 'echo int >> {log}; exit 5' INT; echo ready >> {log}; \
+         while :; do sleep 0.05; done",
+        log = log.display()
+    );
+    let command_line = format!(
+        "QUORUMLOCK_NODES={} {} exec --resource tty -- sh -c \"{}\"",
+        nodes.urls().join(","),
+        env!("CARGO_BIN_EXE_quorumlock"),
+        script.replace('"', "\\\"").replace('$', "\\$")
+    );
+    let mut terminal = at_a_terminal(&command_line).spawn().unwrap();
+    let _cleanup = KillOnPanic(terminal.id());
+    let mut keyboard = terminal.stdin.take().unwrap();
+    keyboard.write_all(b"hello\n").unwrap();
+    keyboard.flush().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || witness
+            .lines()
+            .contains(&"ready".to_owned())),
+        "{:#?}",
+        witness.lines()
+    );
+    keyboard.write_all(b"\x03").unwrap(); // Ctrl-C
+    keyboard.flush().unwrap();
+    let out = terminal.wait_with_output().unwrap();
+    drop(keyboard);
+
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out));
+    let lines = witness.lines();
+    assert!(lines.contains(&"got hello".to_owned()), "{lines:#?}");
+    assert_eq!(
+        lines.iter().filter(|l| *l == "int").count(),
+        1,
+        "one SIGINT: {lines:#?}"
+    );
 }

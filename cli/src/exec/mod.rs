@@ -85,7 +85,12 @@ pub(crate) struct ExecArgs {
     #[arg(long, default_value = "2s", value_parser = duration::parse, allow_hyphen_values = true)]
     grace: Duration,
     /// Run this command string with `sh -c` (like `flock -c`).
-    #[arg(short = 'c', long = "command", value_name = "STRING", conflicts_with = "argv")]
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STRING",
+        conflicts_with = "argv"
+    )]
     shell_command: Option<String>,
     /// The command and its arguments. Without a command (and without -c), the lock is held
     /// until stdin closes or a signal arrives.

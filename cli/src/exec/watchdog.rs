@@ -1,4 +1,4 @@
-//! The watchdog: a small process (`quorumlock watchdog`, hidden) that kills the command's whole
+//! The watchdog: a small process (this binary, started as `quorumlock __watchdog`) that kills the command's whole
 //! process group if `exec` dies without saying goodbye — SIGKILL, a crash, the OOM killer.
 //!
 //! Nothing inside a process can act on its own SIGKILL, and the parent-death signal reaches only
@@ -18,6 +18,14 @@ use nix::errno::Errno;
 use nix::sys::signal::{killpg, SigSet, Signal};
 use nix::unistd::Pid;
 
+/// The first argument that makes the binary the watchdog.
+const ARG: &str = "__watchdog";
+
+/// `true` when this process was started as a watchdog.
+pub(crate) fn is_invoked() -> bool {
+    std::env::args_os().nth(1).is_some_and(|arg| arg == ARG) && std::env::args_os().len() == 2
+}
+
 /// `exec`'s end: the running watchdog.
 #[derive(Debug)]
 pub(crate) struct Watchdog {
@@ -35,7 +43,7 @@ impl Watchdog {
     pub(crate) fn start() -> io::Result<Watchdog> {
         let me = std::env::current_exe()?;
         let mut child = Command::new(me)
-            .arg("watchdog")
+            .arg(ARG)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .process_group(0)

@@ -1,0 +1,48 @@
+//! What the binary says about itself: completions for the usual shells, and the exit codes in
+//! `--help`.
+
+use std::process::Command;
+
+fn quorumlock(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn completions_are_printed_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef quorumlock"),
+        ("fish", "complete -c quorumlock"),
+    ] {
+        let out = quorumlock(&["completions", shell]);
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        assert!(script.contains(marker), "{shell}: {script}");
+        assert!(
+            script.contains("exec") && script.contains("unlock"),
+            "{shell}"
+        );
+        assert!(
+            !script.contains("watchdog"),
+            "the watchdog is not a command"
+        );
+    }
+    let unknown = quorumlock(&["completions", "cmd.exe"]);
+    assert_eq!(unknown.status.code(), Some(2));
+}
+
+#[test]
+fn help_lists_every_exit_code() {
+    let out = quorumlock(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for code in ["0 ", "1 ", "2 ", "69 ", "75 ", "76 ", "127 ", "128+N "] {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(code)),
+            "{code}: {help}"
+        );
+    }
+}

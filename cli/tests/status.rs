@@ -1,0 +1,191 @@
+//! `quorumlock status`, `unlock` and `list`: finding out who holds a lock, and breaking a stuck
+//! one, with the real binary against testkit masters.
+
+mod common;
+
+use std::process::{Child, Output};
+use std::time::Duration;
+
+use common::{exec, quorumlock, text, wait_for_file, Witness};
+use quorumlock_testkit::RedisNodes;
+use serde_json::Value;
+
+fn get(nodes: &RedisNodes, i: usize, key: &str) -> Option<String> {
+    let mut conn = redis::Client::open(nodes[i].url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("GET").arg(key).query(&mut conn).unwrap()
+}
+
+/// An `exec` holding `resource` while its command waits for a file; returns once it runs.
+fn holding(nodes: &RedisNodes, witness: &Witness, resource: &str) -> Child {
+    let started = witness.path(&format!("{resource}.started"));
+    let child = exec(
+        nodes,
+        &["--resource", resource, "--ttl", "5s"],
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            started.display(),
+            witness.path("done").display()
+        ),
+    )
+    .spawn()
+    .unwrap();
+    assert!(wait_for_file(&started, Duration::from_secs(10)));
+    child
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
+}
+
+#[test]
+fn status_exits_0_when_free_75_when_held_69_without_a_quorum_and_names_the_holder() {
+    let mut nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let free = quorumlock(&nodes).args(["status", "job"]).output().unwrap();
+    assert_eq!(free.status.code(), Some(0), "{}", text(&free));
+    assert!(text(&free).contains("\"job\": free"), "{}", text(&free));
+
+    let mut holder = holding(&nodes, &witness, "job");
+    // The holder description is written beside the lock, best effort, just after it is taken.
+    assert!(common::wait_until(Duration::from_secs(5), || get(
+        &nodes,
+        0,
+        "job:holder"
+    )
+    .is_some()));
+    let held = quorumlock(&nodes).args(["status", "job"]).output().unwrap();
+    let shown = text(&held);
+    assert_eq!(held.status.code(), Some(75), "{shown}");
+    assert!(shown.contains(&format!("pid {}", holder.id())), "{shown}");
+    assert!(shown.contains("running sh -c"), "{shown}");
+    let token = get(&nodes, 0, "job").unwrap();
+    assert!(!shown.contains(&token), "the token is never shown: {shown}");
+
+    let report = quorumlock(&nodes)
+        .args(["status", "--json", "job"])
+        .output()
+        .unwrap();
+    assert_eq!(report.status.code(), Some(75), "{}", text(&report));
+    assert!(!text(&report).contains(&token), "{}", text(&report));
+    let report = json(&report);
+    assert_eq!(report["verdict"], "held");
+    assert_eq!(report["holding"], 3);
+    assert_eq!(report["quorum"], 2);
+    assert_eq!(report["holder"]["pid"], holder.id());
+    assert_eq!(report["holder"]["lock"], report["token"]);
+    assert_eq!(report["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(report["nodes"][0]["state"], "held");
+
+    std::fs::write(witness.path("done"), "").unwrap();
+    assert!(holder.wait().unwrap().success());
+    // Released, and its description with it.
+    assert_eq!(get(&nodes, 0, "job:holder"), None);
+
+    nodes[0].kill().unwrap();
+    nodes[1].kill().unwrap();
+    let unknown = quorumlock(&nodes)
+        .args(["status", "--json", "job"])
+        .output()
+        .unwrap();
+    assert_eq!(unknown.status.code(), Some(69), "{}", text(&unknown));
+    assert_eq!(json(&unknown)["verdict"], "unknown");
+    assert_eq!(json(&unknown)["nodes"][0]["state"], "down");
+}
+
+#[test]
+fn unlock_shows_what_it_would_delete_and_deletes_only_with_force() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let holder = holding(&nodes, &witness, "stuck");
+    assert!(common::wait_until(Duration::from_secs(5), || get(
+        &nodes,
+        0,
+        "stuck:holder"
+    )
+    .is_some()));
+
+    let dry = quorumlock(&nodes)
+        .args(["unlock", "stuck"])
+        .output()
+        .unwrap();
+    assert_eq!(dry.status.code(), Some(1), "{}", text(&dry));
+    assert!(text(&dry).contains("would delete stuck"), "{}", text(&dry));
+    assert!(
+        text(&dry).contains(&format!("pid {}", holder.id())),
+        "{}",
+        text(&dry)
+    );
+    assert!(text(&dry).contains("--force"), "{}", text(&dry));
+    assert!(get(&nodes, 0, "stuck").is_some(), "nothing deleted");
+
+    let forced = quorumlock(&nodes)
+        .args(["unlock", "stuck", "--force"])
+        .output()
+        .unwrap();
+    assert_eq!(forced.status.code(), Some(0), "{}", text(&forced));
+    assert!(
+        text(&forced).contains("deleted on 3/3 masters"),
+        "{}",
+        text(&forced)
+    );
+    for i in 0..3 {
+        assert_eq!(get(&nodes, i, "stuck"), None);
+        assert_eq!(get(&nodes, i, "stuck:holder"), None);
+    }
+    // The holder finds its token gone at its next renewal and stops its command at once.
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(76), "{}", text(&out));
+    let again = exec(&nodes, &["--resource", "stuck", "-n"], "echo ran")
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+}
+
+#[test]
+fn list_shows_the_held_locks_under_a_prefix_with_their_holders() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let holders: Vec<Child> = ["reports:daily", "reports:weekly", "billing"]
+        .into_iter()
+        .map(|r| holding(&nodes, &witness, r))
+        .collect();
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        get(&nodes, 0, "billing:holder").is_some()
+    }));
+
+    let all = quorumlock(&nodes).args(["list"]).output().unwrap();
+    assert_eq!(all.status.code(), Some(0), "{}", text(&all));
+    let stdout = String::from_utf8_lossy(&all.stdout);
+    // A header and three locks; the holder descriptions and fence counters are not locks.
+    assert_eq!(stdout.lines().count(), 4, "{}", text(&all));
+    assert!(
+        stdout.contains(&format!("pid {}", holders[2].id())),
+        "{stdout}"
+    );
+
+    let reports = quorumlock(&nodes)
+        .args(["list", "--prefix", "reports:", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(reports.status.code(), Some(0), "{}", text(&reports));
+    let listed = json(&reports);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["resource"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["reports:daily", "reports:weekly"]);
+    assert_eq!(listed[0]["state"], "held");
+    assert_eq!(listed[0]["masters"], 3);
+
+    std::fs::write(witness.path("done"), "").unwrap();
+    for mut holder in holders {
+        assert!(holder.wait().unwrap().success());
+    }
+    let none = quorumlock(&nodes).args(["list"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&none.stdout).trim(), "no locks");
+}
