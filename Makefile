@@ -9,7 +9,8 @@ redis-server:
 
 ## Five local masters, contending workers, a master killed and restarted; prints the report.
 demo: redis-server
-	$(CARGO) run --release -q -p quorumlock-cli -- demo
+	@echo "Building quorumlock (release; the first build takes a minute or two), then the demo runs."
+	$(CARGO) run --release -p quorumlock-cli -- demo
 
 ## The whole test suite against real redis-server processes (the chaos suite in its short
 ## version, failover evidence, fencing, TLS and ACL included).

@@ -1,8 +1,12 @@
 //! Lock two accounts at once, all or nothing, to move money between them.
 //!
 //! ```text
+//! cargo run --example acquire_many   # starts three local masters for the run
+//! QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 cargo run --example acquire_many
 //! cargo run --example acquire_many -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
 //! ```
+
+mod common;
 
 use std::time::Duration;
 
@@ -10,8 +14,10 @@ use quorumlock::Redlock;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let urls: Vec<String> = std::env::args().skip(1).collect();
-    let rl = Redlock::builder(&urls).key_prefix("bank:").build()?;
+    let masters = common::Masters::find()?;
+    let rl = Redlock::builder(masters.urls())
+        .key_prefix("bank:")
+        .build()?;
 
     // Either both keys are set on a quorum of masters, or neither is anywhere.
     let mut both = rl

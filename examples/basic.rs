@@ -1,8 +1,12 @@
 //! Acquire, work, release — the smallest useful program.
 //!
 //! ```text
+//! cargo run --example basic   # starts three local masters for the run
+//! QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 cargo run --example basic
 //! cargo run --example basic -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
 //! ```
+
+mod common;
 
 use std::time::Duration;
 
@@ -10,8 +14,8 @@ use quorumlock::Redlock;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let urls: Vec<String> = std::env::args().skip(1).collect();
-    let rl = Redlock::builder(&urls).build()?;
+    let masters = common::Masters::find()?;
+    let rl = Redlock::builder(masters.urls()).build()?;
 
     let lock = rl
         .acquire("reports:nightly", Duration::from_secs(30))

@@ -6,8 +6,12 @@
 //! (AOF with `appendfsync always`) for the tokens to stay monotonic across restarts.
 //!
 //! ```text
+//! cargo run --example fencing   # starts three local masters for the run
+//! QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 cargo run --example fencing
 //! cargo run --example fencing -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
 //! ```
+
+mod common;
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -33,8 +37,8 @@ impl FencedStore {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let urls: Vec<String> = std::env::args().skip(1).collect();
-    let rl = Redlock::builder(&urls).fencing(true).build()?;
+    let masters = common::Masters::find()?;
+    let rl = Redlock::builder(masters.urls()).fencing(true).build()?;
     let store = FencedStore::default();
 
     // The first holder takes the lock, then stalls past its 200 ms lease.

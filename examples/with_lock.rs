@@ -1,8 +1,12 @@
 //! Hold a lock for as long as the work takes: renewed in the background, lost loudly.
 //!
 //! ```text
+//! cargo run --example with_lock   # starts three local masters for the run
+//! QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 cargo run --example with_lock
 //! cargo run --example with_lock -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
 //! ```
+
+mod common;
 
 use std::time::Duration;
 
@@ -10,8 +14,8 @@ use quorumlock::{HoldOptions, Redlock};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let urls: Vec<String> = std::env::args().skip(1).collect();
-    let rl = Redlock::builder(&urls).build()?;
+    let masters = common::Masters::find()?;
+    let rl = Redlock::builder(masters.urls()).build()?;
 
     // A 3 s lease renewed every second while the 10 s job runs; never held beyond a minute.
     let opts = HoldOptions::new().max_hold(Duration::from_secs(60));

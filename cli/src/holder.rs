@@ -171,17 +171,15 @@ impl Announcement {
         Announcement { stop, task }
     }
 
-    /// Deletes the description (before the lock is released). Bounded: a master that does not
-    /// answer keeps it until it expires.
+    /// Deletes the description (before the lock is released), waiting a moment for it: a
+    /// slow master must not hold up the release. Where the deletion does not land, the
+    /// description expires with the lock's TTL (and `status` shows a description only beside
+    /// a lock).
     pub(crate) async fn withdraw(self) {
+        const PATIENCE: Duration = Duration::from_millis(250);
         let _ = self.stop.send(());
-        let mut task = self.task;
-        if tokio::time::timeout(3 * masters::REQUEST_TIMEOUT, &mut task)
-            .await
-            .is_err()
-        {
-            task.abort();
-        }
+        // The deletion is compare-and-delete: it may finish in the background, or not at all.
+        let _ = tokio::time::timeout(PATIENCE, self.task).await;
     }
 }
 

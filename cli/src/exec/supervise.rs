@@ -23,10 +23,8 @@ use crate::output::out;
 /// How often the group is checked for processes left, besides each SIGCHLD.
 const POLL: Duration = Duration::from_millis(50);
 
-/// On a lost lock, SIGKILL goes out at least this long before the lease's deadline, so the
-/// processes are gone before the keys expire on the masters (which is later still, by the
-/// clock-drift allowance).
-const KILL_BEFORE_DEADLINE: Duration = Duration::from_millis(50);
+/// The least time between the SIGKILL that follows a lost lock and the lease's deadline.
+const MIN_KILL_BEFORE_DEADLINE: Duration = Duration::from_millis(50);
 
 /// What `exec` was asked to do under the lock.
 #[derive(Debug, Clone)]
@@ -66,8 +64,15 @@ impl Plan {
     /// default (a tenth of the TTL), widened up to a third of the TTL so that the command can
     /// get its whole grace before the lease ends.
     pub(crate) fn loss_margin(&self) -> Duration {
-        let wanted = self.grace + KILL_BEFORE_DEADLINE + POLL;
+        let wanted = self.grace + self.kill_before_deadline() + POLL;
         wanted.clamp(self.ttl / 10, self.ttl / 3)
+    }
+
+    /// On a lost lock, SIGKILL goes out this long before the lease's deadline (a twentieth of
+    /// the TTL, at least 50 ms), so that the processes are gone before the keys expire on the
+    /// masters — later still, by the clock-drift allowance — even on a busy machine.
+    pub(crate) fn kill_before_deadline(&self) -> Duration {
+        (self.ttl / 20).max(MIN_KILL_BEFORE_DEADLINE)
     }
 
     /// How long the library lets the body run after a loss before dropping it: long enough to
@@ -193,7 +198,8 @@ async fn run_command(
     let mut tick = tokio::time::interval(POLL);
     while !group.poll() {
         if group.take_stopped() && terminal.is_interactive() {
-            terminal.suspend(|| held.is_held() && held.remaining() > 2 * KILL_BEFORE_DEADLINE);
+            terminal
+                .suspend(|| held.is_held() && held.remaining() > 2 * plan.kill_before_deadline());
             continue;
         }
         let kill_at = stop.kill_at.filter(|_| !stop.killed);
@@ -226,7 +232,7 @@ async fn run_command(
                         group.signal(Signal::SIGTERM);
                     }
                     stop.kill_by(now + plan.grace);
-                    let deadline = held.deadline().checked_sub(KILL_BEFORE_DEADLINE);
+                    let deadline = held.deadline().checked_sub(plan.kill_before_deadline());
                     stop.kill_by(deadline.unwrap_or(now).max(now));
                 }
                 stop.reason.get_or_insert(Reason::Lost);
