@@ -197,8 +197,26 @@ impl Redlock {
         Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
         R: Send + 'static,
     {
+        self.fan_out_except(&[], request, judge, deadline).await
+    }
+
+    /// As [`fan_out`](Self::fan_out), but asks none of the nodes in `skip`: they count against
+    /// the quorum as if they had said no, and appear nowhere in the [`Outcome`].
+    pub(crate) async fn fan_out_except<R, T, Fut>(
+        &self,
+        skip: &[usize],
+        request: impl Fn(Redlock, usize) -> Fut,
+        judge: impl Fn(R) -> Result<T, NodeErrorKind>,
+        deadline: Option<Instant>,
+    ) -> (Outcome<T>, Stragglers<Fut>)
+    where
+        Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
+        R: Send + 'static,
+    {
         let nodes = &self.all_nodes();
-        let mut pending = InFlight::new((0..nodes.len()).map(|i| request(self.clone(), i)));
+        let asked = |i: &usize| !skip.contains(i);
+        let requests = (0..nodes.len()).map(|i| asked(&i).then(|| request(self.clone(), i)));
+        let mut pending = InFlight::new(requests);
         let mut tally = Tally::new(nodes.len());
         let mut outcome = Outcome {
             decision: Decision::Pending,
@@ -206,6 +224,9 @@ impl Redlock {
             no: Vec::new(),
             refused: Vec::new(),
         };
+        for _ in (0..nodes.len()).filter(|i| !asked(i)) {
+            outcome.decision = tally.record(Vote::No);
+        }
         let started = Instant::now();
         while outcome.decision == Decision::Pending {
             let next = match deadline {
@@ -268,10 +289,11 @@ struct InFlight<F> {
 }
 
 impl<F: Future> InFlight<F> {
-    fn new(requests: impl Iterator<Item = F>) -> Self {
-        let slots: Vec<_> = requests.map(|f| Some(Box::pin(f))).collect();
+    /// One slot per node: its request, or `None` for a node not asked.
+    fn new(requests: impl Iterator<Item = Option<F>>) -> Self {
+        let slots: Vec<_> = requests.map(|f| f.map(Box::pin)).collect();
         InFlight {
-            pending: slots.len(),
+            pending: slots.iter().filter(|s| s.is_some()).count(),
             slots,
         }
     }

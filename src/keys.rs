@@ -102,14 +102,7 @@ impl Keys {
         match self {
             Keys::One(key) => node.release(key, token, announce, timeout).await,
             Keys::Many(keys) => {
-                let cmd = redis::cmd("EVAL")
-                    .arg(scripts::RELEASE_SOURCE.as_str())
-                    .arg(keys.len())
-                    .arg(&keys[..])
-                    .arg(token)
-                    .arg(scripts::release_id(token, announce))
-                    .to_owned();
-                let deleted: i64 = node.query(cmd, timeout).await?;
+                let deleted = node.release_all(keys, token, announce, timeout).await?;
                 Ok(deleted > 0)
             }
         }

@@ -1,12 +1,14 @@
 //! One Redis master: its long-lived multiplexed connection, the per-request time bound, and the
 //! commands and scripts the algorithm sends it.
 
+mod health;
+mod link;
+
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::aio::{MultiplexedConnection, PubSub};
 use redis::{
     Client, Cmd, ConnectionInfo, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation,
     ServerErrorKind,
@@ -14,19 +16,8 @@ use redis::{
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
-
-/// After this many timeouts in a row with no reply at all, spread over at least
-/// [`SILENCE_BEFORE_UNRESPONSIVE`], the node is presumed unresponsive (a blackholed route or a
-/// stopped process answers nothing and never closes the connection): its connection is replaced
-/// by a fresh one, and until it answers again only one request at a time is sent to it, as a
-/// probe. The others fail at once, so that a hung node costs the client neither a pile of
-/// requests each waiting out the timeout, nor the work of tracking them.
-const TIMEOUTS_BEFORE_UNRESPONSIVE: u32 = 3;
-
-/// See [`TIMEOUTS_BEFORE_UNRESPONSIVE`]: a burst of timeouts from a moment of overload (short
-/// node timeouts on a busy machine) is not a hung node, and skipping it would leave the keys
-/// of the next locks on fewer nodes.
-const SILENCE_BEFORE_UNRESPONSIVE: Duration = Duration::from_secs(1);
+use health::{Health, TIMEOUTS_BEFORE_UNRESPONSIVE};
+use link::{Link, NotOpened};
 
 /// A node's answer to an acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,17 +32,13 @@ pub(crate) enum Grant {
 pub(crate) struct Node {
     /// `host:port` (or the socket path): how the node is named in errors and logs.
     id: String,
-    client: Client,
     connect_timeout: Duration,
-    /// Created lazily inside the caller's runtime on first use, so that building a `Redlock`
-    /// does no I/O and needs no runtime. Cloning a `ConnectionManager` is cheap (an `Arc`).
-    connection: Mutex<Option<ConnectionManager>>,
-    timeouts_in_a_row: AtomicU32,
-    /// When the first of those timed out, in milliseconds since `created`.
-    silent_since_ms: AtomicU64,
-    created: Instant,
-    /// Whether a probe of an unresponsive node is in flight.
-    probing: AtomicBool,
+    /// Opened lazily inside the caller's runtime on first use, so that building a `Redlock`
+    /// does no I/O and needs no runtime.
+    link: Link,
+    health: Health,
+    /// Requests handed to a connection so far: see [`Node::sent`].
+    sent: AtomicU64,
 }
 
 impl std::fmt::Debug for Node {
@@ -83,19 +70,24 @@ impl Node {
         Node {
             // `host:port` only: never the user or password of the connection info.
             id: client.get_connection_info().addr().to_string(),
-            client,
             connect_timeout,
-            connection: Mutex::new(None),
-            timeouts_in_a_row: AtomicU32::new(0),
-            silent_since_ms: AtomicU64::new(0),
-            created: Instant::now(),
-            probing: AtomicBool::new(false),
+            link: Link::new(client, connect_timeout),
+            health: Health::new(),
+            sent: AtomicU64::new(0),
         }
     }
 
     /// `host:port` of this node.
     pub(crate) fn id(&self) -> &str {
         &self.id
+    }
+
+    /// How many requests have been handed to a connection to this node so far. While it stays
+    /// the same, nothing sent in the meantime can have reached the node: a request waiting for
+    /// a connection, failing at once while the node is unresponsive, or refused a connection,
+    /// is not counted.
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// `SET key token NX PX ttl`, or the fenced acquire script when `fence_key` is given.
@@ -107,7 +99,6 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<Grant, NodeError> {
-        let mut conn = self.connection()?;
         match fence_key {
             None => {
                 let mut cmd = Cmd::with_capacity(6, key.len() + token.len() + 32);
@@ -118,7 +109,9 @@ impl Node {
                     .arg("PX")
                     .arg(ttl_ms);
                 let reply: Option<String> = self
-                    .bounded(timeout, async move { cmd.query_async(&mut conn).await })
+                    .bounded(timeout, |mut conn| async move {
+                        cmd.query_async(&mut conn).await
+                    })
                     .await?;
                 Ok(match reply {
                     Some(_) => Grant::Granted { fence: None },
@@ -128,9 +121,7 @@ impl Node {
             Some(fence_key) => {
                 let mut call = scripts::ACQUIRE_FENCED.prepare_invoke();
                 call.key(key).key(fence_key).arg(token).arg(ttl_ms);
-                let fence: u64 = self
-                    .bounded(timeout, async move { call.invoke_async(&mut conn).await })
-                    .await?;
+                let fence: u64 = self.invoke(call, timeout).await?;
                 Ok(match fence {
                     0 => Grant::Held,
                     fence => Grant::Granted { fence: Some(fence) },
@@ -149,7 +140,6 @@ impl Node {
         announce: bool,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let mut conn = self.connection()?;
         let id = scripts::release_id(token, announce);
         let release = |by: &str, script: &str| {
             let mut cmd = Cmd::with_capacity(6, by.len() + script.len() + key.len() + 64);
@@ -157,24 +147,51 @@ impl Node {
             cmd
         };
         let by_source = || release("EVAL", &scripts::RELEASE_SOURCE);
-        let request = async move {
-            if !announce {
-                // A cleanup: one round trip whatever the node's script cache holds.
-                return by_source().query_async(&mut conn).await;
-            }
-            // The holder's release is the hot path: send the script's SHA1, not its source. A
-            // node that restarted has forgotten the script and says NOSCRIPT: send the source
-            // then, within the same time bound.
-            let by_sha = release("EVALSHA", scripts::RELEASE.get_hash());
-            match by_sha.query_async(&mut conn).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    by_source().query_async(&mut conn).await
+        self.also_behind_retired(by_source, timeout);
+        let deleted: i64 = self
+            .bounded(timeout, |mut conn| async move {
+                if !announce {
+                    // A cleanup: one round trip whatever the node's script cache holds.
+                    return by_source().query_async(&mut conn).await;
                 }
-                other => other,
-            }
-        };
-        let deleted: i64 = self.bounded(timeout, request).await?;
+                // The holder's release is the hot path: send the script's SHA1, not its
+                // source. A node that lost its scripts since the connection loaded them says
+                // NOSCRIPT: send the source then, within the same time bound.
+                let by_sha = release("EVALSHA", scripts::RELEASE.get_hash());
+                match by_sha.query_async(&mut conn).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        by_source().query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            })
+            .await?;
         Ok(deleted == 1)
+    }
+
+    /// Compare-and-delete of several keys, by one script. `Ok(n)`: how many were deleted.
+    pub(crate) async fn release_all(
+        &self,
+        keys: &[String],
+        token: &str,
+        announce: bool,
+        timeout: Duration,
+    ) -> Result<u64, NodeError> {
+        let id = scripts::release_id(token, announce);
+        let release = || {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(scripts::RELEASE_SOURCE.as_str())
+                .arg(keys.len())
+                .arg(keys)
+                .arg(token)
+                .arg(&id);
+            cmd
+        };
+        self.also_behind_retired(release, timeout);
+        self.bounded(timeout, |mut conn| async move {
+            release().query_async(&mut conn).await
+        })
+        .await
     }
 
     /// Compare-and-PEXPIRE. `Ok(true)` when renewed, `Ok(false)` when the token is gone.
@@ -185,12 +202,9 @@ impl Node {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let mut conn = self.connection()?;
         let mut call = scripts::EXTEND.prepare_invoke();
         call.key(key).arg(token).arg(ttl_ms);
-        let renewed: i64 = self
-            .bounded(timeout, async move { call.invoke_async(&mut conn).await })
-            .await?;
+        let renewed: i64 = self.invoke(call, timeout).await?;
         Ok(renewed == 1)
     }
 
@@ -204,55 +218,41 @@ impl Node {
         fence: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let mut conn = self.connection()?;
         let mut call = scripts::RAISE_FENCE.prepare_invoke();
         call.key(key).key(fence_key).arg(token).arg(fence);
-        let raised: i64 = self
-            .bounded(timeout, async move { call.invoke_async(&mut conn).await })
-            .await?;
+        let raised: i64 = self.invoke(call, timeout).await?;
         Ok(raised == 1)
     }
 
-    /// Runs one command on the shared connection, bounded by `timeout`.
-    pub(crate) async fn query<T: FromRedisValue>(
-        &self,
-        cmd: Cmd,
-        timeout: Duration,
-    ) -> Result<T, NodeError> {
-        let mut conn = self.connection()?;
-        self.bounded(timeout, async move { cmd.query_async(&mut conn).await })
-            .await
-    }
-
-    /// Runs one script on the shared connection, bounded by `timeout`.
+    /// Runs one script on the shared connection, bounded by `timeout`: `EVALSHA`, the script
+    /// having been loaded when the connection opened (see `link.rs`); should the node have lost
+    /// it since, `SCRIPT LOAD` and `EVALSHA` again, within the same bound.
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
-        call: ScriptInvocation<'static>,
+        call: ScriptInvocation<'_>,
         timeout: Duration,
     ) -> Result<T, NodeError> {
-        let mut conn = self.connection()?;
-        self.bounded(timeout, async move { call.invoke_async(&mut conn).await })
-            .await
+        self.bounded(timeout, |mut conn| async move {
+            call.invoke_async(&mut conn).await
+        })
+        .await
     }
 
     /// Opens a connection of its own for `SUBSCRIBE` (a RESP2 subscriber cannot share the
     /// multiplexed connection), bounded by the connect timeout.
     pub(crate) async fn subscriber(&self) -> Result<PubSub, NodeError> {
-        match tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub()).await {
-            Ok(reply) => reply.map_err(|e| NodeError::new(&self.id, NodeErrorKind::Redis(e))),
-            Err(_elapsed) => Err(NodeError::new(
-                &self.id,
-                NodeErrorKind::Timeout(self.connect_timeout),
-            )),
+        let opening = self.link.client().get_async_pubsub();
+        match tokio::time::timeout(self.connect_timeout, opening).await {
+            Ok(reply) => reply.map_err(|e| self.error(NodeErrorKind::Redis(e))),
+            Err(_elapsed) => Err(self.error(NodeErrorKind::Timeout(self.connect_timeout))),
         }
     }
 
     /// The server's `run_id` from `INFO server`: it tells two listings of one server apart from
     /// two servers.
     pub(crate) async fn run_id(&self) -> Result<String, NodeError> {
-        let mut conn = self.connection()?;
         let info: String = self
-            .bounded(self.connect_timeout, async move {
+            .bounded(self.connect_timeout, |mut conn| async move {
                 redis::cmd("INFO")
                     .arg("server")
                     .query_async(&mut conn)
@@ -263,135 +263,125 @@ impl Node {
             .find_map(|line| line.strip_prefix("run_id:"))
             .map(|id| id.trim().to_owned())
             .ok_or_else(|| {
-                NodeError::new(
-                    &self.id,
-                    NodeErrorKind::UnexpectedReply("INFO server without run_id".into()),
-                )
+                self.error(NodeErrorKind::UnexpectedReply(
+                    "INFO server without run_id".into(),
+                ))
             })
     }
 
-    /// The node's connection, created on first use. It reconnects on its own after I/O errors.
-    fn connection(&self) -> Result<ConnectionManager, NodeError> {
-        let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(conn) = slot.as_ref() {
-            return Ok(conn.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            // The per-request bound is ours (`bounded`), applied per operation.
-            .set_response_timeout(None)
-            .set_connection_timeout(Some(self.connect_timeout))
-            // Fail fast while a node is down: the next request starts a new connection attempt,
-            // and the algorithm already tolerates a minority of failed nodes.
-            .set_number_of_retries(0);
-        let conn = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|e| NodeError::new(&self.id, NodeErrorKind::Redis(e)))?;
-        *slot = Some(conn.clone());
-        Ok(conn)
-    }
-
-    /// Runs one request against this node, bounded by `timeout`; fails at once, without sending
-    /// it, while the node is unresponsive and another request is probing it (see
-    /// [`TIMEOUTS_BEFORE_UNRESPONSIVE`]).
+    /// Runs one request against this node, bounded by `timeout`.
+    ///
+    /// The request waits for the node's connection within that bound, unless it is the probe
+    /// of an unresponsive node (see [`TIMEOUTS_BEFORE_UNRESPONSIVE`]): the probe may take the
+    /// connect timeout to connect (waiting out a reconnect backoff if need be) and then
+    /// `timeout` for its reply, because on a slow link a new connection plus one request can
+    /// take longer than the node timeout while one request alone does not, and a probe held to
+    /// the node timeout would then never be answered. While the node is unresponsive and
+    /// another request holds the probe, it fails at once, unsent; so does a request that finds
+    /// the node's last connection attempt failed and its backoff running.
     ///
     /// A request cut off by the timeout may still have been written to the connection; anything
-    /// sent after it on the same connection is executed after it, which is what lets a rollback
-    /// clean up an acquire that lands late.
-    async fn bounded<T>(
-        &self,
-        timeout: Duration,
-        request: impl Future<Output = RedisResult<T>>,
-    ) -> Result<T, NodeError> {
-        let probe = match self.is_unresponsive() {
+    /// sent after it on the same connection is executed after it, which is what lets a release
+    /// clean up an acquire that lands late. A connection is replaced after timeouts in a row;
+    /// releases then also go on the replaced one (see [`Node::also_behind_retired`]).
+    async fn bounded<T, F, Fut>(&self, timeout: Duration, request: F) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let started = Instant::now();
+        let probe = match self.health.is_unresponsive() {
             false => None,
-            true => match Probe::start(&self.probing) {
+            true => match self
+                .health
+                .start_probe(started, self.connect_timeout + timeout)
+            {
                 Some(probe) => Some(probe),
-                None => return Err(NodeError::new(&self.id, NodeErrorKind::Unresponsive)),
+                None => return Err(self.error(NodeErrorKind::Unresponsive)),
             },
         };
-        match tokio::time::timeout(timeout, request).await {
-            Ok(reply) => {
-                // Only the server's own answer shows it is alive: a request failing because its
-                // connection was dropped or could not be opened says nothing about that.
-                let answered = match &reply {
-                    Ok(_) => true,
-                    Err(e) => matches!(e.kind(), ErrorKind::Server(_)),
-                };
-                if answered
-                    && self.timeouts_in_a_row.swap(0, Ordering::Relaxed)
-                        >= TIMEOUTS_BEFORE_UNRESPONSIVE
-                {
-                    tracing::debug!(node = %self.id, "answering again");
+        let connecting = match probe {
+            Some(_) => self.connect_timeout,
+            None => timeout,
+        };
+        let opening = self.link.open(probe.is_some());
+        let connection = match tokio::time::timeout(connecting, opening).await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(NotOpened { why, tried })) => {
+                // A connection attempt this request waited for in vain is silence too; one
+                // refused, or none made during a backoff, says nothing either way.
+                if tried && why.is_timeout() {
+                    self.health.timed_out(started, Instant::now());
                 }
-                reply.map_err(|e| NodeError::new(&self.id, NodeErrorKind::Redis(e)))
+                return Err(self.error(NodeErrorKind::Redis(why)));
             }
             Err(_elapsed) => {
-                let in_a_row = self.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
-                if in_a_row == 1 {
-                    self.silent_since_ms.store(self.now_ms(), Ordering::Relaxed);
+                self.health.timed_out(started, Instant::now());
+                return Err(self.error(NodeErrorKind::Timeout(connecting)));
+            }
+        };
+        let left = match probe {
+            Some(_) => timeout,
+            None => timeout.saturating_sub(started.elapsed()),
+        };
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(left, request(connection.conn)).await {
+            Ok(reply) => {
+                match &reply {
+                    // Only the server's own answer shows it is alive.
+                    Ok(_) => self.replied(),
+                    Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => self.replied(),
+                    Err(e) if e.is_io_error() || e.is_unrecoverable_error() => {
+                        self.link.broken(connection.number, e.clone())
+                    }
+                    Err(_) => {}
                 }
+                reply.map_err(|e| self.error(NodeErrorKind::Redis(e)))
+            }
+            Err(_elapsed) => {
+                let in_a_row = self.health.timed_out(started, Instant::now());
                 // A fresh connection after a few timeouts in a row, and for each next probe.
                 if in_a_row == TIMEOUTS_BEFORE_UNRESPONSIVE || probe.is_some() {
-                    self.forget_connection();
+                    tracing::debug!(node = %self.id, in_a_row, "no reply to the last requests; reconnecting");
+                    self.link.retire(connection.number);
                 }
-                Err(NodeError::new(&self.id, NodeErrorKind::Timeout(timeout)))
+                Err(self.error(NodeErrorKind::Timeout(timeout)))
             }
         }
     }
 
-    /// Whether requests have timed out [`TIMEOUTS_BEFORE_UNRESPONSIVE`] times in a row, over at
-    /// least [`SILENCE_BEFORE_UNRESPONSIVE`].
-    fn is_unresponsive(&self) -> bool {
-        self.timeouts_in_a_row.load(Ordering::Relaxed) >= TIMEOUTS_BEFORE_UNRESPONSIVE && {
-            let since = self.silent_since_ms.load(Ordering::Relaxed);
-            let silence = Duration::from_millis(self.now_ms().saturating_sub(since));
-            silence >= SILENCE_BEFORE_UNRESPONSIVE
+    /// Sends the release `cmd` builds on the connection this node replaced last too, if it
+    /// keeps one, in the background: a `SET` written there before it was replaced may still
+    /// run (the node was paused, or the route is slow), and only a release queued behind it on
+    /// the same connection is sure to run after it. A release sent on the new connection alone
+    /// could overtake it and leave its key behind until its TTL.
+    fn also_behind_retired(&self, cmd: impl FnOnce() -> Cmd, timeout: Duration) {
+        let Some(retired) = self.link.retired() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (cmd, drained) = (cmd(), self.link.drain_handle());
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        runtime.spawn(async move {
+            let mut conn = retired.conn;
+            let reply = tokio::time::timeout(timeout, cmd.query_async::<redis::Value>(&mut conn));
+            // Any reply shows that what was written before it has run; an error means the
+            // connection is gone. Only silence keeps the connection.
+            if reply.await.is_ok() {
+                drained.drained(retired.number);
+            }
+        });
+    }
+
+    fn replied(&self) {
+        if self.health.replied(Instant::now()) >= TIMEOUTS_BEFORE_UNRESPONSIVE {
+            tracing::debug!(node = %self.id, "answering again");
         }
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    fn forget_connection(&self) {
-        tracing::debug!(node = %self.id, "no reply to the last {TIMEOUTS_BEFORE_UNRESPONSIVE} requests or more; reconnecting");
-        let mut slot = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        *slot = None;
-    }
-}
-
-/// The one request in flight to an unresponsive node; the next request may probe once it ends,
-/// however it ends (a reply, a timeout, or the caller dropping it).
-struct Probe<'a>(&'a AtomicBool);
-
-impl<'a> Probe<'a> {
-    fn start(probing: &'a AtomicBool) -> Option<Self> {
-        let free = probing.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed);
-        // Not `then_some`: that would build (and drop, releasing the flag) a probe that lost.
-        free.is_ok().then(|| Probe(probing))
-    }
-}
-
-impl Drop for Probe<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_probe_at_a_time_and_a_start_that_lost_leaves_the_probe_alone() {
-        let probing = AtomicBool::new(false);
-        let first = Probe::start(&probing);
-        assert!(first.is_some());
-        assert!(Probe::start(&probing).is_none());
-        assert!(
-            Probe::start(&probing).is_none(),
-            "the lost start released the flag"
-        );
-        drop(first);
-        assert!(Probe::start(&probing).is_some());
+    fn error(&self, kind: NodeErrorKind) -> NodeError {
+        NodeError::new(&self.id, kind)
     }
 }

@@ -10,7 +10,7 @@ use crate::keys::{self, Acquired, Keys};
 use crate::lock::{Lock, LockToken};
 use crate::node::Node;
 use crate::quorum::{self, Decision};
-use crate::release::Rollback;
+use crate::release::{Retries, Rollback};
 use crate::retry::RetryPolicy;
 use crate::stats::{Counters, Stats};
 use crate::wakeup::Wakeup;
@@ -48,6 +48,7 @@ struct Inner {
     settings: Settings,
     counters: Counters,
     wakeup: Wakeup,
+    retries: Retries,
 }
 
 /// A [`Redlock`] that does not keep the client alive: background tasks hold this, and stop once
@@ -114,16 +115,16 @@ impl Failure {
 
 /// What the nodes that had answered a release said, when it returned.
 ///
-/// A release returns once a quorum has confirmed, so `deleted + absent` is at least the quorum
-/// and may be less than the node count: the releases still in flight finish in the
-/// background.
+/// Only answers count. A release returns once a quorum has confirmed, so `deleted + absent` is
+/// at least the quorum and may be less than the node count: the releases still in flight finish
+/// in the background, and a node whose acquire request was still in flight is released behind
+/// it, counted in neither.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Released {
     /// Nodes on which this lock's key was still present and was deleted.
     pub deleted: usize,
-    /// Nodes on which the key had already expired or never landed (or is released behind an
-    /// acquire request still in flight).
+    /// Nodes on which the key had already expired or never landed.
     pub absent: usize,
 }
 
@@ -154,6 +155,7 @@ impl Redlock {
             inner: Arc::new(Inner {
                 counters: Counters::new(nodes.len()),
                 wakeup: Wakeup::new(nodes.len()),
+                retries: Retries::new(nodes.len()),
                 nodes,
                 quorum,
                 settings,
@@ -309,15 +311,8 @@ impl Redlock {
         // background.
         Counters::bump(&self.inner.counters.attempts);
         let start = Instant::now();
-        let rollback = Rollback {
-            redlock: self,
-            keys,
-            token: &token,
-            node_timeout: lease.node_timeout,
-            // A SET sent in this attempt cannot outlive this instant.
-            keys_expire: start + lease.ttl,
-            armed: true,
-        };
+        // By `start + ttl` every SET of the attempt that ran as it was sent has expired.
+        let rollback = Rollback::new(self, keys, &token, lease.node_timeout, start + lease.ttl);
 
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         let (outcome, stragglers) = self
@@ -525,6 +520,10 @@ impl Redlock {
 
     pub(crate) fn wakeup(&self) -> &Wakeup {
         &self.inner.wakeup
+    }
+
+    pub(crate) fn retries(&self) -> &Retries {
+        &self.inner.retries
     }
 
     pub(crate) fn counters(&self) -> &Counters {

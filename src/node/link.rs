@@ -1,0 +1,320 @@
+//! A node's connection: opened on first use and again after it breaks or is replaced, one
+//! attempt at a time and no more often than a backoff allows, with the scripts loaded; and the
+//! connection it last replaced, kept while requests written on it may still run.
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use futures::future::{BoxFuture, Shared};
+use futures::FutureExt;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisError};
+
+use crate::scripts;
+
+/// The least time between the starts of two connection attempts to one node: a node that
+/// accepts connections and drops them at once costs at most this rate of reconnections.
+const RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
+
+/// After a failed connection attempt, the next waits this long, doubling with each failure in
+/// a row up to [`RECONNECT_BACKOFF_MAX`]; requests in the meantime fail at once, unsent.
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+
+/// See [`RECONNECT_BACKOFF_MIN`]: a node that stays down is tried about once a second.
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// One connection to the node, numbered: a later connection has a larger number.
+#[derive(Clone)]
+pub(super) struct Connection {
+    pub(super) number: u64,
+    pub(super) conn: MultiplexedConnection,
+}
+
+/// Why [`Link::open`] returned no connection.
+pub(super) struct NotOpened {
+    pub(super) why: RedisError,
+    /// Whether the request waited for an attempt that failed, rather than failing at once
+    /// during the backoff after one.
+    pub(super) tried: bool,
+}
+
+type Attempt = Shared<BoxFuture<'static, Result<MultiplexedConnection, RedisError>>>;
+
+/// The node's connection and how to open the next one.
+pub(super) struct Link {
+    client: Client,
+    config: AsyncConnectionConfig,
+    connect_timeout: Duration,
+    state: Arc<Mutex<State>>,
+}
+
+struct State {
+    current: Current,
+    /// The connection replaced last (after its requests timed out), until a request on it is
+    /// answered: requests written on it before may still run, and only a request queued
+    /// behind them on the same connection is sure to run after them.
+    retired: Option<Connection>,
+    next_number: u64,
+    /// No connection attempt starts before this.
+    not_before: Option<Instant>,
+    /// How long to wait after the next failed attempt.
+    backoff: Duration,
+}
+
+enum Current {
+    /// None needed yet, or the last one broke, failed to open, or was replaced.
+    Closed {
+        why: Option<RedisError>,
+    },
+    /// An attempt every request that needs the connection shares.
+    Opening {
+        number: u64,
+        attempt: Attempt,
+    },
+    Open(Connection),
+}
+
+impl Link {
+    pub(super) fn new(client: Client, connect_timeout: Duration) -> Self {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            // The per-request bound is the node's own, applied per operation.
+            .set_response_timeout(None);
+        Link {
+            client,
+            config,
+            connect_timeout,
+            state: Arc::new(Mutex::new(State {
+                current: Current::Closed { why: None },
+                retired: None,
+                next_number: 0,
+                not_before: None,
+                backoff: RECONNECT_BACKOFF_MIN,
+            })),
+        }
+    }
+
+    pub(super) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The open connection; or the attempt under way, joined; or a new attempt, bounded by the
+    /// connect timeout. While a failed attempt's backoff runs, fails at once with that
+    /// attempt's error, unless `patient`: then it waits the backoff out and tries again (the
+    /// probe of an unresponsive node, the one request that may try to reach it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the attempt is shared, and whoever polls it next carries it on.
+    pub(super) async fn open(&self, patient: bool) -> Result<Connection, NotOpened> {
+        let (number, attempt) = loop {
+            let wait = {
+                let mut state = self.lock();
+                match state.next(Instant::now()) {
+                    Next::Ready(connection) => return Ok(connection),
+                    Next::Failed(why, until) if patient => {
+                        tracing::debug!(error = %why, "waiting out the reconnect backoff");
+                        until
+                    }
+                    Next::Failed(why, _) => return Err(NotOpened { why, tried: false }),
+                    Next::Join(number, attempt) => break (number, attempt),
+                    Next::Start(number) => {
+                        let attempt = self.attempt();
+                        state.current = Current::Opening {
+                            number,
+                            attempt: attempt.clone(),
+                        };
+                        break (number, attempt);
+                    }
+                    Next::Wait(until) => until,
+                }
+            };
+            tokio::time::sleep_until(wait.into()).await;
+        };
+        let opened = attempt.await;
+        self.lock().settle(number, &opened);
+        match opened {
+            Ok(conn) => Ok(Connection { number, conn }),
+            Err(why) => Err(NotOpened { why, tried: true }),
+        }
+    }
+
+    /// The connection numbered `number` failed a request in a way that shows it is gone: the
+    /// next request opens a new one.
+    pub(super) fn broken(&self, number: u64, why: RedisError) {
+        let mut state = self.lock();
+        if state.is_open(number) {
+            tracing::debug!(error = %why, "connection lost");
+            state.current = Current::Closed { why: Some(why) };
+        }
+    }
+
+    /// Replaces the connection numbered `number` (its requests time out) by a new one from the
+    /// next request on, and keeps it as the retired connection: see [`Link::retired`].
+    pub(super) fn retire(&self, number: u64) {
+        let mut state = self.lock();
+        if state.is_open(number) {
+            if let Current::Open(connection) =
+                std::mem::replace(&mut state.current, Current::Closed { why: None })
+            {
+                state.retired = Some(connection);
+            }
+        }
+    }
+
+    /// The connection replaced last, while requests written on it may still run.
+    pub(super) fn retired(&self) -> Option<Connection> {
+        self.lock().retired.clone()
+    }
+
+    /// A handle that lets a request on the retired connection report that it was answered
+    /// (see [`Drained::drained`]), without keeping the node alive.
+    pub(super) fn drain_handle(&self) -> Drained {
+        Drained(Arc::downgrade(&self.state))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection attempt: connect (with the client library's handshake), then load every
+    /// script the node sends by its SHA1, all within the connect timeout. A node that
+    /// restarted has forgotten its scripts, and an `EVALSHA` answered `NOSCRIPT` would need
+    /// more round trips than one node timeout may allow.
+    fn attempt(&self) -> Attempt {
+        let (client, config) = (self.client.clone(), self.config.clone());
+        let timeout = self.connect_timeout;
+        async move {
+            let opening = async {
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                load_scripts(&conn).await;
+                Ok(conn)
+            };
+            match tokio::time::timeout(timeout, opening).await {
+                Ok(opened) => opened,
+                Err(_elapsed) => Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within {timeout:?}"),
+                ))),
+            }
+        }
+        .boxed()
+        .shared()
+    }
+}
+
+/// Loads the scripts sent by SHA1; a failure (an ACL without `SCRIPT LOAD`, say) is left to
+/// each request's `NOSCRIPT` fallback.
+async fn load_scripts(conn: &MultiplexedConnection) {
+    let scripts = [
+        &*scripts::RELEASE,
+        &*scripts::EXTEND,
+        &*scripts::ACQUIRE_FENCED,
+        &*scripts::RAISE_FENCE,
+        &*scripts::ACQUIRE_MANY,
+        &*scripts::INSPECT,
+    ];
+    let loads = scripts.map(|script| {
+        let mut conn = conn.clone();
+        async move { script.load_async(&mut conn).await }
+    });
+    for loaded in futures::future::join_all(loads).await {
+        if let Err(e) = loaded {
+            tracing::debug!(error = %e, "script not loaded on connect");
+        }
+    }
+}
+
+/// What a request that needs the connection does next.
+enum Next {
+    Ready(Connection),
+    /// The last attempt failed with this error; the next may start at this instant.
+    Failed(RedisError, Instant),
+    Join(u64, Attempt),
+    Start(u64),
+    Wait(Instant),
+}
+
+impl State {
+    fn next(&mut self, now: Instant) -> Next {
+        if let Current::Opening { number, attempt } = &self.current {
+            let (number, attempt) = (*number, attempt.clone());
+            match attempt.peek() {
+                Some(opened) => {
+                    let opened = opened.clone();
+                    self.settle(number, &opened);
+                }
+                None => return Next::Join(number, attempt),
+            }
+        }
+        match &self.current {
+            Current::Open(connection) => Next::Ready(connection.clone()),
+            Current::Opening { number, attempt } => Next::Join(*number, attempt.clone()),
+            Current::Closed { why } => {
+                let why = why.clone();
+                match (self.not_before.filter(|t| now < *t), why) {
+                    // A failed attempt's backoff: fail at once.
+                    (Some(until), Some(why)) => Next::Failed(why, until),
+                    // Soon after the last attempt started, the connection was replaced or
+                    // lost: the wait is at most the reconnect interval, worth waiting out.
+                    (Some(until), None) => Next::Wait(until),
+                    (None, _) => {
+                        let number = self.next_number;
+                        self.next_number += 1;
+                        self.not_before = Some(now + RECONNECT_INTERVAL);
+                        Next::Start(number)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records how attempt `number` ended, unless the state has moved on since.
+    fn settle(&mut self, number: u64, opened: &Result<MultiplexedConnection, RedisError>) {
+        if !matches!(&self.current, Current::Opening { number: n, .. } if *n == number) {
+            return;
+        }
+        match opened {
+            Ok(conn) => {
+                self.current = Current::Open(Connection {
+                    number,
+                    conn: conn.clone(),
+                });
+                self.backoff = RECONNECT_BACKOFF_MIN;
+            }
+            Err(why) => {
+                tracing::debug!(error = %why, backoff = ?self.backoff, "connection attempt failed");
+                let retry_at = Instant::now() + self.backoff;
+                self.not_before = Some(self.not_before.map_or(retry_at, |t| t.max(retry_at)));
+                self.backoff = (self.backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                self.current = Current::Closed {
+                    why: Some(why.clone()),
+                };
+            }
+        }
+    }
+
+    fn is_open(&self, number: u64) -> bool {
+        matches!(&self.current, Current::Open(c) if c.number == number)
+    }
+}
+
+/// See [`Link::drain_handle`].
+#[derive(Clone)]
+pub(super) struct Drained(Weak<Mutex<State>>);
+
+impl Drained {
+    /// A request on retired connection `number` was answered: everything written on it before
+    /// has run, and it need not be kept any longer.
+    pub(super) fn drained(&self, number: u64) {
+        let Some(state) = self.0.upgrade() else {
+            return;
+        };
+        let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.retired.as_ref().is_some_and(|c| c.number == number) {
+            state.retired = None;
+        }
+    }
+}
