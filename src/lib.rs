@@ -114,12 +114,13 @@ mod stats;
 mod wakeup;
 
 pub use builder::{
-    RedlockBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_NODE_TIMEOUT,
-    DEFAULT_NODE_TIMEOUT_DIVISOR, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
+    RedlockBuilder, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
+    DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR, DEFAULT_RETRY_COUNT,
+    DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
 };
 pub use error::{ConfigError, Error, LossReason, NodeError, NodeErrorKind};
 pub use hold::{Held, HoldOptions};
-pub use inspect::{Inspection, NodeState, NodeStatus, Verdict};
+pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
 pub use lock::{Lock, LockToken};
 pub use many::MultiLock;
 pub use redlock::{Health, Redlock, Released};

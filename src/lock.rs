@@ -64,7 +64,7 @@ impl fmt::Display for LockToken {
 ///
 /// Release it with [`release`](Lock::release). A `Lock` dropped without release is released in
 /// the background when a tokio runtime is running; otherwise its keys expire at the TTL. A
-/// release (explicit or from `Drop`) is announced to the clients waiting for the resource.
+/// release (explicit or from `Drop`) hands the lock to the first client waiting in line.
 ///
 /// ```no_run
 /// # use std::time::Duration;
@@ -252,7 +252,13 @@ impl Lock {
         let span = tracing::debug_span!("release", resource = %self.resource);
         let (released, nodes) = self
             .redlock
-            .release_at_quorum(&self.keys, &self.token, self.lease.node_timeout, &in_flight)
+            .release_at_quorum(
+                &self.keys,
+                &self.token,
+                &self.lease.hand_off(),
+                self.lease.node_timeout,
+                &in_flight,
+            )
             .instrument(span)
             .await;
         self.release_done = true;
@@ -289,7 +295,7 @@ impl Drop for Lock {
                 self.redlock.clone(),
                 self.keys.clone(),
                 self.token.clone(),
-                true,
+                self.lease.hand_off(),
                 self.lease.node_timeout,
                 in_flight,
             );

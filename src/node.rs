@@ -139,26 +139,29 @@ impl Node {
         }
     }
 
-    /// Compare-and-delete. `Ok(true)` when this token's key was deleted, `Ok(false)` when the key
-    /// was already gone or belongs to another token. With `announce`, a deletion is published
-    /// on the key's release channel (see `lua/release.lua`).
+    /// The release script (`lua/release.lua`) over `keys` (each lock key, then their lines, then
+    /// their leases) with `args`. `Ok(true)` when at least one key still carried the token and
+    /// was released.
+    ///
+    /// The holder's release (`hot`) sends the script's SHA1, with the source as the fallback on
+    /// `NOSCRIPT`; a cleanup sends the source at once (see `scripts::RELEASE_SOURCE`).
     pub(crate) async fn release(
         &self,
-        key: &str,
-        token: &str,
-        announce: bool,
+        keys: &[String],
+        args: &[String],
+        hot: bool,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let mut conn = self.connection()?;
-        let id = scripts::release_id(token, announce);
         let release = |by: &str, script: &str| {
-            let mut cmd = Cmd::with_capacity(6, by.len() + script.len() + key.len() + 64);
-            cmd.arg(by).arg(script).arg(1).arg(key).arg(token).arg(&id);
+            let size: usize = keys.iter().chain(args).map(String::len).sum();
+            let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), size + script.len() + 32);
+            cmd.arg(by).arg(script).arg(keys.len()).arg(keys).arg(args);
             cmd
         };
         let by_source = || release("EVAL", &scripts::RELEASE_SOURCE);
         let request = async move {
-            if !announce {
+            if !hot {
                 // A cleanup: one round trip whatever the node's script cache holds.
                 return by_source().query_async(&mut conn).await;
             }
@@ -173,8 +176,8 @@ impl Node {
                 other => other,
             }
         };
-        let deleted: i64 = self.bounded(timeout, request).await?;
-        Ok(deleted == 1)
+        let released: i64 = self.bounded(timeout, request).await?;
+        Ok(released > 0)
     }
 
     /// Compare-and-PEXPIRE. `Ok(true)` when renewed, `Ok(false)` when the token is gone.
@@ -211,17 +214,6 @@ impl Node {
             .bounded(timeout, async move { call.invoke_async(&mut conn).await })
             .await?;
         Ok(raised == 1)
-    }
-
-    /// Runs one command on the shared connection, bounded by `timeout`.
-    pub(crate) async fn query<T: FromRedisValue>(
-        &self,
-        cmd: Cmd,
-        timeout: Duration,
-    ) -> Result<T, NodeError> {
-        let mut conn = self.connection()?;
-        self.bounded(timeout, async move { cmd.query_async(&mut conn).await })
-            .await
     }
 
     /// Runs one script on the shared connection, bounded by `timeout`.

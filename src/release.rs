@@ -4,19 +4,19 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{NodeError, NodeErrorKind};
-use crate::keys::Keys;
+use crate::keys::{HandOff, Keys};
 use crate::lock::LockToken;
 use crate::redlock::{Redlock, Released};
 
 impl Redlock {
     /// Compare-and-delete on every node but those in `skip` (counted as `absent`: they are
-    /// released elsewhere or set nothing), waiting for each (bounded by `node_timeout`). With
-    /// `announce`, each node publishes the deletion to waiters; a rollback does not.
+    /// released elsewhere or set nothing), waiting for each (bounded by `node_timeout`). Each
+    /// node hands a released key to the head of its line, if anybody waits.
     pub(crate) async fn release_except(
         &self,
         keys: &Keys,
         token: &LockToken,
-        announce: bool,
+        hand_off: &HandOff,
         node_timeout: Duration,
         skip: &[usize],
     ) -> (Released, Vec<NodeError>) {
@@ -24,7 +24,7 @@ impl Redlock {
         let sent = nodes.filter(|(i, _)| !skip.contains(i));
         let replies = futures::future::join_all(sent.map(|(i, node)| async move {
             let started = Instant::now();
-            let reply = keys.release_on(node, token.expose(), announce, node_timeout).await;
+            let reply = keys.release_on(node, token.expose(), hand_off, node_timeout).await;
             tracing::debug!(node = node.id(), elapsed = ?started.elapsed(), reply = ?reply.as_ref().map_err(NodeError::kind), "release");
             (i, reply)
         }))
@@ -48,26 +48,28 @@ impl Redlock {
     }
 
     /// The holder's release: compare-and-delete on every node but those in `skip` (counted as
-    /// `absent`: they are released behind their acquire request), announced to waiters. Returns
+    /// `absent`: they are released behind their acquire request), handed to the line. Returns
     /// as soon as a quorum has confirmed, or enough nodes failed that no quorum can; the
     /// releases still in flight finish in the background.
     pub(crate) async fn release_at_quorum(
         &self,
         keys: &Keys,
         token: &LockToken,
+        hand_off: &HandOff,
         node_timeout: Duration,
         skip: &[usize],
     ) -> (Released, Vec<NodeError>) {
         let (outcome, stragglers) = self
             .fan_out(
                 |rl, i| {
-                    let sent = (!skip.contains(&i)).then(|| (keys.clone(), token.clone()));
+                    let sent = (!skip.contains(&i))
+                        .then(|| (keys.clone(), token.clone(), hand_off.clone()));
                     async move {
-                        let Some((keys, token)) = sent else {
+                        let Some((keys, token, hand_off)) = sent else {
                             return Ok(None);
                         };
                         let node = rl.node(i);
-                        keys.release_on(node, token.expose(), true, node_timeout)
+                        keys.release_on(node, token.expose(), &hand_off, node_timeout)
                             .await
                             .map(Some)
                     }
@@ -93,6 +95,8 @@ pub(crate) struct Rollback<'a> {
     pub(crate) redlock: &'a Redlock,
     pub(crate) keys: &'a Keys,
     pub(crate) token: &'a LockToken,
+    /// Puts a waiter's failed attempt back in its place in line.
+    pub(crate) hand_off: HandOff,
     pub(crate) node_timeout: Duration,
     pub(crate) keys_expire: Instant,
     pub(crate) armed: bool,
@@ -108,7 +112,13 @@ impl Rollback<'_> {
         self.armed = false;
         let (released, failed) = self
             .redlock
-            .release_except(self.keys, self.token, false, self.node_timeout, refused)
+            .release_except(
+                self.keys,
+                self.token,
+                &self.hand_off,
+                self.node_timeout,
+                refused,
+            )
             .await;
         tracing::debug!(
             deleted = released.deleted,
@@ -132,6 +142,7 @@ impl Rollback<'_> {
                 self.redlock.clone(),
                 self.keys.clone(),
                 self.token.clone(),
+                self.hand_off.clone(),
                 self.node_timeout,
                 self.keys_expire,
                 unanswered,
@@ -146,6 +157,7 @@ fn spawn_release_until(
     redlock: Redlock,
     keys: Keys,
     token: LockToken,
+    hand_off: HandOff,
     node_timeout: Duration,
     keys_expire: Instant,
     nodes: Vec<usize>,
@@ -155,13 +167,13 @@ fn spawn_release_until(
     };
     runtime.spawn(async move {
         let retries = nodes.into_iter().map(|i| {
-            let (redlock, keys, token) = (&redlock, &keys, &token);
+            let (redlock, keys, token, hand_off) = (&redlock, &keys, &token, &hand_off);
             async move {
                 let mut pause = node_timeout;
                 while Instant::now() < keys_expire {
                     let node = redlock.node(i);
                     if keys
-                        .release_on(node, token.expose(), false, node_timeout)
+                        .release_on(node, token.expose(), hand_off, node_timeout)
                         .await
                         .is_ok()
                     {
@@ -179,11 +191,12 @@ fn spawn_release_until(
 impl Drop for Rollback<'_> {
     fn drop(&mut self) {
         if self.armed {
+            // Cancelled: the waiter is leaving the line, so it is not put back.
             spawn_release(
                 self.redlock.clone(),
                 self.keys.clone(),
                 self.token.clone(),
-                false,
+                HandOff::to_line(self.hand_off.reserve),
                 self.node_timeout,
                 Vec::new(),
             );
@@ -197,7 +210,7 @@ pub(crate) fn spawn_release(
     redlock: Redlock,
     keys: Keys,
     token: LockToken,
-    announce: bool,
+    hand_off: HandOff,
     node_timeout: Duration,
     skip: Vec<usize>,
 ) {
@@ -205,7 +218,7 @@ pub(crate) fn spawn_release(
         Ok(runtime) => {
             runtime.spawn(async move {
                 let (released, failed) = redlock
-                    .release_except(&keys, &token, announce, node_timeout, &skip)
+                    .release_except(&keys, &token, &hand_off, node_timeout, &skip)
                     .await;
                 tracing::debug!(
                     deleted = released.deleted,
