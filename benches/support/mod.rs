@@ -1,5 +1,5 @@
 //! What the benchmarks share: the three clients under comparison behind one interface, and small
-//! measurement helpers.
+//! measurement helpers. Percentiles of samples come from `quorumlock_testkit::figures`.
 //!
 //! * [`Kind::Quorumlock`] — this library, with its default settings.
 //! * [`Kind::Rslock`] — the `rslock` crate (the main Rust peer), with its default settings.
@@ -244,21 +244,15 @@ pub fn servers_cpu(pids: &[u32]) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// The `q`-quantile (0..=1) of `sorted`, nearest rank; zero when empty.
-pub fn quantile(sorted: &[u32], q: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((sorted.len() as f64) * q).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// Microseconds, saturating, for compact latency samples.
 pub fn micros(d: Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 
-/// The median of `values` (mean of the middle two for an even count); `NaN` when empty.
+/// The median of `values` (mean of the middle two for an even count), ignoring `NaN`s; `NaN`
+/// when none is left. For a figure that sums up a few runs' figures (three or five), where
+/// averaging the middle two is the usual reading; latency samples go through the testkit's
+/// `figures::percentile` instead.
 pub fn median(values: &[f64]) -> f64 {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
     if v.is_empty() {

@@ -12,6 +12,7 @@ use quorumlock::{Error, Redlock};
 use quorumlock_testkit::{OccupancyWitness, RedisNodes};
 
 use crate::duration;
+use crate::output::out;
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
@@ -57,24 +58,24 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<std::process::ExitCode
         return failover().await;
     }
     anyhow::ensure!(args.workers > 0, "--workers must be at least 1");
-    println!("Starting {MASTERS} independent redis-server masters on free loopback ports...");
+    out!("Starting {MASTERS} independent redis-server masters on free loopback ports...")?;
     let nodes = tokio::task::spawn_blocking(|| RedisNodes::spawn(MASTERS))
         .await?
         .context("starting the demo masters")?;
     for (i, server) in nodes.iter().enumerate() {
-        println!("  master {}  {}", i + 1, server.url());
+        out!("  master {}  {}", i + 1, server.url())?;
     }
     let rl = Redlock::builder(nodes.urls())
         .node_timeout(Duration::from_millis(50))
         .build()?;
-    println!(
+    out!(
         "{} workers contend for {RESOURCE:?} (TTL {:?}, quorum {}/{}) for {:?}.\n",
         args.workers,
         args.ttl,
         rl.quorum(),
         rl.node_count(),
         args.duration
-    );
+    )?;
 
     let tally = Arc::new(Tally::default());
     let witness = OccupancyWitness::new(RESOURCE);
@@ -112,7 +113,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<std::process::ExitCode
         .join()
         .map_err(|_| anyhow::anyhow!("the fault injector panicked"))??;
     let overlaps = witness.violations().len();
-    report(&args, &tally, &rl.stats(), overlaps, started.elapsed());
+    report(&args, &tally, &rl.stats(), overlaps, started.elapsed())?;
     drop(nodes);
     Ok(if overlaps == 0 {
         std::process::ExitCode::SUCCESS
@@ -179,26 +180,27 @@ fn inject_faults(
         let line = format!("  [{:>6.2}s] {what}", started.elapsed().as_secs_f64());
         // A hidden bar (output not a terminal) swallows println: print plainly then.
         if progress.is_hidden() {
-            println!("{line}");
+            out!("{line}")
         } else {
             progress.println(line);
+            Ok(())
         }
     };
     sleep_until(at(0.15));
     nodes[2].kill()?;
-    say("master 3 killed (SIGKILL): 4 of 5 masters left, quorum still reachable".into());
+    say("master 3 killed (SIGKILL): 4 of 5 masters left, quorum still reachable".into())?;
     // A master that lost its keys must stay away for at least one TTL before rejoining.
     sleep_until((at(0.15) + ttl + Duration::from_millis(100)).max(at(0.45)));
     nodes[2].restart()?;
     say(format!(
         "master 3 restarted empty after more than one TTL ({ttl:?})"
-    ));
+    ))?;
     sleep_until(at(0.6));
     nodes[4].pause()?;
-    say("master 5 paused (SIGSTOP): it accepts requests and never answers".into());
+    say("master 5 paused (SIGSTOP): it accepts requests and never answers".into())?;
     sleep_until(at(0.8));
     nodes[4].resume()?;
-    say("master 5 resumed (SIGCONT)".into());
+    say("master 5 resumed (SIGCONT)".into())?;
     Ok(nodes)
 }
 
@@ -222,7 +224,7 @@ fn report(
     stats: &quorumlock::Stats,
     overlaps: usize,
     took: Duration,
-) {
+) -> std::io::Result<()> {
     let mut latencies = lock_or_recover(&tally.latencies).clone();
     latencies.sort();
     let pct = |p: f64| -> String {
@@ -235,44 +237,44 @@ fn report(
         }
     };
     let acquisitions = tally.acquisitions.load(Ordering::Relaxed);
-    println!(
+    out!(
         "\nquorumlock demo: {MASTERS} masters, {} workers, {:.1}s, TTL {:?}",
         args.workers,
         took.as_secs_f64(),
         args.ttl
-    );
-    println!(
+    )?;
+    out!(
         "  acquisitions        {acquisitions:>8}   ({:.0}/s)",
         acquisitions as f64 / took.as_secs_f64()
-    );
-    println!(
+    )?;
+    out!(
         "  refusals            {:>8}   (held by another worker)",
         tally.refusals.load(Ordering::Relaxed)
-    );
-    println!(
+    )?;
+    out!(
         "  unavailable         {:>8}   (attempts without a quorum of answering masters)",
         tally.unavailable.load(Ordering::Relaxed)
-    );
-    println!(
+    )?;
+    out!(
         "  expired in section  {:>8}   (leases that ran out during the work)",
         tally.expired_in_section.load(Ordering::Relaxed)
-    );
-    println!("  acquire latency     p50 {}   p99 {}", pct(0.5), pct(0.99));
-    println!(
+    )?;
+    out!("  acquire latency     p50 {}   p99 {}", pct(0.5), pct(0.99))?;
+    out!(
         "  attempts            {:>8}   (granted {}, contended {})",
         stats.attempts, stats.acquired, stats.contended
-    );
-    println!("  per master          node errors / of which timeouts");
+    )?;
+    out!("  per master          node errors / of which timeouts")?;
     for (i, node) in stats.nodes.iter().enumerate() {
-        println!(
+        out!(
             "    master {}  {:<21} {:>6} / {}",
             i + 1,
             node.node,
             node.errors,
             node.timeouts
-        );
+        )?;
     }
-    println!("overlaps: {overlaps}");
+    out!("overlaps: {overlaps}")
 }
 
 fn lock_or_recover<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -281,22 +283,22 @@ fn lock_or_recover<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// `--failover`: runs the failover cases and prints each with the rule's prediction.
 async fn failover() -> anyhow::Result<std::process::ExitCode> {
-    println!(
+    out!(
         "Failover: the replica has not received the lock, the master dies, the replica is promoted\n\
          and the address moves to it. A second holder is possible once the f masters that lost\n\
          the key satisfy f >= q - N + k (N masters, quorum q, the holder locked k of them).\n"
-    );
+    )?;
     let report = quorumlock_testkit::failover::run_failover_demo()
         .await
         .context("running the failover cases")?;
     for case in &report.cases {
-        println!("* {case}\n");
+        out!("* {case}\n")?;
     }
     let as_predicted = report.as_predicted();
-    println!(
+    out!(
         "every case as the rule predicts: {}",
         if as_predicted { "yes" } else { "NO" }
-    );
+    )?;
     Ok(if as_predicted {
         std::process::ExitCode::SUCCESS
     } else {

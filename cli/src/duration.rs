@@ -3,8 +3,18 @@
 use std::time::Duration;
 
 /// Parses `250ms`, `1.5s`, `30s`, `5m`, `1h`; a bare number means seconds.
+///
+/// # Errors
+///
+/// A message naming the text and the accepted forms: for garbage, an unknown unit, a negative
+/// or an out-of-range value.
 pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
+    if text.starts_with('-') {
+        return Err(format!(
+            "{text:?} is negative: a duration is zero or more (try 500ms, 30s, 5m)"
+        ));
+    }
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
@@ -26,9 +36,32 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
+/// How long to wait for a busy lock: a duration, or `forever` (also `inf`, `infinity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Give up after this long (zero: one attempt).
+    For(Duration),
+    /// Wait until the lock is free, however long that takes.
+    Forever,
+}
+
+/// Parses a `--wait` value: what [`parse`] accepts, or `forever` / `inf` / `infinity`.
+///
+/// # Errors
+///
+/// As [`parse`].
+pub(crate) fn parse_wait(text: &str) -> Result<Wait, String> {
+    match text.trim() {
+        "forever" | "inf" | "infinity" => Ok(Wait::Forever),
+        other => parse(other)
+            .map(Wait::For)
+            .map_err(|e| format!("{e}, or forever")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, parse_wait, Wait};
     use std::time::Duration;
 
     #[test]
@@ -44,6 +77,14 @@ mod tests {
     fn garbage_is_refused_with_a_hint() {
         assert!(parse("soon").unwrap_err().contains("not a duration"));
         assert!(parse("5 days").unwrap_err().contains("unknown unit"));
-        assert!(parse("-1s").is_err());
+        assert!(parse("-1s").unwrap_err().contains("negative"));
+    }
+
+    #[test]
+    fn a_wait_is_a_duration_or_forever() {
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("inf"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("10s"), Ok(Wait::For(Duration::from_secs(10))));
+        assert!(parse_wait("later").unwrap_err().contains("forever"));
     }
 }

@@ -2,24 +2,45 @@
 //! independent Redis masters, a status view, and a self-contained demo.
 //!
 //! Exit codes are stable and documented in `--help` (see [`exit`]).
+//!
+//! # Layout
+//!
+//! * `exec` — run a command under the lock: its process group, signals, the watchdog.
+//! * `status`, `list`, `unlock` — look at and break locks; `holder` — who holds one.
+//! * `nodes` — the `--nodes` option and the checks run before touching a lock.
+//! * `masters` — plain Redis connections, for what the lock itself does not cover.
+//! * `demo`, `bench` — try it out and measure it.
+//! * `duration`, `exit`, `logging`, `output` — command-line plumbing.
+
+// The only unsafe code is the pre-exec hook that ties a command's life to ours (`exec::group`).
+#![deny(unsafe_code)]
 
 mod bench;
 mod demo;
 mod duration;
 mod exec;
 mod exit;
+mod holder;
+mod list;
+mod logging;
+mod masters;
 mod nodes;
+mod output;
 mod status;
+mod unlock;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Distributed locks over N independent Redis masters (Redlock).
 #[derive(Debug, Parser)]
 #[command(name = "quorumlock", version, about, long_about = None)]
 #[command(after_help = exit::HELP)]
 struct Cli {
+    /// Show what the library does: -v for progress, -vv for every request. RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,19 +57,47 @@ enum Command {
     /// Measure acquire/release latency and throughput against your own masters.
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::BenchArgs),
-    /// Show what every master holds for a resource, and the quorum's verdict.
+    /// Show what every master holds for a resource, who holds it, and the quorum's verdict.
     #[command(after_help = status::EXAMPLES)]
     Status(status::StatusArgs),
+    /// List the locks held on the masters.
+    #[command(after_help = list::EXAMPLES)]
+    List(list::ListArgs),
+    /// Delete a lock by force, whoever holds it (for operators; unsafe while the holder runs).
+    #[command(after_help = unlock::EXAMPLES)]
+    Unlock(unlock::UnlockArgs),
+    /// Print a shell completion script.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Internal: guards a command's process group for `exec` (kills it if `exec` dies).
+    #[command(hide = true)]
+    Watchdog,
 }
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  quorumlock completions bash > ~/.local/share/bash-completion/completions/quorumlock
+  quorumlock completions zsh > \"${fpath[1]}/_quorumlock\"
+  quorumlock completions fish > ~/.config/fish/completions/quorumlock.fish";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The watchdog runs before anything else is set up: no runtime, no logger, no threads.
+    if matches!(cli.command, Command::Watchdog) {
+        return exec::watchdog::run();
+    }
+    logging::init(cli.verbose);
     match run(cli) {
         Ok(code) => code,
+        // `quorumlock demo | head -2`: the reader has gone, which is a normal way to stop.
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // `{:#}` prints the whole chain on one line: "context: cause: root cause".
             eprintln!("quorumlock: {e:#}");
-            ExitCode::from(exit::FAILURE)
+            ExitCode::from(exit::code_of(&e))
         }
     }
 }
@@ -57,12 +106,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => demo::run(args).await,
             Command::Exec(args) => exec::run(args).await,
             Command::Status(args) => status::run(args).await,
+            Command::List(args) => list::run(args).await,
+            Command::Unlock(args) => unlock::run(args).await,
             Command::Bench(args) => bench::run(args).await.map(|()| ExitCode::SUCCESS),
+            Command::Completions { shell } => {
+                let mut out = Vec::new();
+                clap_complete::generate(shell, &mut Cli::command(), "quorumlock", &mut out);
+                output::write_all(&out)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Watchdog => Ok(exec::watchdog::run()),
         }
-    })
+    });
+    // Everything that matters has been awaited; a read of stdin may still sit on a blocking
+    // thread (`exec` without a command), and must not keep the process alive.
+    runtime.shutdown_background();
+    code
 }

@@ -1,13 +1,22 @@
-//! The `--nodes` option shared by the subcommands that talk to a user's masters.
+//! The `--nodes` option shared by the subcommands that talk to a user's masters, and the checks
+//! run before a lock is touched: every master is a distinct server, and a quorum answers.
 
-use quorumlock::RedlockBuilder;
+use quorumlock::{Redlock, RedlockBuilder};
+
+use crate::masters::Master;
 
 /// Where the masters are.
 #[derive(Debug, clap::Args)]
 pub(crate) struct NodesArg {
     /// The independent Redis masters, comma-separated
     /// (`redis://[user:password@]host:port[/db]`; `rediss://` for TLS).
-    #[arg(long, env = "QUORUMLOCK_NODES", value_delimiter = ',', required = true)]
+    #[arg(
+        long,
+        env = "QUORUMLOCK_NODES",
+        value_delimiter = ',',
+        required = true,
+        value_parser = parse_url
+    )]
     nodes: Vec<String>,
     /// Prefix of every lock key (the key is the prefix plus the resource name).
     #[arg(long, env = "QUORUMLOCK_KEY_PREFIX", default_value = "")]
@@ -15,12 +24,91 @@ pub(crate) struct NodesArg {
 }
 
 impl NodesArg {
-    pub(crate) fn builder(&self) -> RedlockBuilder {
-        let urls = self
-            .nodes
+    /// The node URLs as given, without empty entries (a trailing comma).
+    pub(crate) fn urls(&self) -> Vec<&str> {
+        self.nodes
             .iter()
             .map(|u| u.trim())
-            .filter(|u| !u.is_empty());
-        quorumlock::Redlock::builder(urls).key_prefix(self.key_prefix.clone())
+            .filter(|u| !u.is_empty())
+            .collect()
+    }
+
+    /// The key prefix.
+    pub(crate) fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The Redis key of `resource`, as the library names it.
+    pub(crate) fn key(&self, resource: &str) -> String {
+        format!("{}{resource}", self.key_prefix)
+    }
+
+    /// A builder for these masters and key prefix.
+    pub(crate) fn builder(&self) -> RedlockBuilder {
+        Redlock::builder(self.urls()).key_prefix(self.key_prefix.clone())
+    }
+
+    /// Plain connections to the same masters, named as the client names them.
+    pub(crate) fn masters(&self, rl: &Redlock) -> Vec<Master> {
+        rl.nodes()
+            .zip(self.urls())
+            .map(|(node, url)| Master::new(node, url))
+            .collect()
+    }
+}
+
+/// Connects `rl` to every master and checks the setup before any lock is taken: no server is
+/// listed twice under two names (same `run_id`), and a quorum answers. Warns on stderr about
+/// setups that work but are weaker than they look; the library warns about an even count and
+/// about each master that did not answer.
+///
+/// # Errors
+///
+/// [`quorumlock::Error::Config`] for a server listed twice; [`quorumlock::Error::Unavailable`]
+/// when fewer than a quorum answer.
+pub(crate) async fn check(rl: &Redlock) -> Result<(), quorumlock::Error> {
+    if rl.node_count() == 1 {
+        tracing::warn!(
+            "a single master: the lock is only as safe as that one server and stops with it; \
+             use 3 or 5 independent masters"
+        );
+    }
+    rl.connect().await.map(|_health| ())
+}
+
+/// Accepts a node URL, or says how to fix a common mistake.
+fn parse_url(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text.is_empty() || text.contains("://") || text.starts_with("unix:") {
+        return Ok(text.to_owned());
+    }
+    // Never echo a password back.
+    let hint = if text.contains('@') {
+        "redis://user:password@host:port".to_owned()
+    } else {
+        format!("redis://{text}")
+    };
+    Err(format!(
+        "a node URL needs a scheme: write {hint} (rediss:// for TLS)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_url;
+
+    #[test]
+    fn a_url_without_a_scheme_gets_the_fix_and_hides_its_password() {
+        assert_eq!(
+            parse_url("127.0.0.1:7101").unwrap_err(),
+            "a node URL needs a scheme: write redis://127.0.0.1:7101 (rediss:// for TLS)"
+        );
+        let secret = parse_url(":hunter2@10.0.0.1:6379").unwrap_err();
+        assert!(!secret.contains("hunter2"), "{secret}");
+        assert_eq!(
+            parse_url(" redis://h:1 ").as_deref(),
+            Ok("redis://h:1"),
+            "URLs with a scheme pass"
+        );
     }
 }

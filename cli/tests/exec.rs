@@ -195,7 +195,7 @@ async fn status_shows_the_holder_and_the_verdict() {
         .output()
         .unwrap();
     let shown = text(&out);
-    assert!(out.status.success(), "{shown}");
+    assert_eq!(out.status.code(), Some(75), "held: {shown}");
     let fingerprint = lock.token().fingerprint();
     assert!(
         shown.contains(&format!("held by {fingerprint} on 3/3")),
@@ -207,6 +207,7 @@ async fn status_shows_the_holder_and_the_verdict() {
         .args(["status", "shown"])
         .output()
         .unwrap();
+    assert_eq!(out.status.code(), Some(0), "free: {}", text(&out));
     assert!(text(&out).contains("\"shown\": free"), "{}", text(&out));
 }
 

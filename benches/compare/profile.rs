@@ -1,0 +1,127 @@
+//! Profiling mode: a fixed number of uncontended cycles of one client on a single-threaded
+//! runtime (`QUORUMLOCK_BENCH_MULTI_THREAD=1` for the default multi-threaded one), so that an
+//! instruction count (`valgrind --tool=callgrind`) is repeatable and can be divided by the cycle
+//! count. The masters are child processes and are not traced. Prints wall and CPU time per
+//! cycle, and the commands the masters ran per cycle (`INFO commandstats`).
+//!
+//! ```text
+//! QUORUMLOCK_BENCH_PROFILE=quorumlock|rslock|raw QUORUMLOCK_BENCH_CYCLES=5000 \
+//!   QUORUMLOCK_BENCH_NODES=5 QUORUMLOCK_BENCH_WORKERS=1 \
+//!   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*profile_cycles*' \
+//!   target/release/deps/compare-…
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorumlock_testkit::RedisNodes;
+
+use crate::support::{env_or, process_cpu, Client, Kind};
+
+/// Runs the profiling mode for the client named `kind`.
+pub fn profile(kind: &str) {
+    let kind = match kind {
+        "quorumlock" => Kind::Quorumlock,
+        "rslock" => Kind::Rslock,
+        "raw" => Kind::Raw,
+        other => panic!("QUORUMLOCK_BENCH_PROFILE={other:?}: quorumlock, rslock or raw"),
+    };
+    let cycles: usize = env_or("QUORUMLOCK_BENCH_CYCLES", 5000);
+    let workers: usize = env_or("QUORUMLOCK_BENCH_WORKERS", 1);
+    let nodes = RedisNodes::spawn(env_or("QUORUMLOCK_BENCH_NODES", 5)).unwrap();
+    let runtime = if env_or("QUORUMLOCK_BENCH_MULTI_THREAD", 0u8) == 1 {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    }
+    .enable_all()
+    .build()
+    .unwrap();
+    let client = Arc::new(runtime.block_on(Client::connect(kind, &nodes.urls())));
+    // Warm up outside the counted region: connections, script caches, allocator.
+    profile_cycles(&runtime, &client, workers, workers * 50, false);
+    let (t0, cpu0) = (Instant::now(), process_cpu());
+    profile_cycles(&runtime, &client, workers, cycles, true);
+    let (wall, cpu) = (t0.elapsed(), process_cpu() - cpu0);
+    eprintln!(
+        "{kind}: {cycles} cycles, {workers} worker(s), {} masters: {:.1} µs wall, {:.1} µs CPU per cycle",
+        nodes.len(),
+        wall.as_secs_f64() * 1e6 / cycles as f64,
+        cpu.as_secs_f64() * 1e6 / cycles as f64
+    );
+    drop(client);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    // What the masters executed, warm-up included (stragglers have had a second to land).
+    std::thread::sleep(Duration::from_secs(1));
+    let counted = cycles + workers * 50;
+    for (name, (calls, usec)) in command_stats(&nodes) {
+        eprintln!(
+            "  server: {name}: {:.2} calls/cycle, {:.2} µs/cycle",
+            calls as f64 / counted as f64,
+            usec / counted as f64
+        );
+    }
+}
+
+/// Per command, the calls and microseconds of every master together (`INFO commandstats`).
+fn command_stats(nodes: &RedisNodes) -> BTreeMap<String, (u64, f64)> {
+    let mut totals: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    for server in nodes.iter() {
+        let mut connection = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut connection)
+            .unwrap();
+        for line in stats.lines() {
+            let Some((name, fields)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let field = |f: &str| {
+                fields
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(f))
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            let entry = totals.entry(name.to_owned()).or_default();
+            entry.0 += field("calls=") as u64;
+            entry.1 += field("usec=");
+        }
+    }
+    totals
+}
+
+#[inline(never)]
+fn profile_cycles(
+    runtime: &tokio::runtime::Runtime,
+    client: &Arc<Client>,
+    workers: usize,
+    cycles: usize,
+    counted: bool,
+) {
+    let per_worker = cycles.div_ceil(workers);
+    runtime.block_on(async {
+        let tasks: Vec<_> = (0..workers)
+            .map(|w| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let resource = format!("bench:profile:{counted}:{w}");
+                    for _ in 0..per_worker {
+                        let held = client.acquire(&resource).await.unwrap();
+                        client.release(held).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+}

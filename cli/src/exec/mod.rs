@@ -1,0 +1,206 @@
+//! `quorumlock exec`: the distributed `flock(1)`. Runs a command while holding a lock on a quorum
+//! of masters, renewing it in the background, and never lets the command run without the lock:
+//!
+//! * the command runs in a process group of its own (`group`), and "the command is over" means
+//!   the whole group is gone; only then is the lock released;
+//! * SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to `exec` go to the group, then SIGKILL after
+//!   `--grace` (`signals`, `supervise`);
+//! * a lost lock stops the group before the lease ends (`supervise`);
+//! * if `exec` itself dies, even by SIGKILL, the kernel (parent-death signal) and the watchdog
+//!   kill the group (`watchdog`);
+//! * at a terminal the command gets the foreground, as a shell would give it (`terminal`).
+
+mod group;
+mod signals;
+mod supervise;
+mod terminal;
+pub(crate) mod watchdog;
+
+use std::cell::Cell;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use quorumlock::{Error, HoldOptions};
+
+use crate::duration::{self, Wait};
+use crate::exit;
+use crate::nodes::{self, NodesArg};
+use signals::Termination;
+use supervise::{Outcome, Plan, Work};
+
+pub(crate) const EXAMPLES: &str = "\
+Examples:
+  # Run the nightly report on exactly one machine; the others exit 75 at once.
+  quorumlock exec --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
+      --resource nightly-report --ttl 30s -- ./report.sh --full
+
+  # Wait up to 10 minutes for the lock; pass the fencing token to the job (like flock -c).
+  QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 \\
+      quorumlock exec --resource migrate --ttl 20s -w 10m --fencing \\
+      -c 'migrate --fence \"$QUORUMLOCK_FENCE\"'
+
+  # Hold the lock without a command (like etcdctl lock) until stdin closes or a signal.
+  quorumlock exec --resource maintenance --wait forever
+
+The command gets QUORUMLOCK_RESOURCE (and QUORUMLOCK_FENCE with --fencing) in its environment.
+It runs in a process group of its own; the lock is released only once every process of that
+group has exited. SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to quorumlock are passed to the
+group, then SIGKILL follows after --grace (at once on a second signal). At a terminal the
+command is in the foreground: Ctrl-C and Ctrl-\\ reach it directly, once. If the lock is lost,
+the group gets SIGTERM, and SIGKILL before the lease ends. If quorumlock dies (even by SIGKILL),
+the group is killed.";
+
+/// Options of `quorumlock exec`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ExecArgs {
+    #[command(flatten)]
+    nodes: NodesArg,
+    /// The resource to lock.
+    #[arg(long)]
+    resource: String,
+    /// The lease: renewed every third of it while the command runs.
+    #[arg(long, default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
+    ttl: Duration,
+    /// How long to wait for a busy lock: a duration (0: one attempt) or `forever`.
+    #[arg(
+        short = 'w',
+        long,
+        default_value = "0s",
+        value_parser = duration::parse_wait,
+        allow_hyphen_values = true,
+        conflicts_with = "no_wait"
+    )]
+    wait: Wait,
+    /// Do not wait for a busy lock: one attempt (the default; like `flock -n`).
+    #[arg(short = 'n', long = "no-wait")]
+    no_wait: bool,
+    /// Give the command a fencing token in QUORUMLOCK_FENCE (masters need AOF).
+    #[arg(long)]
+    fencing: bool,
+    /// Exit code when the lock is busy and not acquired within --wait (like `flock -E`).
+    #[arg(short = 'E', long, default_value_t = exit::BUSY)]
+    conflict_exit_code: u8,
+    /// After asking the command to stop (a signal, a lost lock), how long it has before SIGKILL.
+    /// On a lost lock, SIGKILL comes before the lease ends whatever the grace.
+    #[arg(long, default_value = "2s", value_parser = duration::parse, allow_hyphen_values = true)]
+    grace: Duration,
+    /// Run this command string with `sh -c` (like `flock -c`).
+    #[arg(short = 'c', long = "command", value_name = "STRING", conflicts_with = "argv")]
+    shell_command: Option<String>,
+    /// The command and its arguments. Without a command (and without -c), the lock is held
+    /// until stdin closes or a signal arrives.
+    #[arg(last = true, value_name = "COMMAND")]
+    argv: Vec<String>,
+}
+
+impl ExecArgs {
+    fn work(&self) -> Work {
+        match &self.shell_command {
+            Some(script) => Work::Command(vec!["sh".into(), "-c".into(), script.clone()]),
+            None if self.argv.is_empty() => Work::Hold,
+            None => Work::Command(self.argv.clone()),
+        }
+    }
+
+    fn wait(&self) -> Wait {
+        if self.no_wait {
+            Wait::For(Duration::ZERO)
+        } else {
+            self.wait
+        }
+    }
+}
+
+/// Runs `exec`: checks the masters, waits for the lock, runs the command under it.
+///
+/// # Errors
+///
+/// Configuration errors (exit 1) and fewer than a quorum of masters answering (exit 69, see
+/// [`crate::exit::code_of`]). Every other outcome is an exit code.
+pub(crate) async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let work = args.work();
+    let mut builder = args.nodes.builder().fencing(args.fencing);
+    builder = match args.wait() {
+        Wait::For(wait) if wait.is_zero() => builder.retry_count(0),
+        Wait::For(wait) => builder.retry_count(u32::MAX).acquire_timeout(wait),
+        Wait::Forever => builder.retry_count(u32::MAX),
+    };
+    let rl = builder.build()?;
+    nodes::check(&rl).await?;
+
+    group::adopt_orphans();
+    let signals = Termination::listen()?;
+    let plan = Plan::new(args.ttl, args.grace);
+    let opts = HoldOptions::new()
+        .loss_margin(plan.loss_margin())
+        .grace(plan.body_grace());
+    let context = supervise::Context {
+        work: &work,
+        plan,
+        signals: signals.clone(),
+        masters: args.nodes.masters(&rl),
+        lock_key: args.nodes.key(&args.resource),
+    };
+
+    // A signal that arrives while waiting for the lock ends the wait; once the lock is held,
+    // the body handles signals (it starts by checking for one that came just before).
+    let holding = Cell::new(false);
+    let hold = rl.with_lock_opts(&args.resource, args.ttl, opts, |held| {
+        holding.set(true);
+        supervise::run(held, context)
+    });
+    let mut waiting = signals;
+    let outcome = tokio::select! {
+        outcome = hold => outcome,
+        signal = async {
+            let (_, signal) = waiting.after(0).await;
+            if holding.get() {
+                std::future::pending::<()>().await;
+            }
+            signal
+        } => {
+            // An attempt in flight at this moment is rolled back in the background; should the
+            // process exit first, its keys expire at the TTL.
+            eprintln!("quorumlock: {signal} while waiting for {:?}; not acquired", args.resource);
+            return Ok(ExitCode::from(exit::signalled(signal as i32)));
+        }
+    };
+
+    Ok(ExitCode::from(match outcome {
+        Ok(Ok(outcome)) => outcome_code(outcome),
+        Ok(Err(e)) => {
+            eprintln!("quorumlock: {e:#}");
+            exit::FAILURE
+        }
+        Err(e @ Error::Lost { .. }) => {
+            eprintln!("quorumlock: {e}; the command was stopped");
+            exit::LOST
+        }
+        Err(e) if e.is_contention() => {
+            eprintln!("quorumlock: {e}");
+            args.conflict_exit_code
+        }
+        Err(e @ (Error::Unavailable { .. } | Error::ValidityExhausted { .. })) => {
+            eprintln!("quorumlock: {e}");
+            exit::NO_QUORUM
+        }
+        Err(e) if e.is_unavailable() => {
+            eprintln!("quorumlock: {e}");
+            exit::NO_QUORUM
+        }
+        Err(e) => return Err(e.into()),
+    }))
+}
+
+fn outcome_code(outcome: Outcome) -> u8 {
+    match outcome {
+        Outcome::Exited(group::Ended::Code(code)) => u8::try_from(code).unwrap_or(exit::FAILURE),
+        Outcome::Exited(group::Ended::Signal(signal)) => exit::signalled(signal),
+        Outcome::NotStarted(why) => {
+            eprintln!("quorumlock: {why}");
+            exit::COMMAND_NOT_RUN
+        }
+        Outcome::Stopped(signal) => exit::signalled(signal as i32),
+        Outcome::HoldEnded => 0,
+    }
+}

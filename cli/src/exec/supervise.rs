@@ -1,0 +1,255 @@
+//! The body of the hold: runs the command (or just holds), and decides when and how to stop it.
+//!
+//! Stopping, whatever the reason, is the same sequence: a signal to the whole process group,
+//! SIGKILL after the grace, and waiting until no process of the group is left. Only then does
+//! the body return and the library release the lock.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use nix::sys::signal::Signal;
+use quorumlock::{Held, LossReason};
+use tokio::io::AsyncReadExt;
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::group::{CommandGroup, Ended};
+use super::signals::Termination;
+use super::terminal::Terminal;
+use super::watchdog::Watchdog;
+use crate::holder::{Announcement, Holder};
+use crate::masters::Master;
+use crate::output::out;
+
+/// How often the group is checked for processes left, besides each SIGCHLD.
+const POLL: Duration = Duration::from_millis(50);
+
+/// On a lost lock, SIGKILL goes out at least this long before the lease's deadline, so the
+/// processes are gone before the keys expire on the masters (which is later still, by the
+/// clock-drift allowance).
+const KILL_BEFORE_DEADLINE: Duration = Duration::from_millis(50);
+
+/// What `exec` was asked to do under the lock.
+#[derive(Debug, Clone)]
+pub(crate) enum Work {
+    /// Run this command.
+    Command(Vec<String>),
+    /// Hold the lock until stdin closes or a signal arrives.
+    Hold,
+}
+
+/// How the hold ended, when the lock was not lost.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// The command's first process ended on its own, and every process of its group is gone.
+    Exited(Ended),
+    /// The command could not be started (the message says why).
+    NotStarted(String),
+    /// `exec` got this signal and stopped the command.
+    Stopped(Signal),
+    /// Holding without a command: stdin closed.
+    HoldEnded,
+}
+
+/// The timing of a stop, from the TTL and `--grace`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    ttl: Duration,
+    grace: Duration,
+}
+
+impl Plan {
+    pub(crate) fn new(ttl: Duration, grace: Duration) -> Self {
+        Plan { ttl, grace }
+    }
+
+    /// How long before the lease's deadline a failing renewal counts as a loss: the library's
+    /// default (a tenth of the TTL), widened up to a third of the TTL so that the command can
+    /// get its whole grace before the lease ends.
+    pub(crate) fn loss_margin(&self) -> Duration {
+        let wanted = self.grace + KILL_BEFORE_DEADLINE + POLL;
+        wanted.clamp(self.ttl / 10, self.ttl / 3)
+    }
+
+    /// How long the library lets the body run after a loss before dropping it: long enough to
+    /// kill the group before the deadline and see it gone.
+    pub(crate) fn body_grace(&self) -> Duration {
+        self.loss_margin() + Duration::from_secs(1)
+    }
+}
+
+/// What the body needs besides the lock.
+pub(crate) struct Context<'a> {
+    pub(crate) work: &'a Work,
+    pub(crate) plan: Plan,
+    pub(crate) signals: Termination,
+    pub(crate) masters: Vec<Master>,
+    pub(crate) lock_key: String,
+}
+
+/// The body run under the lock.
+///
+/// # Errors
+///
+/// The command could not be put under watch (the watchdog or the SIGCHLD handler could not be
+/// set up); the command was not started, or was stopped.
+pub(crate) async fn run(held: Held, cx: Context<'_>) -> anyhow::Result<Outcome> {
+    // A signal that arrived just as the lock was granted: do not start anything.
+    if let (n, Some(signal)) = cx.signals.received() {
+        if n > 0 {
+            return Ok(Outcome::Stopped(signal));
+        }
+    }
+    let command = match cx.work {
+        Work::Command(argv) => Some(argv.as_slice()),
+        Work::Hold => None,
+    };
+    let holder = Holder::me(command, held.token().fingerprint());
+    let announcement = Announcement::start(cx.masters, cx.lock_key, holder, cx.plan.ttl);
+    let outcome = match command {
+        Some(argv) => run_command(argv, &held, cx.signals, cx.plan).await,
+        None => hold(&held, cx.signals).await,
+    };
+    announcement.withdraw().await;
+    outcome
+}
+
+/// Holds the lock with no command: prints it, and waits for stdin to close, a signal, or the
+/// loss of the lock.
+async fn hold(held: &Held, mut signals: Termination) -> anyhow::Result<Outcome> {
+    match held.fencing_token() {
+        Some(fence) => out!("locked {} fence {fence}", held.resource())?,
+        None => out!("locked {}", held.resource())?,
+    }
+    let mut stdin = tokio::io::stdin();
+    let mut sink = [0u8; 512];
+    let stdin_closed = async {
+        // Anything typed is ignored; the end of input (or an error reading it) ends the hold.
+        while matches!(stdin.read(&mut sink).await, Ok(n) if n > 0) {}
+    };
+    tokio::select! {
+        () = stdin_closed => Ok(Outcome::HoldEnded),
+        (_, signal) = signals.after(0) => Ok(Outcome::Stopped(signal)),
+        // The library reports the loss; what the body returns is discarded.
+        () = held.lost() => Ok(Outcome::HoldEnded),
+    }
+}
+
+/// Why the group is being stopped.
+#[derive(Debug, Clone, Copy)]
+enum Reason {
+    Signal(Signal),
+    Lost,
+}
+
+/// The stop in progress, if any.
+#[derive(Debug, Default)]
+struct Stop {
+    reason: Option<Reason>,
+    kill_at: Option<Instant>,
+    killed: bool,
+    lost: bool,
+}
+
+impl Stop {
+    /// Moves the SIGKILL no later than `at`.
+    fn kill_by(&mut self, at: Instant) {
+        self.kill_at = Some(self.kill_at.map_or(at, |k| k.min(at)));
+    }
+}
+
+async fn run_command(
+    argv: &[String],
+    held: &Held,
+    mut signals: Termination,
+    plan: Plan,
+) -> anyhow::Result<Outcome> {
+    // The watchdog first: if it cannot run, the command does not either.
+    let mut watchdog = Watchdog::start().context("cannot start the watchdog process")?;
+    let mut children = signal(SignalKind::child()).context("cannot watch for SIGCHLD")?;
+    let mut env = vec![("QUORUMLOCK_RESOURCE", held.resource().to_owned())];
+    if let Some(fence) = held.fencing_token() {
+        env.push(("QUORUMLOCK_FENCE", fence.to_string()));
+    }
+    let mut group = match CommandGroup::spawn(argv, &env) {
+        Ok(group) => group,
+        Err(e) => {
+            watchdog.dismiss().await;
+            let program = argv.first().map_or("", String::as_str);
+            return Ok(Outcome::NotStarted(format!("cannot run {program:?}: {e}")));
+        }
+    };
+    if let Err(e) = watchdog.guard(group.id()) {
+        // Unguarded, a crash of ours would leave the command running: stop it instead.
+        group.signal(Signal::SIGKILL);
+        while !group.poll() {
+            tokio::time::sleep(POLL).await;
+        }
+        return Err(anyhow::Error::from(e).context("the watchdog exited; the command was stopped"));
+    }
+    let terminal = Terminal::hand_over(group.id());
+
+    let mut stop = Stop::default();
+    let mut seen = 0;
+    let mut tick = tokio::time::interval(POLL);
+    while !group.poll() {
+        if group.take_stopped() && terminal.is_interactive() {
+            terminal.suspend(|| held.is_held() && held.remaining() > 2 * KILL_BEFORE_DEADLINE);
+            continue;
+        }
+        let kill_at = stop.kill_at.filter(|_| !stop.killed);
+        tokio::select! {
+            _ = children.recv() => {}
+            _ = tick.tick() => {}
+            (count, signal) = signals.after(seen) => {
+                let first = stop.reason.is_none() && count == seen + 1;
+                seen = count;
+                if first {
+                    // Passed on as is: the command may handle it (a clean shutdown on SIGTERM).
+                    group.signal(signal);
+                    stop.reason = Some(Reason::Signal(signal));
+                    stop.kill_by(Instant::now() + plan.grace);
+                } else {
+                    // A second signal: stop now.
+                    group.signal(Signal::SIGKILL);
+                    stop.killed = true;
+                    stop.reason.get_or_insert(Reason::Signal(signal));
+                }
+            }
+            () = held.lost(), if !stop.lost => {
+                stop.lost = true;
+                let now = Instant::now();
+                if held.loss() == Some(LossReason::TokenGone) {
+                    // The keys are gone from a majority: someone else may hold the lock now.
+                    stop.kill_by(now);
+                } else {
+                    if stop.reason.is_none() {
+                        group.signal(Signal::SIGTERM);
+                    }
+                    stop.kill_by(now + plan.grace);
+                    let deadline = held.deadline().checked_sub(KILL_BEFORE_DEADLINE);
+                    stop.kill_by(deadline.unwrap_or(now).max(now));
+                }
+                stop.reason.get_or_insert(Reason::Lost);
+            }
+            () = sleep_until(kill_at), if kill_at.is_some() => {
+                group.signal(Signal::SIGKILL);
+                stop.killed = true;
+            }
+        }
+    }
+    terminal.take_back();
+    watchdog.dismiss().await;
+    Ok(match (stop.reason, group.leader()) {
+        (Some(Reason::Signal(signal)), _) => Outcome::Stopped(signal),
+        (_, Some(ended)) => Outcome::Exited(ended),
+        // Lost (the library reports it), or no status (cannot happen once the group is gone).
+        (_, None) => Outcome::Exited(Ended::Signal(Signal::SIGKILL as i32)),
+    })
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}

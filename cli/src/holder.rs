@@ -1,0 +1,281 @@
+//! Who holds a lock: a description `exec` writes beside the lock key, `<key>:holder`, on every
+//! master — host, pid, command, start time and the token's fingerprint, **never the token** — so
+//! that `status` can say who to ask before a stuck lock is broken.
+//!
+//! It is informational and best effort: written after the lock is acquired, with the lock's TTL,
+//! refreshed with each renewal, deleted before the release. A master that misses a write simply
+//! has no description; nothing about the lock depends on it.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+use redis::aio::MultiplexedConnection;
+use serde::{Deserialize, Serialize};
+
+use crate::masters::{self, Master};
+
+/// What a holder says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Holder {
+    /// The machine `exec` runs on.
+    pub(crate) host: String,
+    /// The `quorumlock exec` process.
+    pub(crate) pid: u32,
+    /// The command it runs, or `None` when it holds the lock without one.
+    pub(crate) command: Option<String>,
+    /// When it acquired the lock, RFC 3339 in UTC.
+    pub(crate) since: String,
+    /// The fingerprint of its token (as `status` shows it), to match the description to a lock.
+    pub(crate) lock: String,
+}
+
+/// Longest command text kept in a description.
+const MAX_COMMAND: usize = 200;
+
+impl Holder {
+    /// This process, running `command`, holding the lock whose token has `fingerprint`.
+    pub(crate) fn me(command: Option<&[String]>, fingerprint: String) -> Self {
+        let host = nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "unknown".to_owned());
+        Holder {
+            host,
+            pid: std::process::id(),
+            command: command.map(describe_command),
+            since: rfc3339(SystemTime::now()),
+            lock: fingerprint,
+        }
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid {} on {} since {}", self.pid, self.host, self.since)?;
+        match &self.command {
+            Some(command) => write!(f, ", running {command}"),
+            None => f.write_str(", holding it without a command"),
+        }
+    }
+}
+
+/// The key of a lock key's holder description.
+pub(crate) fn key(lock_key: &str) -> String {
+    format!("{lock_key}:holder")
+}
+
+/// A published description: where it was written, so it can be refreshed and removed.
+pub(crate) struct Published {
+    key: String,
+    value: String,
+    ttl: Duration,
+    conns: Vec<MultiplexedConnection>,
+}
+
+impl Published {
+    /// Writes `holder` beside `lock_key` on every master that answers, expiring after `ttl`.
+    pub(crate) async fn write(
+        masters: &[Master],
+        lock_key: &str,
+        holder: &Holder,
+        ttl: Duration,
+    ) -> Published {
+        let conns: Vec<_> = join_all(masters.iter().map(Master::connect))
+            .await
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect();
+        let published = Published {
+            key: key(lock_key),
+            // Serialising plain strings and numbers cannot fail.
+            value: serde_json::to_string(holder).unwrap_or_default(),
+            ttl,
+            conns,
+        };
+        published.refresh().await;
+        published
+    }
+
+    /// Writes the description again with a fresh TTL (after a renewal of the lock).
+    pub(crate) async fn refresh(&self) {
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let set = redis::cmd("SET")
+            .arg(&self.key)
+            .arg(&self.value)
+            .arg("PX")
+            .arg(ttl_ms)
+            .clone();
+        let writes = self.conns.iter().map(|conn| {
+            let (mut conn, set) = (conn.clone(), &set);
+            async move {
+                if let Err(e) = masters::request::<()>(&mut conn, set).await {
+                    tracing::debug!(error = %e, "holder description not written");
+                }
+            }
+        });
+        join_all(writes).await;
+    }
+
+    /// Deletes the description where it is still ours (the lock is about to be released).
+    pub(crate) async fn remove(self) {
+        let script = redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+        );
+        let deletes = self.conns.into_iter().map(|mut conn| {
+            let (script, key, value) = (&script, &self.key, &self.value);
+            async move {
+                let mut call = script.key(key);
+                call.arg(value);
+                if let Err(e) = masters::invoke::<i64>(&mut conn, &call).await {
+                    tracing::debug!(error = %e, "holder description not deleted");
+                }
+            }
+        });
+        join_all(deletes).await;
+    }
+}
+
+/// A holder description kept up to date in the background while the lock is held.
+#[derive(Debug)]
+pub(crate) struct Announcement {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Announcement {
+    /// Writes `holder` beside `lock_key` on `masters` and refreshes it every third of `ttl`,
+    /// on a task of its own: a slow master never delays the command.
+    pub(crate) fn start(
+        masters: Vec<Master>,
+        lock_key: String,
+        holder: Holder,
+        ttl: Duration,
+    ) -> Announcement {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let published = Published::write(&masters, &lock_key, &holder, ttl).await;
+            let every = (ttl / 3).max(Duration::from_millis(1));
+            let mut refresh = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = refresh.tick() => published.refresh().await,
+                }
+            }
+            published.remove().await;
+        });
+        Announcement { stop, task }
+    }
+
+    /// Deletes the description (before the lock is released). Bounded: a master that does not
+    /// answer keeps it until it expires.
+    pub(crate) async fn withdraw(self) {
+        let _ = self.stop.send(());
+        let mut task = self.task;
+        if tokio::time::timeout(3 * masters::REQUEST_TIMEOUT, &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// The description most masters hold for `lock_key`, if any. Unreadable or malformed ones are
+/// ignored: the description is informational.
+pub(crate) async fn read(masters: &[Master], lock_key: &str) -> Option<Holder> {
+    let key = key(lock_key);
+    let reads = masters.iter().map(|master| {
+        let key = &key;
+        async move {
+            let mut conn = master.connect().await.ok()?;
+            let value: Option<String> = masters::request(&mut conn, redis::cmd("GET").arg(key))
+                .await
+                .ok()?;
+            serde_json::from_str::<Holder>(&value?).ok()
+        }
+    });
+    let mut found: Vec<(Holder, usize)> = Vec::new();
+    for holder in join_all(reads).await.into_iter().flatten() {
+        match found.iter_mut().find(|(h, _)| *h == holder) {
+            Some((_, count)) => *count += 1,
+            None => found.push((holder, 1)),
+        }
+    }
+    found
+        .into_iter()
+        .max_by_key(|(_, count)| *count)
+        .map(|(h, _)| h)
+}
+
+/// The command as a shell would show it, cut to [`MAX_COMMAND`] characters.
+fn describe_command(argv: &[String]) -> String {
+    let quoted: Vec<String> = argv
+        .iter()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+            if plain {
+                arg.clone()
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect();
+    let text = quoted.join(" ");
+    match text.char_indices().nth(MAX_COMMAND) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+/// `time` as `2024-05-01T12:34:56Z`.
+fn rfc3339(time: SystemTime) -> String {
+    let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_in_utc() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        let leap_day = UNIX_EPOCH + Duration::from_secs(951_782_400 + 3_723);
+        assert_eq!(rfc3339(leap_day), "2000-02-29T01:02:03Z");
+        let later = UNIX_EPOCH + Duration::from_secs(1_767_225_599);
+        assert_eq!(rfc3339(later), "2025-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn commands_are_quoted_as_a_shell_would_read_them() {
+        let argv = ["sh", "-c", "echo 'hi' $X"].map(String::from);
+        assert_eq!(describe_command(&argv), r"sh -c 'echo '\''hi'\'' $X'");
+        let long = vec!["x".repeat(500)];
+        assert!(describe_command(&long).ends_with("..."));
+    }
+}

@@ -1,0 +1,229 @@
+//! `quorumlock list [--prefix P]`: the locks present on the masters, found with SCAN, each with
+//! the quorum's verdict and its holder.
+
+use std::collections::BTreeSet;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures::future::join_all;
+use quorumlock::{Inspection, Redlock, Verdict};
+use serde_json::json;
+
+use crate::holder::{self, Holder};
+use crate::masters::{self, Master};
+use crate::nodes::{self, NodesArg};
+use crate::output::out;
+
+pub(crate) const EXAMPLES: &str = "\
+Examples:
+  quorumlock list
+  quorumlock list --prefix reports:
+  QUORUMLOCK_KEY_PREFIX=locks: quorumlock list --json
+
+A lock shows up when at least one master has its key: `held` on a quorum; `split` when no token
+is on a quorum and fewer than a quorum are free; `leftover` when a minority still has a key (of
+a failed attempt or an expiring lease), which expires at its TTL.";
+
+/// Options of `quorumlock list`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    nodes: NodesArg,
+    /// Only resources whose name starts with this.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// Print JSON (one array) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Keys scanned per master at most: a listing, not an export.
+const MAX_KEYS: usize = 100_000;
+
+/// Lists the locks.
+///
+/// # Errors
+///
+/// A configuration error, or fewer than a quorum of masters answering (exit 69).
+pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
+    let rl = args.nodes.builder().build()?;
+    nodes::check(&rl).await?;
+    let masters = args.nodes.masters(&rl);
+    let pattern = format!(
+        "{}*",
+        glob_escape(&format!("{}{}", args.nodes.key_prefix(), args.prefix))
+    );
+    let mut resources = BTreeSet::new();
+    for (master, found) in masters
+        .iter()
+        .zip(join_all(masters.iter().map(|m| lock_keys(m, &pattern))).await)
+    {
+        match found {
+            Ok(keys) => resources.extend(keys.into_iter().filter_map(|key| {
+                key.strip_prefix(args.nodes.key_prefix())
+                    .map(str::to_owned)
+            })),
+            Err(e) => tracing::warn!(node = master.node(), error = %e, "not listed"),
+        }
+    }
+
+    let mut rows = Vec::new();
+    for resource in resources {
+        let status = rl.inspect(&resource).await?;
+        let holder = if matches!(status.verdict, Verdict::Held { .. } | Verdict::Split) {
+            holder::read(&masters, &args.nodes.key(&resource)).await
+        } else {
+            None
+        };
+        rows.push((status, holder));
+    }
+    if args.json {
+        print_json(&rl, &rows)?;
+    } else {
+        print_table(&rows)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The keys on `master` matching `pattern` that look like lock keys: strings holding a token
+/// (32 hex digits) with a TTL, not one of the keys kept beside a lock.
+async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String> {
+    const AUXILIARY: [&str; 4] = [":fence", ":released", ":queue", ":holder"];
+    let mut conn = master.connect().await?;
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let scan = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("TYPE")
+            .arg("string")
+            .clone();
+        let (next, batch): (u64, Vec<String>) = masters::request(&mut conn, &scan).await?;
+        keys.extend(
+            batch
+                .into_iter()
+                .filter(|k| !AUXILIARY.iter().any(|s| k.ends_with(s))),
+        );
+        cursor = next;
+        if cursor == 0 || keys.len() >= MAX_KEYS {
+            break;
+        }
+    }
+    let mut locks = Vec::new();
+    for chunk in keys.chunks(500) {
+        let values: Vec<Option<String>> =
+            masters::request(&mut conn, redis::cmd("MGET").arg(chunk)).await?;
+        locks.extend(
+            chunk
+                .iter()
+                .zip(values)
+                .filter(|(_, v)| v.as_deref().is_some_and(looks_like_token))
+                .map(|(k, _)| k.clone()),
+        );
+    }
+    Ok(locks)
+}
+
+fn looks_like_token(value: &str) -> bool {
+    value.len() == 32 && value.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `text` with SCAN's glob characters escaped, to match it literally.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The verdict as one word, how many masters have a key, and the shortest TTL among them.
+fn summary(status: &Inspection) -> (&'static str, usize, Option<Duration>) {
+    let present = status.nodes.iter().filter(|n| n.exists()).count();
+    let ttl = status.nodes.iter().filter_map(|n| n.ttl()).min();
+    let state = match status.verdict {
+        Verdict::Held { .. } => "held",
+        Verdict::Split => "split",
+        Verdict::Free => "leftover",
+        _ => "unknown",
+    };
+    (state, present, ttl)
+}
+
+fn print_table(rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
+    if rows.is_empty() {
+        return out!("no locks");
+    }
+    let width = rows
+        .iter()
+        .map(|(s, _)| s.resource.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    out!(
+        "{:<width$}  {:<8}  {:<7}  {:<10}  holder",
+        "resource",
+        "state",
+        "masters",
+        "ttl"
+    )?;
+    for (status, holder) in rows {
+        let (state, present, ttl) = summary(status);
+        let masters = format!("{present}/{}", status.nodes.len());
+        let ttl = ttl.map_or("-".to_owned(), |t| format!("{:.1}s", t.as_secs_f64()));
+        let holder = holder.as_ref().map_or("-".to_owned(), Holder::to_string);
+        out!(
+            "{:<width$}  {state:<8}  {masters:<7}  {ttl:<10}  {holder}",
+            status.resource
+        )?;
+    }
+    Ok(())
+}
+
+fn print_json(rl: &Redlock, rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
+    let locks: Vec<_> = rows
+        .iter()
+        .map(|(status, holder)| {
+            let (state, present, ttl) = summary(status);
+            let token = match &status.verdict {
+                Verdict::Held { fingerprint, .. } => Some(fingerprint.as_str()),
+                _ => None,
+            };
+            json!({
+                "resource": status.resource,
+                "state": state,
+                "token": token,
+                "masters": present,
+                "of": rl.node_count(),
+                "ttl_ms": ttl.map(|t| t.as_millis()),
+                "holder": holder,
+            })
+        })
+        .collect();
+    out!("{}", serde_json::Value::Array(locks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{glob_escape, looks_like_token};
+
+    #[test]
+    fn glob_characters_match_literally() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(glob_escape("reports:"), "reports:");
+    }
+
+    #[test]
+    fn only_token_shaped_values_count_as_locks() {
+        assert!(looks_like_token("0123456789abcdef0123456789abcdef"));
+        assert!(!looks_like_token("hello"));
+        assert!(!looks_like_token("0123456789abcdef0123456789abcdeg"));
+    }
+}

@@ -1,0 +1,128 @@
+//! `quorumlock unlock RESOURCE --force`: deletes a lock whoever holds it, for an operator
+//! clearing a lock left by a holder that is gone.
+//!
+//! Unsafe while the holder runs: the next acquirer and the old holder then both believe they
+//! hold the resource (a holder under `exec` notices at its next renewal and stops its command,
+//! but not before). Without `--force` it only shows what it would delete.
+
+use std::process::ExitCode;
+
+use futures::future::join_all;
+use quorumlock::{NodeState, Verdict};
+
+use crate::exit;
+use crate::holder;
+use crate::masters::{self, Master};
+use crate::nodes::{self, NodesArg};
+use crate::output::out;
+
+pub(crate) const EXAMPLES: &str = "\
+Examples:
+  quorumlock unlock nightly-report           # shows what would be deleted, deletes nothing
+  quorumlock unlock nightly-report --force   # deletes it on every master
+
+Only for a lock whose holder is gone (check `quorumlock status` first: it names the host and pid).
+Deleting the lock of a live holder lets a second holder in while the first still runs.
+The fencing counter is kept, so fencing tokens keep increasing.";
+
+/// Options of `quorumlock unlock`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct UnlockArgs {
+    #[command(flatten)]
+    nodes: NodesArg,
+    /// Delete it. Without this, only show what would be deleted.
+    #[arg(long)]
+    force: bool,
+    /// The resource whose lock to delete.
+    resource: String,
+}
+
+/// Deletes the key only if it still holds the token seen a moment ago (a new holder that came in
+/// since keeps its lock), with its holder description, and announces the release to waiters.
+const DELETE: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('PUBLISH', KEYS[1] .. ':released', ARGV[2])
+return 1";
+
+/// Shows, then (with `--force`) deletes, the lock on every master.
+///
+/// # Errors
+///
+/// A configuration error, or fewer than a quorum of masters answering (exit 69).
+pub(crate) async fn run(args: UnlockArgs) -> anyhow::Result<ExitCode> {
+    let rl = args.nodes.builder().build()?;
+    nodes::check(&rl).await?;
+    let status = rl.inspect(&args.resource).await?;
+    let key = args.nodes.key(&args.resource);
+    let masters = args.nodes.masters(&rl);
+    let holding: Vec<(&Master, String)> = masters
+        .iter()
+        .zip(&status.nodes)
+        .filter_map(|(master, node)| match &node.state {
+            NodeState::Held { fingerprint, .. } => Some((master, fingerprint.clone())),
+            _ => None,
+        })
+        .collect();
+    if holding.is_empty() {
+        out!("{:?} is not locked on any master", args.resource)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(holder) = holder::read(&masters, &key).await {
+        out!("holder {}: {holder}", holder.lock)?;
+    }
+    if matches!(status.verdict, Verdict::Held { .. }) {
+        out!("the lock is valid on a quorum: its holder may still be running")?;
+    }
+    if !args.force {
+        for (master, token) in &holding {
+            out!("would delete {key} (token {token}) on {}", master.node())?;
+        }
+        eprintln!(
+            "quorumlock: nothing deleted; run again with --force to delete it \
+             (unsafe if the holder is still running)"
+        );
+        return Ok(ExitCode::from(exit::FAILURE));
+    }
+
+    let deletes = holding.iter().map(|(master, token)| {
+        let (key, token) = (&key, token.as_str());
+        async move { (master.node(), token, delete(master, key, token).await) }
+    });
+    let mut deleted = 0;
+    for (node, token, result) in join_all(deletes).await {
+        match result {
+            Ok(true) => {
+                deleted += 1;
+                out!("deleted {key} (token {token}) on {node}")?;
+            }
+            Ok(false) => out!("kept {key} on {node}: it changed hands meanwhile")?,
+            Err(e) => out!("not deleted on {node}: {e}")?,
+        }
+    }
+    out!(
+        "{:?}: deleted on {deleted}/{} masters",
+        args.resource,
+        holding.len()
+    )?;
+    Ok(ExitCode::from(if deleted == holding.len() {
+        0
+    } else {
+        exit::FAILURE
+    }))
+}
+
+/// Deletes `key` on `master` if it still holds the token whose fingerprint is `token`.
+async fn delete(master: &Master, key: &str, token: &str) -> Result<bool, String> {
+    let mut conn = master.connect().await?;
+    // The token itself is read here and compared on the server; it is never shown.
+    let value: Option<String> = masters::request(&mut conn, redis::cmd("GET").arg(key)).await?;
+    let Some(value) = value else {
+        return Ok(false);
+    };
+    let script = redis::Script::new(DELETE);
+    let mut call = script.key(key);
+    call.key(holder::key(key)).arg(value).arg(token);
+    let deleted: i64 = masters::invoke(&mut conn, &call).await?;
+    Ok(deleted == 1)
+}

@@ -1,0 +1,365 @@
+//! Waiting for a release without polling: waiters woken by the masters' release announcements,
+//! one subscriber connection per client and node, and the hand-off of each release to one
+//! waiter of a client, against five real, independent redis-server masters.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorumlock::{Lock, Redlock, Stats};
+use quorumlock_testkit::figures::percentile;
+use quorumlock_testkit::{RedisNodes, RedisServer};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinHandle;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// How many clients are subscribed to `channel` on `server`.
+fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    let reply: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut direct(server))
+        .unwrap();
+    reply.1
+}
+
+/// How many pub/sub connections `server` has.
+fn pubsub_connections(server: &RedisServer) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut direct(server))
+        .unwrap();
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiters_wake_on_release_far_sooner_than_the_retry_delay() {
+    let nodes = five();
+    let retry_delay = Duration::from_millis(500);
+    let clients: Vec<Redlock> = (0..8)
+        .map(|_| {
+            builder(&nodes)
+                .retry_delay(retry_delay)
+                .retry_jitter(Duration::ZERO)
+                .retry_count(10_000)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    // For scale: an uncontended acquire, measured in the same run on the same machine.
+    let mut alone = Vec::new();
+    for _ in 0..20 {
+        let start = Instant::now();
+        let lock = clients[0].acquire("alone", TTL).await.unwrap();
+        alone.push(start.elapsed());
+        lock.release().await.unwrap();
+    }
+    alone.sort();
+    const ROUNDS: usize = 64;
+    let taken = Arc::new(AtomicUsize::new(0));
+    // (when, true = acquired / false = about to release)
+    let events = Arc::new(Mutex::new(Vec::<(Instant, bool, usize)>::new()));
+    let started = Instant::now();
+    let tasks: Vec<_> = clients
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(id, rl)| {
+            let (taken, events) = (taken.clone(), events.clone());
+            tokio::spawn(async move {
+                while taken.load(Ordering::SeqCst) < ROUNDS {
+                    let lock = rl.acquire("contended", TTL).await.unwrap();
+                    events.lock().unwrap().push((Instant::now(), true, id));
+                    taken.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    events.lock().unwrap().push((Instant::now(), false, id));
+                    lock.release().await.unwrap();
+                    // Step back, so that the next holder is one of the waiters.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let took = started.elapsed();
+
+    let mut events = events.lock().unwrap().clone();
+    events.sort_by_key(|(at, _, _)| *at);
+    let same_client = events
+        .windows(2)
+        .filter(|p| !p[0].1 && p[1].1 && p[0].2 == p[1].2)
+        .count();
+    // Mutual exclusion: acquisitions and releases alternate.
+    for pair in events.windows(2) {
+        assert_ne!(pair[0].1, pair[1].1, "two holders at once");
+    }
+    let mut gaps: Vec<Duration> = events
+        .windows(2)
+        .filter(|pair| !pair[0].1 && pair[1].1)
+        .map(|pair| pair[1].0 - pair[0].0)
+        .collect();
+    gaps.sort();
+    let at = |sorted: &[Duration], p| percentile(sorted, p).unwrap_or_default();
+    let (median, p90) = (at(&gaps, 0.5), at(&gaps, 0.9));
+    let total = |count: fn(&Stats) -> u64| clients.iter().map(|c| count(&c.stats())).sum::<u64>();
+    let (attempts, acquired) = (total(|s| s.attempts), total(|s| s.acquired));
+    let (wakeups, contended) = (total(|s| s.wakeups), total(|s| s.contended));
+    // Every acquire returned a lock, so every attempt beyond the successful ones was a retry.
+    let retries = attempts - acquired;
+    println!(
+        "{} handovers among 8 clients in {took:?}: release → next acquisition median {median:?}, \
+         p90 {p90:?}, max {:?} (retry delay {retry_delay:?}; an uncontended acquire takes {:?}); \
+         {retries} retries, {wakeups} of them woken by a release, {contended} contended attempts",
+        gaps.len(),
+        gaps[gaps.len() - 1],
+        at(&alone, 0.5),
+    );
+    assert!(gaps.len() >= ROUNDS - 1);
+    assert!(
+        same_client < gaps.len() / 4,
+        "the waiters took it: {same_client} self-handovers"
+    );
+    // A retry not started by a wake-up waits out the retry delay (or, after a vote split among
+    // woken waiters, a short pause): polling would start none of them early.
+    assert!(wakeups > 0);
+    assert!(
+        2 * wakeups > retries,
+        "only {wakeups} of {retries} retries were woken by a release"
+    );
+
+    // Every waiter is gone, and so is every subscription.
+    let unsubscribed = eventually(Duration::from_secs(2), || {
+        nodes
+            .iter()
+            .all(|s| subscribers(s, "contended:released") == 0)
+    })
+    .await;
+    assert!(unsubscribed);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leave_it_when_done() {
+    let nodes = five();
+    let holder = client(&nodes);
+    let waiters = builder(&nodes)
+        .retry_delay(Duration::from_secs(2))
+        .retry_jitter(Duration::ZERO)
+        .retry_count(100)
+        .build()
+        .unwrap();
+    // Nobody has waited yet: no subscriber connection at all.
+    waiters
+        .acquire("free", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(nodes.iter().all(|s| pubsub_connections(s) == 0));
+
+    let lock = holder.acquire("shared", TTL).await.unwrap();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let rl = waiters.clone();
+            tokio::spawn(async move {
+                let lock = rl.acquire("shared", TTL).await.unwrap();
+                lock.release().await.unwrap();
+            })
+        })
+        .collect();
+    let one_each = eventually(Duration::from_secs(2), || {
+        nodes.iter().all(|s| subscribers(s, "shared:released") == 1)
+    })
+    .await;
+    assert!(
+        one_each,
+        "each node has exactly one subscriber for the four waiters"
+    );
+    assert!(nodes.iter().all(|s| pubsub_connections(s) == 1));
+    // Every waiter has tried once and is parked: four refusals, and one more for the first
+    // confirmed subscription, which sends the longest waiter round once more.
+    let parked = eventually(Duration::from_secs(10), || waiters.stats().contended == 5).await;
+    assert!(parked, "{:?}", waiters.stats());
+    let before = waiters.stats();
+
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let all_four = released.elapsed();
+    let after = waiters.stats();
+    let woken = after.wakeups - before.wakeups;
+    println!(
+        "four waiters took the lock in turn {all_four:?} after the release (retry delay 2 s), \
+         {woken} woken by a release"
+    );
+    // A parked waiter retries when a release is handed to it, or after the 2 s retry delay:
+    // each of the four got in on a hand-off, none by waiting the delay out.
+    assert_eq!(after.acquired - before.acquired, 4);
+    assert!(woken >= 4, "{before:?} → {after:?}");
+    let left = eventually(Duration::from_secs(2), || {
+        nodes.iter().all(|s| subscribers(s, "shared:released") == 0)
+    })
+    .await;
+    assert!(left, "unsubscribed once no waiter remains");
+}
+
+/// `(attempts, contended, wakeups, acquired)` of `rl` so far.
+fn counts(rl: &Redlock) -> (u64, u64, u64, u64) {
+    let s = rl.stats();
+    (s.attempts, s.contended, s.wakeups, s.acquired)
+}
+
+/// A client whose retry delay outlasts the test: only a hand-off can get its waiters in.
+fn patient(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .retry_delay(Duration::from_secs(600))
+        .retry_jitter(Duration::ZERO)
+        .retry_count(100)
+        .build()
+        .unwrap()
+}
+
+/// Lines up `count` acquires of `resource` (held by another client on every node) on
+/// `waiters`, one at a time, each once the previous one is parked. Each sends its place in line
+/// and its lock to the receiver once it gets in.
+async fn line_up(
+    nodes: &RedisNodes,
+    waiters: &Redlock,
+    resource: &'static str,
+    count: usize,
+) -> (Vec<JoinHandle<()>>, UnboundedReceiver<(usize, Lock)>) {
+    let (won, winners) = tokio::sync::mpsc::unbounded_channel();
+    let channel = format!("{resource}:released");
+    let mut tasks = Vec::new();
+    for place in 0..count {
+        let (rl, won) = (waiters.clone(), won.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = rl.acquire(resource, TTL).await.unwrap();
+            let _ = won.send((place, lock));
+        }));
+        // The first one subscribes after its first attempt, and the first confirmed
+        // subscription sends it round once more; every later one joins and tries once.
+        let n = place as u64 + 2;
+        let parked = eventually(Duration::from_secs(10), || {
+            counts(waiters) == (n, n, 1, 0) && nodes.iter().all(|s| subscribers(s, &channel) == 1)
+        })
+        .await;
+        assert!(parked, "waiter {place}: {:?}", counts(waiters));
+    }
+    (tasks, winners)
+}
+
+/// `resource`, acquired by `holder`, once its key has landed on all five masters.
+async fn held_on_every_node(nodes: &RedisNodes, holder: &Redlock, resource: &str) -> Lock {
+    let held = holder.acquire(resource, TTL).await.unwrap();
+    let token = held.token().expose().to_owned();
+    let everywhere = || holders(nodes, resource, &token) == 5;
+    assert!(eventually(Duration::from_secs(2), everywhere).await);
+    held
+}
+
+/// The next lock handed over, with its holder's place in line.
+async fn next_winner(winners: &mut UnboundedReceiver<(usize, Lock)>) -> (usize, Lock) {
+    let next = tokio::time::timeout(Duration::from_secs(10), winners.recv()).await;
+    next.expect("a release handed the lock to nobody")
+        .expect("every waiter is gone")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_release_hands_the_lock_to_one_waiter_of_a_client_the_one_that_waited_longest() {
+    const WAITERS: usize = 5;
+    let nodes = five();
+    let holder = client(&nodes);
+    let waiters = patient(&nodes);
+    let mut held = held_on_every_node(&nodes, &holder, "handoff").await;
+    let (tasks, mut winners) = line_up(&nodes, &waiters, "handoff", WAITERS).await;
+    let lined_up = counts(&waiters);
+
+    // Each holder releases as usual. The retry delay outlasts the test, so every lock passed on
+    // was handed over by a release.
+    let mut order = Vec::new();
+    for _ in 0..WAITERS {
+        held.release().await.unwrap();
+        let (place, lock) = next_winner(&mut winners).await;
+        order.push(place);
+        held = lock;
+    }
+    held.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "first come, first served"
+    );
+    let (attempts, contended, wakeups, acquired) = counts(&waiters);
+    println!(
+        "{WAITERS} hand-offs: {} attempts, {} contended, {} wake-ups",
+        attempts - lined_up.0,
+        contended - lined_up.1,
+        wakeups - lined_up.2
+    );
+    assert_eq!(acquired, WAITERS as u64);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_heard_from_every_node_costs_a_client_one_wake_up_and_one_attempt() {
+    const WAITERS: usize = 4;
+    let nodes = five();
+    let holder = client(&nodes);
+    let waiters = patient(&nodes);
+    let mut held = held_on_every_node(&nodes, &holder, "heard").await;
+    let (tasks, mut winners) = line_up(&nodes, &waiters, "heard", WAITERS).await;
+    let lined_up = counts(&waiters);
+
+    // Each release taken apart: deleted everywhere first, then announced by every node, so
+    // that no attempt can race it (what a woken waiter does then is up to the client alone).
+    let announce = |id: &str| {
+        for server in nodes.iter() {
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg("heard:released")
+                .arg(id)
+                .query(&mut direct(server))
+                .unwrap();
+        }
+    };
+    for round in 0..WAITERS as u64 {
+        let id = held.token().fingerprint();
+        nodes.iter().for_each(|s| del(s, "heard"));
+        announce(&id);
+        let (place, lock) = next_winner(&mut winners).await;
+        assert_eq!(place as u64, round, "first come, first served");
+        // Copies of the same release once more, late: they wake nobody.
+        announce(&id);
+        // Time for any other waiter woken to show in the counters.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (attempts, contended, wakeups, acquired) = counts(&waiters);
+        assert_eq!(
+            (attempts, contended, wakeups, acquired),
+            (
+                lined_up.0 + round + 1,
+                lined_up.1,
+                lined_up.2 + round + 1,
+                round + 1
+            ),
+            "release {round}: ten copies, one wake-up, one attempt, no contention"
+        );
+        // The former holder's own release finds the key taken over, and leaves it.
+        drop(std::mem::replace(&mut held, lock));
+    }
+    held.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
