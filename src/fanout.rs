@@ -11,9 +11,9 @@ use futures::FutureExt;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::{HandOff, Keys};
-use crate::lock::LockToken;
 use crate::quorum::{Decision, Tally, Vote};
 use crate::redlock::Redlock;
+use crate::token::LockToken;
 
 /// What the nodes that answered a fan-out said, as far as the decision needed.
 #[derive(Debug)]

@@ -6,9 +6,9 @@ use std::time::Duration;
 use crate::builder::DEFAULT_MAX_NODE_TIMEOUT;
 use crate::error::{Error, NodeError};
 use crate::keys;
-use crate::lock::fingerprint;
 use crate::redlock::Redlock;
 use crate::scripts;
+use crate::token::fingerprint;
 
 /// What every node holds for one resource, from [`Redlock::inspect`].
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::error::NodeError;
 use crate::node::{Grant, Node};
 use crate::scripts;
-use crate::wakeup::Ticket;
+use crate::wakeup::hub::Ticket;
 
 /// The keys of one lock.
 #[derive(Debug, Clone)]

@@ -112,6 +112,7 @@ mod release;
 mod retry;
 mod scripts;
 mod stats;
+mod token;
 mod wakeup;
 
 pub use builder::{
@@ -122,10 +123,11 @@ pub use builder::{
 pub use error::{ConfigError, Error, LossReason, NodeError, NodeErrorKind};
 pub use hold::{Held, HoldOptions};
 pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
-pub use lock::{Lock, LockToken};
+pub use lock::Lock;
 pub use many::MultiLock;
 pub use redlock::{Health, Redlock, Released};
 pub use stats::{NodeStats, Stats};
+pub use token::LockToken;
 
 /// The README's code examples, compiled as doc tests so they cannot rot.
 #[cfg(doctest)]

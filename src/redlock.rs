@@ -11,12 +11,13 @@ use crate::builder::{
 use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
 use crate::fanout::Cleanup;
 use crate::keys::{self, Acquired, HandOff, Keys};
-use crate::lock::{Lock, LockToken};
+use crate::lock::Lock;
 use crate::node::Node;
 use crate::quorum::{self, Decision};
 use crate::release::Rollback;
 use crate::retry::RetryPolicy;
 use crate::stats::{Counters, Stats};
+use crate::token::LockToken;
 use crate::wakeup::{Ticket, Waiter, Wakeup};
 
 /// A distributed lock client over N independent Redis masters.

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::keys::{HandOff, Keys};
-use crate::lock::LockToken;
 use crate::redlock::{Redlock, Released};
+use crate::token::LockToken;
 
 impl Redlock {
     /// Compare-and-delete on every node but those in `skip` (counted as `absent`: they are

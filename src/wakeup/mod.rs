@@ -40,7 +40,7 @@
 //! neither subscribes nor touches a line. Announcements only shorten a wait; a lost one costs
 //! at most one poll interval.
 
-mod hub;
+pub(crate) mod hub;
 mod subscriber;
 
 use std::sync::{Arc, Mutex};
