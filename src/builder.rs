@@ -21,6 +21,9 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 pub const DEFAULT_NODE_TIMEOUT_DIVISOR: u32 = 20;
 /// …but never by more than this.
 pub const DEFAULT_MAX_NODE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long [`Redlock::acquire`] waits for a held resource, by default: no attempt starts
+/// after it. Set another with [`RedlockBuilder::acquire_timeout`].
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on opening a connection to a node, by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -180,8 +183,9 @@ impl RedlockBuilder {
         self
     }
 
-    /// Overall deadline for [`Redlock::acquire`]: no attempt starts after it. Default: none (the
-    /// retry count alone limits it).
+    /// How long [`Redlock::acquire`] waits for a held resource: no attempt starts after it.
+    /// While the resource is held, attempts wait in line and do not use up the retry count;
+    /// this bounds the wait. Default: [`DEFAULT_ACQUIRE_TIMEOUT`].
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = Some(timeout);
         self

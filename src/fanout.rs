@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 
 use crate::error::{NodeError, NodeErrorKind};
-use crate::keys::Keys;
-use crate::lock::LockToken;
+use crate::keys::{HandOff, Keys};
 use crate::quorum::{Decision, Tally, Vote};
 use crate::redlock::Redlock;
+use crate::token::LockToken;
 
 /// What the nodes that answered a fan-out said, as far as the decision needed.
 #[derive(Debug)]
@@ -105,7 +105,7 @@ where
                     let token = c.token.expose();
                     let _ = c
                         .keys
-                        .release_on(node, token, c.announce, c.node_timeout)
+                        .release_on(node, token, &c.hand_off, c.node_timeout)
                         .await;
                 }
             };
@@ -174,8 +174,8 @@ pub(crate) struct Cleanup {
     pub(crate) keys: Keys,
     pub(crate) token: LockToken,
     pub(crate) node_timeout: Duration,
-    /// Whether the releases are the holder's (announced to waiters) or a rollback's (silent).
-    pub(crate) announce: bool,
+    /// How a released key is passed on to the line.
+    pub(crate) hand_off: HandOff,
 }
 
 impl Redlock {

@@ -11,9 +11,10 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::error::{Error, LossReason, NodeError};
-use crate::lock::{Lock, LockToken};
+use crate::lock::Lock;
 use crate::redlock::Redlock;
 use crate::stats::Counters;
+use crate::token::LockToken;
 
 /// How [`Redlock::with_lock_opts`] holds a lock. The defaults suit most uses; every setter is
 /// optional and none can fail (the combination is checked when the lock is taken).

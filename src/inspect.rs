@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use crate::builder::DEFAULT_MAX_NODE_TIMEOUT;
 use crate::error::{Error, NodeError};
-use crate::lock::fingerprint;
+use crate::keys;
 use crate::redlock::Redlock;
 use crate::scripts;
+use crate::token::fingerprint;
 
 /// What every node holds for one resource, from [`Redlock::inspect`].
 #[derive(Debug)]
@@ -41,6 +42,13 @@ pub enum Verdict {
     /// quorum are free (keys left over from a failed attempt, or two clients racing). Such
     /// keys expire at their TTL.
     Split,
+    /// A quorum of nodes has handed the key to the same waiter, which is about to take it.
+    HandedOver {
+        /// The waiter's id, as in [`QueuedWaiter::id`].
+        waiter: String,
+        /// How many nodes reserved it.
+        nodes: usize,
+    },
     /// Fewer than a quorum of nodes answered.
     Unknown,
 }
@@ -53,6 +61,22 @@ pub struct NodeStatus {
     pub node: String,
     /// What it holds.
     pub state: NodeState,
+    /// The live waiters in the resource's line on this node, first to last (empty when the
+    /// node did not answer).
+    pub queue: Vec<QueuedWaiter>,
+}
+
+/// One waiter in a resource's line on one node, inside [`NodeStatus`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedWaiter {
+    /// The waiter's random id (16 hex digits; not a token).
+    pub id: String,
+    /// How long it has waited: from the time its client took its place (the client's clock)
+    /// to the node's time now.
+    pub waited: Duration,
+    /// How long its entry lives unless renewed.
+    pub lapses_in: Duration,
 }
 
 /// What one node holds for a resource.
@@ -67,6 +91,14 @@ pub enum NodeState {
         /// this library).
         ttl: Option<Duration>,
     },
+    /// The key is reserved for the first waiter in line: a release handed it over, and that
+    /// waiter's next attempt takes it.
+    Reserved {
+        /// The waiter's id, as in [`QueuedWaiter::id`].
+        waiter: String,
+        /// How long the reservation lasts.
+        ttl: Option<Duration>,
+    },
     /// The key does not exist.
     Free,
     /// The node did not answer.
@@ -74,9 +106,12 @@ pub enum NodeState {
 }
 
 impl NodeStatus {
-    /// `true` when the key exists on this node.
+    /// `true` when the key exists on this node (held, or reserved for a waiter).
     pub fn exists(&self) -> bool {
-        matches!(self.state, NodeState::Held { .. })
+        matches!(
+            self.state,
+            NodeState::Held { .. } | NodeState::Reserved { .. }
+        )
     }
 
     /// The fingerprint of the token in the key, when it exists.
@@ -90,7 +125,15 @@ impl NodeStatus {
     /// The key's remaining time to live, when it exists and expires.
     pub fn ttl(&self) -> Option<Duration> {
         match &self.state {
-            NodeState::Held { ttl, .. } => *ttl,
+            NodeState::Held { ttl, .. } | NodeState::Reserved { ttl, .. } => *ttl,
+            _ => None,
+        }
+    }
+
+    /// The waiter the key is reserved for, when a release handed it over.
+    pub fn reserved_for(&self) -> Option<&str> {
+        match &self.state {
+            NodeState::Reserved { waiter, .. } => Some(waiter),
             _ => None,
         }
     }
@@ -128,22 +171,32 @@ impl Redlock {
             .unwrap_or(DEFAULT_MAX_NODE_TIMEOUT);
         let replies = futures::future::join_all((0..self.node_count()).map(|i| {
             let mut call = scripts::INSPECT.prepare_invoke();
-            call.key(&*key);
-            self.node(i).invoke::<(Option<String>, i64)>(call, timeout)
+            call.key(&*key)
+                .key(keys::line_key(&key))
+                .key(keys::leases_key(&key));
+            self.node(i).invoke::<NodeReply>(call, timeout)
         }))
         .await;
         let nodes: Vec<NodeStatus> = self
             .nodes()
             .zip(replies)
-            .map(|(node, reply)| NodeStatus {
-                node: node.to_owned(),
-                state: match reply {
-                    Ok((Some(token), pttl)) => NodeState::Held {
-                        fingerprint: fingerprint(&token),
-                        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-                    },
-                    Ok((None, _)) => NodeState::Free,
-                    Err(e) => NodeState::Unreachable(e),
+            .map(|(node, reply)| match reply {
+                Ok((value, pttl, now_ms, line)) => NodeStatus {
+                    node: node.to_owned(),
+                    state: node_state(value, pttl),
+                    queue: line
+                        .into_iter()
+                        .map(|(id, order, lapses_in_ms)| QueuedWaiter {
+                            id,
+                            waited: Duration::from_millis(now_ms.saturating_sub(order / 1000)),
+                            lapses_in: Duration::from_millis(lapses_in_ms),
+                        })
+                        .collect(),
+                },
+                Err(e) => NodeStatus {
+                    node: node.to_owned(),
+                    state: NodeState::Unreachable(e),
+                    queue: Vec::new(),
                 },
             })
             .collect();
@@ -153,6 +206,28 @@ impl Redlock {
             quorum: self.quorum(),
             nodes,
         })
+    }
+}
+
+/// One node's answer to `lua/inspect.lua`: the key's value and PTTL, the node's time in ms, and
+/// the live waiters as (id, order, ms until the entry lapses).
+type NodeReply = (Option<String>, i64, u64, Vec<(String, u64, u64)>);
+
+/// What a node holds, from the key's value and PTTL.
+fn node_state(value: Option<String>, pttl: i64) -> NodeState {
+    let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+    match value {
+        None => NodeState::Free,
+        Some(value) => match value.strip_prefix(keys::RESERVED_PREFIX) {
+            Some(waiter) => NodeState::Reserved {
+                waiter: waiter.to_owned(),
+                ttl,
+            },
+            None => NodeState::Held {
+                fingerprint: fingerprint(&value),
+                ttl,
+            },
+        },
     }
 }
 
@@ -172,20 +247,31 @@ fn verdict(quorum: usize, nodes: &[NodeStatus]) -> Verdict {
     if free >= quorum {
         return Verdict::Free;
     }
-    let mut counts: Vec<(&str, usize)> = Vec::new();
-    for print in nodes.iter().filter_map(NodeStatus::fingerprint) {
-        match counts.iter_mut().find(|(f, _)| *f == print) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((print, 1)),
-        }
-    }
-    match counts.into_iter().find(|(_, n)| *n >= quorum) {
-        Some((print, nodes)) => Verdict::Held {
+    if let Some((print, nodes)) = agreed(quorum, nodes.iter().filter_map(NodeStatus::fingerprint)) {
+        return Verdict::Held {
             fingerprint: print.to_owned(),
+            nodes,
+        };
+    }
+    match agreed(quorum, nodes.iter().filter_map(NodeStatus::reserved_for)) {
+        Some((waiter, nodes)) => Verdict::HandedOver {
+            waiter: waiter.to_owned(),
             nodes,
         },
         None => Verdict::Split,
     }
+}
+
+/// The value at least `quorum` of `values` share, with how many do.
+fn agreed<'a>(quorum: usize, values: impl Iterator<Item = &'a str>) -> Option<(&'a str, usize)> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for value in values {
+        match counts.iter_mut().find(|(v, _)| *v == value) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((value, 1)),
+        }
+    }
+    counts.into_iter().find(|(_, n)| *n >= quorum)
 }
 
 #[cfg(test)]
@@ -200,6 +286,7 @@ mod tests {
                 fingerprint: f.into(),
                 ttl: Some(Duration::from_secs(1)),
             },
+            queue: Vec::new(),
         }
     }
 
@@ -207,6 +294,7 @@ mod tests {
         NodeStatus {
             node: "n".into(),
             state: NodeState::Free,
+            queue: Vec::new(),
         }
     }
 
@@ -215,6 +303,7 @@ mod tests {
         NodeStatus {
             node: "n".into(),
             state: NodeState::Unreachable(e),
+            queue: Vec::new(),
         }
     }
 
@@ -247,6 +336,28 @@ mod tests {
         assert_eq!(
             verdict(3, &[held("a"), held("a"), free(), free(), down()]),
             Verdict::Split
+        );
+    }
+
+    #[test]
+    fn a_key_reserved_for_one_waiter_on_a_quorum_is_handed_over() {
+        let reserved = || node_state(Some("~queued:00000000000000ab".into()), 800);
+        let nodes: Vec<NodeStatus> = (0..3)
+            .map(|_| NodeStatus {
+                node: "n".into(),
+                state: reserved(),
+                queue: Vec::new(),
+            })
+            .chain([free(), held("a")])
+            .collect();
+        assert_eq!(nodes[0].reserved_for(), Some("00000000000000ab"));
+        assert_eq!(nodes[0].fingerprint(), None);
+        assert_eq!(
+            verdict(3, &nodes),
+            Verdict::HandedOver {
+                waiter: "00000000000000ab".into(),
+                nodes: 3
+            }
         );
     }
 

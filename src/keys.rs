@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::error::NodeError;
 use crate::node::{Grant, Node};
 use crate::scripts;
+use crate::wakeup::hub::Ticket;
 
 /// The keys of one lock.
 #[derive(Debug, Clone)]
@@ -53,17 +54,20 @@ impl Keys {
     }
 
     /// Sets every key (or none) to `token` for `ttl_ms`, advancing the fencing counters when
-    /// `fenced`.
+    /// `fenced`. With a place in the line, the attempt is a waiter's (see `wakeup`): it renews
+    /// the waiter's entry, and takes the keys only if they are free and the waiter heads each
+    /// line, or they are reserved for it.
     pub(crate) async fn acquire_on(
         &self,
         node: &Node,
         fenced: bool,
         token: &str,
         ttl_ms: u64,
+        in_line: Option<(&Ticket, Duration)>,
         timeout: Duration,
     ) -> Result<Acquired, NodeError> {
-        match self {
-            Keys::One(key) => {
+        match (self, in_line) {
+            (Keys::One(key), None) => {
                 let fence_key = fenced.then(|| fence_key(key));
                 let grant = node
                     .acquire(key, fence_key.as_deref(), token, ttl_ms, timeout)
@@ -73,7 +77,7 @@ impl Keys {
                     Grant::Held => Acquired::Held,
                 })
             }
-            Keys::Many(keys) => {
+            (Keys::Many(keys), None) => {
                 let mut call = scripts::ACQUIRE_MANY.prepare_invoke();
                 for key in keys.iter() {
                     call.key(key.as_str());
@@ -87,25 +91,80 @@ impl Keys {
                 let fences: Option<Vec<u64>> = node.invoke(call, timeout).await?;
                 Ok(fences.map_or(Acquired::Held, Acquired::Granted))
             }
+            (_, Some((ticket, entry_lease))) => {
+                let mut call = scripts::ACQUIRE_QUEUED.prepare_invoke();
+                self.line_keys(&mut call);
+                if fenced {
+                    for key in self.iter() {
+                        call.key(fence_key(key));
+                    }
+                }
+                call.arg(token)
+                    .arg(ttl_ms)
+                    .arg(self.len())
+                    .arg(&ticket.id)
+                    .arg(ticket.order)
+                    .arg(millis(entry_lease));
+                let fences: Option<Vec<u64>> = node.invoke(call, timeout).await?;
+                Ok(fences.map_or(Acquired::Held, Acquired::Granted))
+            }
         }
     }
 
-    /// Compare-and-delete of every key; `Ok(true)` when at least one was deleted. With
-    /// `announce`, each deletion is published for the waiters.
+    /// Adds the keys, their lines and their lines' leases, the first keys of the line scripts.
+    fn line_keys(&self, call: &mut redis::ScriptInvocation<'_>) {
+        for key in self.iter() {
+            call.key(key);
+        }
+        for key in self.iter() {
+            call.key(line_key(key));
+        }
+        for key in self.iter() {
+            call.key(leases_key(key));
+        }
+    }
+
+    /// Removes the waiter `id` from the line of every key on `node`, passing on a key reserved
+    /// for it.
+    pub(crate) async fn dequeue_on(
+        &self,
+        node: &Node,
+        id: &str,
+        reserve: Duration,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        let mut call = scripts::DEQUEUE.prepare_invoke();
+        self.line_keys(&mut call);
+        call.arg(id).arg(millis(reserve)).arg(self.len());
+        let _: i64 = node.invoke(call, timeout).await?;
+        Ok(())
+    }
+
+    /// Compare-and-delete of every key, handing each to the head of its line if anybody waits
+    /// (see `lua/release.lua`); `Ok(true)` when at least one key was released.
     pub(crate) async fn release_on(
         &self,
         node: &Node,
         token: &str,
-        announce: bool,
+        hand_off: &HandOff,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        match self {
-            Keys::One(key) => node.release(key, token, announce, timeout).await,
-            Keys::Many(keys) => {
-                let deleted = node.release_all(keys, token, announce, timeout).await?;
-                Ok(deleted > 0)
-            }
+        let mut keys = Vec::with_capacity(3 * self.len());
+        keys.extend(self.iter().map(str::to_owned));
+        keys.extend(self.iter().map(line_key));
+        keys.extend(self.iter().map(leases_key));
+        let mut args = vec![
+            token.to_owned(),
+            millis(hand_off.reserve).to_string(),
+            self.len().to_string(),
+        ];
+        if let Some((ticket, entry_lease)) = &hand_off.requeue {
+            args.push(ticket.id.clone());
+            args.push(ticket.order.to_string());
+            args.push(millis(*entry_lease).to_string());
         }
+        node.release(&keys, &args, hand_off.requeue.is_none(), timeout)
+            .await
     }
 
     /// Compare-and-PEXPIRE of every key, all or nothing; `Ok(true)` when renewed.
@@ -163,9 +222,49 @@ impl Keys {
     }
 }
 
+/// What a key reserved for a waiter holds before the waiter's id (see `lua/release.lua`). No
+/// token can equal such a value.
+pub(crate) const RESERVED_PREFIX: &str = "~queued:";
+
+/// How a release passes a key on to the line.
+#[derive(Debug, Clone)]
+pub(crate) struct HandOff {
+    /// How long a key reserved for the head of its line stays reserved: the entry lease.
+    pub(crate) reserve: Duration,
+    /// For the rollback of a waiter's failed attempt: the waiter and its entry lease, put back
+    /// in each line before the head is chosen, so that it keeps its place.
+    pub(crate) requeue: Option<(Ticket, Duration)>,
+}
+
+impl HandOff {
+    /// A release that puts nobody back in line.
+    pub(crate) fn to_line(reserve: Duration) -> Self {
+        HandOff {
+            reserve,
+            requeue: None,
+        }
+    }
+}
+
+/// Whole milliseconds, at least 1, as the scripts take them.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
 /// The Redis key of a resource's fencing counter.
 pub(crate) fn fence_key(key: &str) -> String {
     format!("{key}:fence")
+}
+
+/// The Redis key of a resource's line of waiters: a sorted set of waiter ids by order.
+pub(crate) fn line_key(key: &str) -> String {
+    format!("{key}:queue")
+}
+
+/// The Redis key of the leases of a resource's line entries: waiter ids by the master's time
+/// (ms) at which each entry lapses.
+pub(crate) fn leases_key(key: &str) -> String {
+    format!("{key}:leases")
 }
 
 /// The suffixes of the keys and channels kept beside a lock's own key, each with the reason a
@@ -174,7 +273,7 @@ pub(crate) fn fence_key(key: &str) -> String {
 /// the fencing counter of `x`: acquiring it would overwrite the counter and releasing it would
 /// delete it. Refusing these names keeps every existing key where it is, so masters in use keep
 /// their counters.
-pub(crate) const RESERVED_SUFFIXES: [(&str, &str); 4] = [
+pub(crate) const RESERVED_SUFFIXES: [(&str, &str); 5] = [
     (
         ":fence",
         "it ends with \":fence\", reserved for the fencing counter of the resource it extends",
@@ -186,6 +285,10 @@ pub(crate) const RESERVED_SUFFIXES: [(&str, &str); 4] = [
     (
         ":queue",
         "it ends with \":queue\", reserved for the wait queue of the resource it extends",
+    ),
+    (
+        ":leases",
+        "it ends with \":leases\", reserved for the wait queue's leases of the resource it extends",
     ),
     (
         ":holder",

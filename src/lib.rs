@@ -74,12 +74,13 @@
 //!
 //! # Waiting for a busy lock
 //!
-//! A holder's release is published on the channel `<prefix><resource>:released` of every node
-//! that held it. After an attempt meets contention, [`Redlock::acquire`] subscribes — one
-//! shared subscriber connection per node for the whole client — and retries as soon as a node
-//! announces a release, instead of sleeping out the retry delay (which stays the fallback).
-//! Each release wakes one waiter of the client, the one that has waited longest; the others
-//! keep waiting rather than split the vote with it.
+//! After an attempt finds the resource held, [`Redlock::acquire`] takes a place in the
+//! resource's line on every node, ordered by arrival and shared by every client. The holder's
+//! release reserves the key for the first waiter in line and publishes that waiter's id on
+//! `<prefix><resource>:released`; only that waiter attempts. Waiting is bounded by the
+//! [acquire timeout](RedlockBuilder::acquire_timeout) ([`DEFAULT_ACQUIRE_TIMEOUT`]). The line
+//! decides who tries, never who holds: a lock still needs a quorum of grants within its
+//! validity. [`Redlock::try_acquire`] makes one attempt and never waits.
 //!
 //! # Layout
 //!
@@ -90,8 +91,8 @@
 //! * [`Redlock::inspect`] / [`Inspection`] — what every node holds (`inspect`).
 //! * [`Redlock::stats`] / [`Stats`] — counters (`stats`).
 //! * [`Error`] / [`NodeError`] — outcomes, with every node's own.
-//! * Internals: `keys` (one lock's keys and per-node requests), `wakeup` (release
-//!   announcements), `node`, `quorum`, `retry`, `scripts`.
+//! * Internals: `keys` (one lock's keys and per-node requests), `wakeup` (the wait line and
+//!   its hand-offs), `node`, `quorum`, `retry`, `scripts`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -111,19 +112,22 @@ mod release;
 mod retry;
 mod scripts;
 mod stats;
+mod token;
 mod wakeup;
 
 pub use builder::{
-    RedlockBuilder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_NODE_TIMEOUT,
-    DEFAULT_NODE_TIMEOUT_DIVISOR, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
+    RedlockBuilder, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
+    DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR, DEFAULT_RETRY_COUNT,
+    DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
 };
 pub use error::{ConfigError, Error, LossReason, NodeError, NodeErrorKind};
 pub use hold::{Held, HoldOptions};
-pub use inspect::{Inspection, NodeState, NodeStatus, Verdict};
-pub use lock::{Lock, LockToken};
+pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
+pub use lock::Lock;
 pub use many::MultiLock;
 pub use redlock::{Health, Redlock, Released};
 pub use stats::{NodeStats, Stats};
+pub use token::LockToken;
 
 /// The README's code examples, compiled as doc tests so they cannot rot.
 #[cfg(doctest)]

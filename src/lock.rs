@@ -13,58 +13,13 @@ use crate::quorum::{self, Decision};
 use crate::redlock::{Lease, Redlock, Released};
 use crate::release::spawn_release;
 use crate::stats::Counters;
-
-/// The random value that marks a lock as this holder's on every node: 128 bits from the
-/// operating system's random source, fresh for every acquisition.
-///
-/// Its `Debug` and `Display` never show the value; use [`expose`](LockToken::expose) where the
-/// value itself is needed.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct LockToken(Arc<str>);
-
-impl LockToken {
-    pub(crate) fn generate() -> Self {
-        LockToken(uuid::Uuid::new_v4().simple().to_string().into())
-    }
-
-    /// The token as stored in Redis (32 hex digits). Treat it as a secret: whoever has it can
-    /// release or extend the lock.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// A short, non-secret fingerprint for logs and status displays (a hash prefix, not a
-    /// substring of the token).
-    pub fn fingerprint(&self) -> String {
-        fingerprint(&self.0)
-    }
-}
-
-/// A short non-reversible fingerprint of a token: FNV-1a, 32 bits, as 8 hex digits.
-pub(crate) fn fingerprint(token: &str) -> String {
-    let hash = token.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    format!("{hash:08x}")
-}
-
-impl fmt::Debug for LockToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "LockToken({})", self.fingerprint())
-    }
-}
-
-impl fmt::Display for LockToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.fingerprint())
-    }
-}
+use crate::token::LockToken;
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
 ///
 /// Release it with [`release`](Lock::release). A `Lock` dropped without release is released in
 /// the background when a tokio runtime is running; otherwise its keys expire at the TTL. A
-/// release (explicit or from `Drop`) is announced to the clients waiting for the resource.
+/// release (explicit or from `Drop`) hands the lock to the first client waiting in line.
 ///
 /// ```no_run
 /// # use std::time::Duration;
@@ -252,7 +207,13 @@ impl Lock {
         let span = tracing::debug_span!("release", resource = %self.resource);
         let (released, nodes) = self
             .redlock
-            .release_at_quorum(&self.keys, &self.token, self.lease.node_timeout, &in_flight)
+            .release_at_quorum(
+                &self.keys,
+                &self.token,
+                &self.lease.hand_off(),
+                self.lease.node_timeout,
+                &in_flight,
+            )
             .instrument(span)
             .await;
         self.release_done = true;
@@ -289,7 +250,7 @@ impl Drop for Lock {
                 self.redlock.clone(),
                 self.keys.clone(),
                 self.token.clone(),
-                true,
+                self.lease.hand_off(),
                 self.lease.node_timeout,
                 in_flight,
             );

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::Error;
 use crate::keys::Keys;
-use crate::lock::{Lock, LockToken};
+use crate::lock::Lock;
 use crate::redlock::{Redlock, Released};
+use crate::token::LockToken;
 
 /// A lock held on several resources at once, from [`Redlock::acquire_many`].
 ///

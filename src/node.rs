@@ -130,27 +130,30 @@ impl Node {
         }
     }
 
-    /// Compare-and-delete. `Ok(true)` when this token's key was deleted, `Ok(false)` when the key
-    /// was already gone or belongs to another token. With `announce`, a deletion is published
-    /// on the key's release channel (see `lua/release.lua`).
+    /// The release script (`lua/release.lua`) over `keys` (each lock key, then their lines, then
+    /// their leases) with `args`. `Ok(true)` when at least one key still carried the token and
+    /// was released.
+    ///
+    /// The holder's release (`hot`) sends the script's SHA1, with the source as the fallback on
+    /// `NOSCRIPT`; a cleanup sends the source at once (see `scripts::RELEASE_SOURCE`).
     pub(crate) async fn release(
         &self,
-        key: &str,
-        token: &str,
-        announce: bool,
+        keys: &[String],
+        args: &[String],
+        hot: bool,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        let id = scripts::release_id(token, announce);
         let release = |by: &str, script: &str| {
-            let mut cmd = Cmd::with_capacity(6, by.len() + script.len() + key.len() + 64);
-            cmd.arg(by).arg(script).arg(1).arg(key).arg(token).arg(&id);
+            let size: usize = keys.iter().chain(args).map(String::len).sum();
+            let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), size + script.len() + 32);
+            cmd.arg(by).arg(script).arg(keys.len()).arg(keys).arg(args);
             cmd
         };
         let by_source = || release("EVAL", &scripts::RELEASE_SOURCE);
         self.also_behind_retired(by_source, timeout);
-        let deleted: i64 = self
+        let released: i64 = self
             .bounded(timeout, |mut conn| async move {
-                if !announce {
+                if !hot {
                     // A cleanup: one round trip whatever the node's script cache holds.
                     return by_source().query_async(&mut conn).await;
                 }
@@ -166,32 +169,7 @@ impl Node {
                 }
             })
             .await?;
-        Ok(deleted == 1)
-    }
-
-    /// Compare-and-delete of several keys, by one script. `Ok(n)`: how many were deleted.
-    pub(crate) async fn release_all(
-        &self,
-        keys: &[String],
-        token: &str,
-        announce: bool,
-        timeout: Duration,
-    ) -> Result<u64, NodeError> {
-        let id = scripts::release_id(token, announce);
-        let release = || {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(scripts::RELEASE_SOURCE.as_str())
-                .arg(keys.len())
-                .arg(keys)
-                .arg(token)
-                .arg(&id);
-            cmd
-        };
-        self.also_behind_retired(release, timeout);
-        self.bounded(timeout, |mut conn| async move {
-            release().query_async(&mut conn).await
-        })
-        .await
+        Ok(released > 0)
     }
 
     /// Compare-and-PEXPIRE. `Ok(true)` when renewed, `Ok(false)` when the token is gone.

@@ -1,19 +1,24 @@
 //! `Redlock`: the client. Fans each operation out to every node and decides on a quorum.
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use crate::builder::{RedlockBuilder, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
+use tracing::Instrument;
+
+use crate::builder::{
+    RedlockBuilder, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR,
+};
 use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
 use crate::fanout::Cleanup;
-use crate::keys::{self, Acquired, Keys};
-use crate::lock::{Lock, LockToken};
+use crate::keys::{self, Acquired, HandOff, Keys};
+use crate::lock::Lock;
 use crate::node::Node;
 use crate::quorum::{self, Decision};
 use crate::release::{Retries, Rollback};
 use crate::retry::RetryPolicy;
 use crate::stats::{Counters, Stats};
-use crate::wakeup::Wakeup;
+use crate::token::LockToken;
+use crate::wakeup::{Ticket, Waiter, Wakeup};
 
 /// A distributed lock client over N independent Redis masters.
 ///
@@ -60,6 +65,12 @@ impl WeakRedlock {
     pub(crate) fn upgrade(&self) -> Option<Redlock> {
         self.0.upgrade().map(|inner| Redlock { inner })
     }
+
+    /// One that never upgrades, for tests of what holds it.
+    #[cfg(test)]
+    pub(crate) fn dangling() -> Self {
+        WeakRedlock(Weak::new())
+    }
 }
 
 /// Validated settings, fixed at build time.
@@ -76,11 +87,33 @@ pub(crate) struct Settings {
 /// The timing of one lease, derived from its TTL and validated.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Lease {
-    /// The TTL in whole milliseconds, as the nodes receive it.
+    /// The TTL, rounded down to whole milliseconds.
     pub(crate) ttl: Duration,
+    /// The TTL in whole milliseconds, as the nodes receive it.
     pub(crate) ttl_ms: u64,
     pub(crate) drift: Duration,
     pub(crate) node_timeout: Duration,
+}
+
+/// Entry leases in the line are this many node timeouts...
+const ENTRY_LEASE_NODE_TIMEOUTS: u32 = 10;
+/// ...and never shorter than this.
+const MIN_ENTRY_LEASE: Duration = Duration::from_millis(50);
+
+impl Lease {
+    /// How long a waiter's place in line lasts without renewal, and a key reserved for it stays
+    /// reserved: what a waiter that crashed can cost the line. Ten node timeouts: a waiter
+    /// renews at least every third of it, so two renewals in a row can time out on a node
+    /// without the entry lapsing there.
+    pub(crate) fn entry_lease(&self) -> Duration {
+        (self.node_timeout * ENTRY_LEASE_NODE_TIMEOUTS).max(MIN_ENTRY_LEASE)
+    }
+
+    /// How a release of this lease passes the key on: reserved for the head of the line for one
+    /// entry lease, but never longer than the lock itself could have lived.
+    pub(crate) fn hand_off(&self) -> HandOff {
+        HandOff::to_line(self.entry_lease().min(self.ttl))
+    }
 }
 
 /// Why one acquire attempt failed.
@@ -96,14 +129,6 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
-    /// How many nodes granted the failed attempt.
-    pub(crate) fn granted(&self) -> usize {
-        match self {
-            Failure::NotGranted { granted, .. } => *granted,
-            Failure::Late { .. } => 0,
-        }
-    }
-
     /// `true` when a node refused because another token holds a key.
     pub(crate) fn is_contention(&self) -> bool {
         match self {
@@ -234,15 +259,21 @@ impl Redlock {
         })
     }
 
-    /// Acquires `resource` for `ttl`, retrying by the configured policy (retry count, jittered
-    /// delay, optional overall deadline).
+    /// Acquires `resource` for `ttl`, waiting in line while it is held.
     ///
-    /// Once an attempt finds the resource held, the client subscribes to its release channel on
-    /// every node (one shared subscriber connection per node, opened in the background) and
-    /// retries as soon as a node announces a release; the jittered delay remains the fallback,
-    /// for instance when the holder's lease simply expires. Each release wakes one waiter of
-    /// this client and its clones: the one that has waited longest. An uncontended acquire
-    /// never subscribes.
+    /// The first attempt is a plain one. If it finds the resource held, this call takes a place
+    /// in the resource's line on every master (ordered by arrival, the same on every master, and
+    /// shared with every other client) and attempts again each time a release hands the lock to
+    /// it — one waiter per release, across all clients — and at least every
+    /// [retry delay](crate::RedlockBuilder::retry_delay) as a fallback. Attempts that lose to
+    /// the line or to the holder do not use up the retry count: waiting is bounded by time.
+    ///
+    /// It returns [`Error::NotAcquired`] (or [`Error::ValidityExhausted`]) when
+    /// * the [acquire timeout](crate::RedlockBuilder::acquire_timeout) (default
+    ///   [`DEFAULT_ACQUIRE_TIMEOUT`](crate::DEFAULT_ACQUIRE_TIMEOUT)) has passed and the last
+    ///   attempt failed: no attempt starts after it; or
+    /// * [retry count](crate::RedlockBuilder::retry_count) + 1 attempts have failed for other
+    ///   reasons than the line or the holder: nodes down, too slow, or a quorum granting too late.
     ///
     /// On success the lock is valid for [`Lock::remaining`]: the TTL minus the time the
     /// successful attempt took, minus the clock-drift allowance. Finish the critical section
@@ -258,14 +289,16 @@ impl Redlock {
     /// # Cancel safety
     ///
     /// If the future is dropped mid-attempt, the partial acquisition is released in the
-    /// background (when a tokio runtime is running); no lock is returned.
+    /// background (when a tokio runtime is running); no lock is returned. A place in line is
+    /// given up in the background too; if that fails it lapses within the entry lease.
     pub async fn acquire(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
         let lease = self.lease(ttl)?;
         let keys = Keys::One(self.key(resource)?);
         self.acquire_keys(resource, &keys, &lease, true).await
     }
 
-    /// Makes exactly one attempt to acquire `resource` for `ttl`.
+    /// Makes exactly one attempt to acquire `resource` for `ttl`. It never takes a place in
+    /// line: while others wait for the resource, it fails like any held resource's attempt.
     ///
     /// # Errors
     ///
@@ -278,6 +311,86 @@ impl Redlock {
         let lease = self.lease(ttl)?;
         let keys = Keys::One(self.key(resource)?);
         self.acquire_keys(resource, &keys, &lease, false).await
+    }
+
+    /// The attempt loop of [`acquire`](Redlock::acquire) (`retry`) and
+    /// [`try_acquire`](Redlock::try_acquire). `label` names the lock in errors and logs.
+    pub(crate) async fn acquire_keys(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+        retry: bool,
+    ) -> Result<Lock, Error> {
+        let span = tracing::debug_span!("acquire", resource = label, ttl = ?lease.ttl);
+        // A waiter's place in line is its arrival, not the end of its first attempt.
+        let arrived = SystemTime::now();
+        async move {
+            let policy = self.settings().retry;
+            let wait = self
+                .settings()
+                .acquire_timeout
+                .unwrap_or(DEFAULT_ACQUIRE_TIMEOUT);
+            let deadline = Instant::now().checked_add(wait);
+            // In line, a waiter attempts at least this often: each attempt renews its entry.
+            let poll = lease.entry_lease() / 3;
+            let (mut attempts, mut failures) = (0, 0);
+            let mut waiter: Option<Waiter> = None;
+            loop {
+                attempts += 1;
+                let ticket = waiter.as_ref().map(Waiter::ticket);
+                // A waiter that acquires leaves the other lines as it is dropped.
+                let failure = match self.attempt(label, keys, lease, ticket).await {
+                    Ok(lock) => return Ok(lock),
+                    Err(failure) => failure,
+                };
+                let in_the_way = failure.is_contention();
+                if !in_the_way {
+                    failures += 1;
+                }
+                if !retry || failures >= policy.attempts() {
+                    return Err(self.give_up(label, failure, attempts));
+                }
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err(self.give_up(label, failure, attempts));
+                }
+                if in_the_way && waiter.is_none() {
+                    let reserve = lease.hand_off().reserve;
+                    waiter = self
+                        .wakeup()
+                        .enlist(self, keys, arrived, reserve, lease.node_timeout);
+                    if waiter.is_some() {
+                        // Take the place in line now: the holder may have released already.
+                        continue;
+                    }
+                }
+                let mut delay = policy.delay(&mut rand::rng());
+                if waiter.is_some() {
+                    delay = delay.min(poll);
+                }
+                let until = now.checked_add(delay).unwrap_or(now);
+                // The retry waits until the delay ends, or the acquire deadline if that is sooner.
+                let last = deadline.filter(|d| *d <= until);
+                let woken = match waiter.as_ref() {
+                    Some(waiter) => waiter.wait_until(last.unwrap_or(until)).await,
+                    // Nothing can cut the wait short: give up now rather than sleep to the end.
+                    None if last.is_some() => false,
+                    None => {
+                        tokio::time::sleep_until(until.into()).await;
+                        false
+                    }
+                };
+                if woken {
+                    Counters::bump(&self.counters().wakeups);
+                    tracing::debug!(attempts, "handed the lock by a release; attempting now");
+                } else if last.is_some() {
+                    return Err(self.give_up(label, failure, attempts));
+                }
+            }
+        }
+        .instrument(span)
+        .await
     }
 
     pub(crate) fn give_up(&self, resource: &str, failure: Failure, attempts: u32) -> Error {
@@ -299,11 +412,13 @@ impl Redlock {
     }
 
     /// One attempt of the algorithm: fan out, decide early, check validity, fence, or roll back.
+    /// A waiter's attempt (`in_line`) goes through the line of each key (see `wakeup`).
     pub(crate) async fn attempt(
         &self,
         label: &str,
         keys: &Keys,
         lease: &Lease,
+        in_line: Option<&Ticket>,
     ) -> Result<Lock, Failure> {
         let token = LockToken::generate();
         let fenced = self.inner.settings.fencing;
@@ -311,17 +426,31 @@ impl Redlock {
         // background.
         Counters::bump(&self.inner.counters.attempts);
         let start = Instant::now();
+        let entry_lease = lease.entry_lease();
+        let hand_off = HandOff {
+            requeue: in_line.map(|ticket| (ticket.clone(), entry_lease)),
+            ..lease.hand_off()
+        };
         // By `start + ttl` every SET of the attempt that ran as it was sent has expired.
-        let rollback = Rollback::new(self, keys, &token, lease.node_timeout, start + lease.ttl);
+        let rollback = Rollback::new(
+            self,
+            keys,
+            &token,
+            hand_off.clone(),
+            lease.node_timeout,
+            start + lease.ttl,
+        );
 
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         let (outcome, stragglers) = self
             .fan_out(
                 |rl, i| {
                     let (keys, token) = (keys.clone(), token.clone());
+                    let ticket = in_line.cloned();
                     async move {
                         let node = rl.node(i);
-                        keys.acquire_on(node, fenced, token.expose(), ttl_ms, node_timeout)
+                        let in_line = ticket.as_ref().map(|t| (t, entry_lease));
+                        keys.acquire_on(node, fenced, token.expose(), ttl_ms, in_line, node_timeout)
                             .await
                     }
                 },
@@ -353,7 +482,7 @@ impl Redlock {
                             keys: keys.clone(),
                             token: token.clone(),
                             node_timeout: lease.node_timeout,
-                            announce: true,
+                            hand_off: lease.hand_off(),
                         });
                         return Ok(Lock {
                             redlock: self.clone(),
@@ -396,7 +525,7 @@ impl Redlock {
             keys: keys.clone(),
             token: token.clone(),
             node_timeout: lease.node_timeout,
-            announce: false,
+            hand_off,
         });
         // A node that refused set nothing: only the others need the rollback.
         rollback.release_now(&outcome.refused).await;

@@ -5,10 +5,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{NodeError, NodeErrorKind};
-use crate::keys::Keys;
-use crate::lock::LockToken;
+use crate::keys::{HandOff, Keys};
 use crate::node::Node;
 use crate::redlock::{Redlock, Released, WeakRedlock};
+use crate::token::LockToken;
 
 /// The first pause of a node's rollback retries; it doubles while the node does not answer, up
 /// to [`RETRY_PAUSE_MAX`], and starts over once it does.
@@ -19,13 +19,13 @@ const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 impl Redlock {
     /// Compare-and-delete on every node but those in `skip`, waiting for each (bounded by
-    /// `node_timeout`). With `announce`, each node publishes the deletion to waiters; a rollback
-    /// does not. Returns what the nodes that answered said, and each that did not, by index.
+    /// `node_timeout`). Each node hands a released key to the head of its line, if anybody
+    /// waits. Returns what the nodes that answered said, and each that did not, by index.
     pub(crate) async fn release_except(
         &self,
         keys: &Keys,
         token: &LockToken,
-        announce: bool,
+        hand_off: &HandOff,
         node_timeout: Duration,
         skip: &[usize],
     ) -> (Released, Vec<(usize, NodeError)>) {
@@ -33,7 +33,7 @@ impl Redlock {
         let sent = nodes.filter(|(i, _)| !skip.contains(i));
         let replies = futures::future::join_all(sent.map(|(i, node)| async move {
             let started = Instant::now();
-            let reply = keys.release_on(node, token.expose(), announce, node_timeout).await;
+            let reply = keys.release_on(node, token.expose(), hand_off, node_timeout).await;
             tracing::debug!(node = node.id(), elapsed = ?started.elapsed(), reply = ?reply.as_ref().map_err(NodeError::kind), "release");
             (i, reply)
         }))
@@ -58,13 +58,14 @@ impl Redlock {
 
     /// The holder's release: compare-and-delete on every node but those in `skip` (their
     /// acquire request is still in flight: they are released behind it, in the background),
-    /// announced to waiters. Returns as soon as a quorum of the nodes asked has confirmed, or
+    /// handed to the line. Returns as soon as a quorum of the nodes asked has confirmed, or
     /// enough failed that no quorum can; the releases still in flight finish in the
     /// background. The skipped nodes confirm nothing: they count as neither.
     pub(crate) async fn release_at_quorum(
         &self,
         keys: &Keys,
         token: &LockToken,
+        hand_off: &HandOff,
         node_timeout: Duration,
         skip: &[usize],
     ) -> (Released, Vec<NodeError>) {
@@ -72,9 +73,9 @@ impl Redlock {
             .fan_out_except(
                 skip,
                 |rl, i| {
-                    let (keys, token) = (keys.clone(), token.clone());
+                    let (keys, token, hand_off) = (keys.clone(), token.clone(), hand_off.clone());
                     async move {
-                        keys.release_on(rl.node(i), token.expose(), true, node_timeout)
+                        keys.release_on(rl.node(i), token.expose(), &hand_off, node_timeout)
                             .await
                     }
                 },
@@ -114,7 +115,7 @@ impl Redlock {
         let token = release.token.expose();
         let sent = release
             .keys
-            .release_on(self.node(node), token, false, release.node_timeout);
+            .release_on(self.node(node), token, &release.hand_off, release.node_timeout);
         sent.await.is_ok()
     }
 }
@@ -125,6 +126,9 @@ pub(crate) struct Rollback<'a> {
     redlock: &'a Redlock,
     keys: &'a Keys,
     token: &'a LockToken,
+    /// How the released keys pass on to the line; for a waiter's attempt, it is put back in
+    /// its place first.
+    hand_off: HandOff,
     node_timeout: Duration,
     /// By then every `SET` of the attempt that ran as it was sent has expired: releases still
     /// unanswered are given up. (One that ran late was sent a release queued behind it on its
@@ -143,6 +147,7 @@ impl<'a> Rollback<'a> {
         redlock: &'a Redlock,
         keys: &'a Keys,
         token: &'a LockToken,
+        hand_off: HandOff,
         node_timeout: Duration,
         keys_expire: Instant,
     ) -> Self {
@@ -150,6 +155,7 @@ impl<'a> Rollback<'a> {
             redlock,
             keys,
             token,
+            hand_off,
             node_timeout,
             keys_expire,
             sent_before: redlock.all_nodes().iter().map(Node::sent).collect(),
@@ -178,7 +184,7 @@ impl<'a> Rollback<'a> {
         }
         let (released, failed) = self
             .redlock
-            .release_except(self.keys, self.token, false, self.node_timeout, &skip)
+            .release_except(self.keys, self.token, &self.hand_off, self.node_timeout, &skip)
             .await;
         tracing::debug!(
             deleted = released.deleted,
@@ -190,6 +196,7 @@ impl<'a> Rollback<'a> {
             let release = Pending {
                 keys: self.keys.clone(),
                 token: self.token.clone(),
+                hand_off: self.hand_off.clone(),
                 node_timeout: self.node_timeout,
                 expires: self.keys_expire,
             };
@@ -212,11 +219,12 @@ impl<'a> Rollback<'a> {
 impl Drop for Rollback<'_> {
     fn drop(&mut self) {
         if self.armed {
+            // Cancelled: the waiter is leaving the line, so it is not put back.
             spawn_release(
                 self.redlock.clone(),
                 self.keys.clone(),
                 self.token.clone(),
-                false,
+                HandOff::to_line(self.hand_off.reserve),
                 self.node_timeout,
                 self.untouched(),
             );
@@ -230,7 +238,7 @@ pub(crate) fn spawn_release(
     redlock: Redlock,
     keys: Keys,
     token: LockToken,
-    announce: bool,
+    hand_off: HandOff,
     node_timeout: Duration,
     skip: Vec<usize>,
 ) {
@@ -238,7 +246,7 @@ pub(crate) fn spawn_release(
         Ok(runtime) => {
             runtime.spawn(async move {
                 let (released, failed) = redlock
-                    .release_except(&keys, &token, announce, node_timeout, &skip)
+                    .release_except(&keys, &token, &hand_off, node_timeout, &skip)
                     .await;
                 tracing::debug!(
                     deleted = released.deleted,
@@ -277,6 +285,7 @@ struct Queue {
 struct Pending {
     keys: Keys,
     token: LockToken,
+    hand_off: HandOff,
     node_timeout: Duration,
     /// Past this, the keys have expired on their own and the release is moot.
     expires: Instant,

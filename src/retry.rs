@@ -31,22 +31,6 @@ impl RetryPolicy {
         }
         rng.random_range(low..=high)
     }
-
-    /// The pause before retrying an attempt that collided with other waiters (they all woke on
-    /// the same release and split the vote): uniform over `[0, 2 × attempt]`, where `attempt`
-    /// is how long the failed attempt took, so that one of them most likely goes first and
-    /// finds every node free. Never longer than the base delay.
-    pub(crate) fn collision_delay<R: Rng + ?Sized>(
-        &self,
-        attempt: Duration,
-        rng: &mut R,
-    ) -> Duration {
-        let high = attempt.saturating_mul(2).min(self.delay);
-        if high.is_zero() {
-            return Duration::ZERO;
-        }
-        rng.random_range(Duration::ZERO..=high)
-    }
 }
 
 #[cfg(test)]
@@ -102,20 +86,6 @@ mod tests {
             .scan(StdRng::seed_from_u64(9), |r, _| Some(p.delay(r)))
             .collect();
         assert_eq!(a, b);
-    }
-
-    #[test]
-    fn a_collision_delay_spreads_over_twice_the_attempt_and_never_exceeds_the_base_delay() {
-        let p = policy(200, 100);
-        let mut rng = StdRng::seed_from_u64(5);
-        let delays: Vec<Duration> = (0..1000)
-            .map(|_| p.collision_delay(Duration::from_millis(3), &mut rng))
-            .collect();
-        assert!(delays.iter().all(|d| *d <= Duration::from_millis(6)));
-        assert!(delays.iter().any(|d| *d < Duration::from_millis(1)));
-        assert!(delays.iter().any(|d| *d > Duration::from_millis(5)));
-        assert!(p.collision_delay(Duration::from_secs(9), &mut rng) <= Duration::from_millis(200));
-        assert_eq!(p.collision_delay(Duration::ZERO, &mut rng), Duration::ZERO);
     }
 
     #[test]

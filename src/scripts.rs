@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Compare-and-delete over one or more keys. With an announce id, each deletion is published
-/// on `<key>:released`, the channel waiters subscribe to (see `wakeup.rs`).
+/// Compare-and-delete over one or more keys, handing each to the head of its line when anybody
+/// waits (see `wakeup`).
 ///
 /// A holder's release sends it as `EVALSHA` (see [`RELEASE`]), falling back to the source on
 /// `NOSCRIPT`. A cleanup — a rollback, or a release queued behind a late `SET` on a slow or
@@ -24,15 +24,14 @@ pub(crate) static RELEASE_SOURCE: LazyLock<String> =
 /// [`RELEASE_SOURCE`] as a script, for its SHA1.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(&RELEASE_SOURCE));
 
-/// The release script's announce argument for a release of `token`: a short non-secret
-/// fingerprint of the token when the release is announced, `"0"` when it is silent (see
-/// `lua/release.lua`).
-pub(crate) fn release_id(token: &str, announce: bool) -> String {
-    match announce {
-        true => crate::lock::fingerprint(token),
-        false => "0".to_owned(),
-    }
-}
+/// A waiter's attempt: renew its place in the line of each key, and take the keys if they are
+/// free and it heads every line, or they are reserved for it.
+pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/acquire_queued.lua")));
+
+/// A waiter leaves the lines, passing on a key reserved for it.
+pub(crate) static DEQUEUE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/dequeue.lua")));
 
 /// Compare-and-PEXPIRE over one or more keys, all or nothing.
 pub(crate) static EXTEND: LazyLock<Script> =
@@ -54,7 +53,7 @@ pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/inspect.lua")));
 
-/// The channel a release of `key` is announced on.
+/// The channel a hand-off of `key` is announced on, with the id of the waiter it goes to.
 pub(crate) fn release_channel(key: &str) -> String {
     format!("{key}:released")
 }
@@ -73,8 +72,8 @@ mod tests {
     #[test]
     fn the_sent_release_source_keeps_the_code_and_drops_the_comments() {
         assert!(!RELEASE_SOURCE.contains("--"));
-        assert!(RELEASE_SOURCE.starts_with("local deleted = 0\n"));
-        assert!(RELEASE_SOURCE.ends_with("\nreturn deleted"));
+        assert!(RELEASE_SOURCE.starts_with("local n = tonumber(ARGV[3])\n"));
+        assert!(RELEASE_SOURCE.ends_with("\nreturn released"));
         assert!(RELEASE_SOURCE.len() < include_str!("lua/release.lua").len() / 2);
     }
 }

@@ -225,7 +225,10 @@ async fn negative_control_the_same_restart_with_aof_leaves_no_overlap() {
         "the key survived"
     );
     let start = Instant::now();
-    let refused = redlock(&nodes).acquire("report", ttl).await.unwrap_err();
+    let refused = redlock(&nodes)
+        .try_acquire("report", ttl)
+        .await
+        .unwrap_err();
     assert!(refused.is_contention(), "{refused}");
     history.record(Op::acquire_failed(
         1,

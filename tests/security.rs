@@ -6,15 +6,16 @@
 //! Everything quorumlock sends, with the key prefix `locks:` (`RedlockBuilder::key_prefix`):
 //!
 //! ```text
-//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* &locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +incr +publish +subscribe +unsubscribe +info
+//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* &locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +incr +zadd +zrem +zrange +zscore +time +publish +subscribe +unsubscribe +info
 //! ```
 //!
-//! * keys `~locks:*`: the lock keys and their fencing counters (`locks:<resource>:fence`);
-//!   channels `&locks:*`: the release announcements (`locks:<resource>:released`).
+//! * keys `~locks:*`: the lock keys, their fencing counters (`locks:<resource>:fence`) and their
+//!   wait lines (`locks:<resource>:queue`, `locks:<resource>:leases`); channels `&locks:*`: the
+//!   hand-offs (`locks:<resource>:released`).
 //! * `EVAL`, `EVALSHA`, `SCRIPT LOAD` run the scripts; `SET`, `GET`, `DEL`, `EXISTS`, `PEXPIRE`,
-//!   `PTTL`, `INCR` and `PUBLISH` are what the scripts call (a script runs with its caller's
-//!   permissions); `SUBSCRIBE` / `UNSUBSCRIBE` wait for releases; `INFO` is `Redlock::connect`'s
-//!   duplicate-server check (drop it if you never call `connect`).
+//!   `PTTL`, `INCR`, the sorted-set commands, `TIME` and `PUBLISH` are what the scripts call (a
+//!   script runs with its caller's permissions); `SUBSCRIBE` / `UNSUBSCRIBE` wait for hand-offs;
+//!   `INFO` is `Redlock::connect`'s duplicate-server check (drop it if you never call `connect`).
 //!
 //! `acl_rule_lets_the_core_behaviours_through_and_nothing_else` runs the core behaviours as that
 //! user, and `every_permission_in_the_acl_rule_is_needed` takes each command away in turn and shows
@@ -43,25 +44,24 @@ const CORE_COMMANDS: &[&str] = &[
     "set",
     "get",
     "del",
+    "exists",
     "pexpire",
+    "pttl",
     "incr",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zscore",
+    "time",
     "publish",
     "subscribe",
     "unsubscribe",
     "info",
 ];
 
-/// Called by scripts of features beside the core: `EXISTS` by multi-resource locks, `PTTL` by
-/// lock inspection.
-const FEATURE_COMMANDS: &[&str] = &["exists", "pttl"];
-
 /// The whole least-privilege rule's commands.
 fn all_commands() -> Vec<&'static str> {
-    CORE_COMMANDS
-        .iter()
-        .chain(FEATURE_COMMANDS)
-        .copied()
-        .collect()
+    CORE_COMMANDS.to_vec()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -184,15 +184,49 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str) -> Result<(), Strin
         .acquire("orders:1", TTL)
         .await
         .map_err(|e| format!("acquire: {e}"))?;
-    match other.acquire("orders:1", TTL).await {
+    match other.try_acquire("orders:1", TTL).await {
         Err(e) if e.is_contention() => {}
         other => return Err(format!("refuse: {other:?}")),
     }
     lock.extend(TTL).await.map_err(|e| format!("extend: {e}"))?;
+    // Waiting in line: `other` takes its place, the release hands the lock to it.
+    let waiting = {
+        let other = other.clone();
+        tokio::spawn(async move { other.acquire("orders:1", TTL).await })
+    };
+    let line = format!("{PREFIX}orders:1:queue");
+    for _ in 0..100 {
+        let queued: usize = redis::cmd("ZCARD")
+            .arg(&line)
+            .query(&mut direct(&nodes[0]))
+            .unwrap();
+        if queued > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = rl
+        .inspect("orders:1")
+        .await
+        .map_err(|e| format!("inspect: {e}"))?;
+    if status.nodes.iter().all(|n| n.queue.is_empty()) {
+        return Err(format!("inspect shows no waiter: {status:?}"));
+    }
     let released = lock.release().await.map_err(|e| format!("release: {e}"))?;
     if released.deleted < rl.quorum() {
         return Err(format!("release deleted {released:?}"));
     }
+    let handed = match waiting.await {
+        Ok(result) => result.map_err(|e| format!("wait in line: {e}"))?,
+        Err(e) => return Err(format!("wait in line: {e}")),
+    };
+    if other.stats().wakeups == 0 {
+        return Err("the waiter was not handed the lock".to_owned());
+    }
+    handed
+        .release()
+        .await
+        .map_err(|e| format!("release after the wait: {e}"))?;
     // Fencing, including the second round: the counters disagree, and the last master refuses
     // (another token holds it), so the grants come from masters 0 and 1 with counters 21 and 11.
     let fenced = acl_client(nodes, password, true);
@@ -379,7 +413,7 @@ async fn tokens_and_passwords_never_appear_in_debug_display_or_logs() {
     let mut lock = rl.acquire("payroll", TTL).await.unwrap();
     tokens.push(lock.token().expose().to_owned());
     shown.push(format!("{lock:?} {} {:?}", lock.token(), lock.token()));
-    let refused = other.acquire("payroll", TTL).await.unwrap_err();
+    let refused = other.try_acquire("payroll", TTL).await.unwrap_err();
     shown.push(format!("{refused} {refused:?}"));
     lock.extend(TTL).await.unwrap();
     // A failed extend and a failed release, with nodes down: errors carry every node's outcome.

@@ -1,4 +1,15 @@
--- What one node holds for a lock key: its value (nil when absent) and its remaining PTTL in
--- milliseconds (-2 when absent, -1 when it has no expiry), read atomically.
--- KEYS[1] lock key.
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
+-- What one node holds for a lock key, read atomically: its value (nil when absent), its PTTL in ms
+-- (-2 when absent, -1 with no expiry), the node's time in ms, and the live waiters in the key's
+-- line, first to last, as {id, order, ms until the entry lapses} triples.
+-- KEYS[1] lock key; KEYS[2] its line; KEYS[3] the line's leases.
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local line = {}
+local entries = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+for i = 1, #entries, 2 do
+  local lapses = tonumber(redis.call('ZSCORE', KEYS[3], entries[i]))
+  if lapses and lapses > now then
+    table.insert(line, {entries[i], entries[i + 1], lapses - now})
+  end
+end
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), now, line}

@@ -215,6 +215,8 @@ async fn load_scripts(conn: &MultiplexedConnection) {
         &*scripts::RAISE_FENCE,
         &*scripts::ACQUIRE_MANY,
         &*scripts::INSPECT,
+        &*scripts::ACQUIRE_QUEUED,
+        &*scripts::DEQUEUE,
     ];
     let loads = scripts.map(|script| {
         let mut conn = conn.clone();

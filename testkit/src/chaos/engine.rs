@@ -164,17 +164,13 @@ impl Cluster {
         self.servers().iter().map(|s| s.is_running()).collect()
     }
 
-    /// The lock keys (fencing counters excluded) on master `i`, read directly, bypassing any
-    /// proxy; `None` when it does not answer within 200 ms (down or paused).
+    /// The lock keys (fencing counters and wait lines excluded) on master `i`, read directly,
+    /// bypassing any proxy; `None` when it does not answer within 200 ms (down or paused).
     pub(super) fn lock_keys(&self, i: usize) -> Option<Vec<String>> {
         let keys: Vec<String> = direct_query(self.addrs[i], Duration::from_millis(200), |c| {
             redis::cmd("KEYS").arg(format!("{KEY_PREFIX}*")).query(c)
         })?;
-        Some(
-            keys.into_iter()
-                .filter(|k| !k.ends_with(":fence"))
-                .collect(),
-        )
+        Some(keys.into_iter().filter(|k| !is_auxiliary(k)).collect())
     }
 
     /// Lock keys on the running masters that answer.
@@ -496,14 +492,25 @@ fn client_rng(seed: u64, client: usize) -> StdRng {
     )
 }
 
+/// Whether `key` is one of the keys kept beside a lock key: a fencing counter (kept for good),
+/// or a wait line and its leases (which expire with their last entry's lease).
+fn is_auxiliary(key: &str) -> bool {
+    [":fence", ":queue", ":leases"]
+        .iter()
+        .any(|suffix| key.ends_with(suffix))
+}
+
 /// Every `MONITOR_EVERY`, reads every lock key's remaining TTL on every master that answers and
-/// collects those that could outlive the lock TTL (no expiry at all, or a longer one).
+/// collects those that could outlive the lock TTL (no expiry at all, or a longer one), and the
+/// wait lines with no expiry at all.
 fn monitor_keys(cluster: &Cluster, stop: &AtomicBool, ttl: Duration) -> Vec<String> {
     const SCRIPT: &str = r"
 local bad = {}
 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
-  if string.sub(k, -6) ~= ':fence' then
-    local t = redis.call('PTTL', k)
+  local t = redis.call('PTTL', k)
+  if string.sub(k, -6) == ':queue' or string.sub(k, -7) == ':leases' then
+    if t == -1 then table.insert(bad, k .. ' pttl ' .. t) end
+  elseif string.sub(k, -6) ~= ':fence' then
     if t == -1 or t > tonumber(ARGV[2]) then table.insert(bad, k .. ' pttl ' .. t) end
   end
 end

@@ -1,0 +1,51 @@
+//! `LockToken`: the random value that marks a lock as one holder's, and its non-secret
+//! fingerprint.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The random value that marks a lock as this holder's on every node: 128 bits from the
+/// operating system's random source, fresh for every acquisition.
+///
+/// Its `Debug` and `Display` never show the value; use [`expose`](LockToken::expose) where the
+/// value itself is needed.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LockToken(Arc<str>);
+
+impl LockToken {
+    pub(crate) fn generate() -> Self {
+        LockToken(uuid::Uuid::new_v4().simple().to_string().into())
+    }
+
+    /// The token as stored in Redis (32 hex digits). Treat it as a secret: whoever has it can
+    /// release or extend the lock.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// A short, non-secret fingerprint for logs and status displays (a hash prefix, not a
+    /// substring of the token).
+    pub fn fingerprint(&self) -> String {
+        fingerprint(&self.0)
+    }
+}
+
+/// A short non-reversible fingerprint of a token: FNV-1a, 32 bits, as 8 hex digits.
+pub(crate) fn fingerprint(token: &str) -> String {
+    let hash = token.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{hash:08x}")
+}
+
+impl fmt::Debug for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LockToken({})", self.fingerprint())
+    }
+}
+
+impl fmt::Display for LockToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.fingerprint())
+    }
+}

@@ -1,0 +1,148 @@
+//! The subscriber connections: one per master for the whole client, subscribed to the release
+//! channels the client's waiters wait on, forwarding each hand-off to the [`Hub`].
+
+use std::collections::HashSet;
+use std::sync::Weak;
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::PubSub;
+use tokio::sync::watch;
+
+use super::hub::Hub;
+use crate::redlock::WeakRedlock;
+
+/// Bound on one `SUBSCRIBE` / `UNSUBSCRIBE` round trip; past it the connection is replaced.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// First pause before reconnecting a subscriber; doubled on each failure, up to the maximum.
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// How a subscriber connection ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Served {
+    /// The client is gone: stop.
+    Closed,
+    /// The connection broke or stopped answering: reconnect.
+    Broken,
+}
+
+/// The subscriber task of one node: holds its connection while channels are wanted, and
+/// reconnects after failures. Ends when the client is dropped.
+pub(crate) async fn subscriber(
+    redlock: WeakRedlock,
+    hub: Weak<Hub>,
+    index: usize,
+    mut changes: watch::Receiver<()>,
+) {
+    let Some(node) = redlock.upgrade().map(|rl| rl.node(index).id().to_owned()) else {
+        return;
+    };
+    let mut backoff = RECONNECT_MIN;
+    loop {
+        // Connect only while something is wanted.
+        loop {
+            match hub.upgrade() {
+                None => return,
+                Some(hub) if hub.is_watched() => break,
+                Some(_) => {}
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+        let connected = match redlock.upgrade() {
+            Some(rl) => rl.node(index).subscriber().await,
+            None => return,
+        };
+        match connected {
+            Ok(pubsub) => {
+                tracing::debug!(node, "subscriber connected");
+                backoff = RECONNECT_MIN;
+                if serve(&node, pubsub, &hub, &mut changes).await == Served::Closed {
+                    return;
+                }
+                tracing::debug!(node, "subscriber connection lost; reconnecting");
+            }
+            Err(e) => tracing::debug!(node, error = %e.kind(), ?backoff, "cannot subscribe"),
+        }
+        if !pause(&mut changes, backoff).await {
+            return;
+        }
+        backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// Sleeps for `pause`; `false` if the client went away meanwhile.
+async fn pause(changes: &mut watch::Receiver<()>, pause: Duration) -> bool {
+    let sleep = tokio::time::sleep(pause);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return true,
+            changed = changes.changed() => if changed.is_err() { return false },
+        }
+    }
+}
+
+/// Keeps one connection's subscriptions equal to the wanted channels and forwards its messages
+/// to the waiters.
+async fn serve(
+    node: &str,
+    pubsub: PubSub,
+    hub: &Weak<Hub>,
+    changes: &mut watch::Receiver<()>,
+) -> Served {
+    let (mut sink, mut messages) = pubsub.split();
+    let mut subscribed: HashSet<String> = HashSet::new();
+    loop {
+        let Some(wanted) = hub.upgrade().map(|hub| hub.wanted()) else {
+            return Served::Closed;
+        };
+        let wanted: HashSet<String> = wanted.into_iter().collect();
+        let add: Vec<String> = wanted.difference(&subscribed).cloned().collect();
+        let remove: Vec<String> = subscribed.difference(&wanted).cloned().collect();
+        if !add.is_empty() {
+            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(&add)).await {
+                Ok(Ok(())) => {
+                    if let Some(hub) = hub.upgrade() {
+                        for channel in &add {
+                            hub.confirmed(channel);
+                        }
+                    }
+                    subscribed.extend(add);
+                }
+                Ok(Err(e)) => {
+                    // Most often an ACL without `+subscribe` or the channel pattern: waiting
+                    // still works, by polling at the retry delay, but the operator should know.
+                    tracing::warn!(node, error = %e, "SUBSCRIBE refused; waiters fall back to the retry delay");
+                    return Served::Broken;
+                }
+                Err(_timeout) => return Served::Broken,
+            }
+        }
+        if !remove.is_empty() {
+            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.unsubscribe(&remove)).await {
+                Ok(Ok(())) => {
+                    for channel in &remove {
+                        subscribed.remove(channel);
+                    }
+                }
+                _ => return Served::Broken,
+            }
+        }
+        tokio::select! {
+            message = messages.next() => match message {
+                Some(message) => {
+                    if let Some(hub) = hub.upgrade() {
+                        hub.handed_over(message.get_channel_name(), message.get_payload_bytes());
+                    }
+                }
+                None => return Served::Broken,
+            },
+            changed = changes.changed() => if changed.is_err() {
+                return Served::Closed;
+            },
+        }
+    }
+}
