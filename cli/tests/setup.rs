@@ -225,10 +225,10 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "--resource",
             "v",
             "--ttl",
-            "600ms",
+            "3s",
             "--",
             "sleep",
-            "0.5",
+            "1.3",
         ])
         .output()
         .unwrap();
@@ -241,10 +241,10 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "--resource",
             "v",
             "--ttl",
-            "600ms",
+            "3s",
             "--",
             "sleep",
-            "0.5",
+            "1.3",
         ])
         .output()
         .unwrap();
@@ -257,10 +257,10 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "--resource",
             "v",
             "--ttl",
-            "600ms",
+            "3s",
             "--",
             "sleep",
-            "0.5",
+            "1.3",
         ])
         .output()
         .unwrap();
