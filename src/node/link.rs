@@ -1,6 +1,7 @@
 //! A node's connection: opened on first use and again after it breaks or is replaced, one
-//! attempt at a time and no more often than a backoff allows, with the scripts loaded; and the
-//! connection it last replaced, kept while requests written on it may still run.
+//! attempt at a time and no more often than a backoff allows, with the scripts loaded ahead of
+//! its first request; and the connection it last replaced, kept while requests written on it
+//! may still run.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -17,7 +18,8 @@ use crate::scripts;
 const RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
 
 /// After a failed connection attempt, the next waits this long, doubling with each failure in
-/// a row up to [`RECONNECT_BACKOFF_MAX`]; requests in the meantime fail at once, unsent.
+/// a row up to [`RECONNECT_BACKOFF_MAX`]; requests in the meantime fail at once, unsent (but
+/// the probe of an unresponsive node, which waits).
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 
 /// See [`RECONNECT_BACKOFF_MIN`]: a node that stays down is tried about once a second.
