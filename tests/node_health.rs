@@ -283,6 +283,20 @@ async fn fenced_acquires_and_extends_on_a_restarted_master_need_one_round_trip()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_new_connection_loads_the_scripts_ahead_of_its_first_request() {
+    let nodes = RedisNodes::spawn(1).unwrap();
+    let rl = builder(&nodes).fencing(true).build().unwrap();
+    let mut lock = rl.try_acquire("first", TTL).await.unwrap();
+    lock.extend(TTL).await.unwrap();
+    lock.release().await.unwrap();
+    let errors: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query(&mut direct(&nodes[0]))
+        .unwrap();
+    assert!(!errors.contains("NOSCRIPT"), "{errors}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_release_counts_only_the_nodes_that_answered_it() {
     let nodes = five();
     let rl = builder(&nodes)

@@ -15,7 +15,9 @@ pub(crate) struct NodesArg {
         env = "QUORUMLOCK_NODES",
         value_delimiter = ',',
         required = true,
-        value_parser = parse_url
+        value_parser = parse_url,
+        // `--help` would show the variable's value, passwords included.
+        hide_env_values = true
     )]
     nodes: Vec<String>,
     /// Prefix of every lock key (the key is the prefix plus the resource name).

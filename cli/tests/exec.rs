@@ -287,9 +287,12 @@ fn without_a_command_a_signal_ends_the_hold_and_releases() {
         .read_line(&mut first)
         .unwrap();
     assert_eq!(first.trim(), "locked held");
+    // Kept open until the end: `wait` would close it, which ends a hold too.
+    let stdin = holder.stdin.take().unwrap();
     let pid = nix::unistd::Pid::from_raw(i32::try_from(holder.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     assert_eq!(holder.wait().unwrap().code(), Some(143));
+    drop(stdin);
     let free = exec(&nodes, &["--resource", "held", "-n"], "echo ran")
         .output()
         .unwrap();

@@ -130,7 +130,7 @@ fn sigkill_of_quorumlock_takes_the_whole_group_with_it() {
         "A",
         exec(
             &nodes,
-            &["--resource", "killed", "--ttl", "1s"],
+            &["--resource", "killed", "--ttl", "2s"],
             &witness.holder("A", "", "trap '' TERM HUP INT QUIT"),
         ),
     );

@@ -46,3 +46,16 @@ fn help_lists_every_exit_code() {
         );
     }
 }
+
+#[test]
+fn help_never_shows_the_passwords_in_quorumlock_nodes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .env("QUORUMLOCK_NODES", "redis://:hunter2@10.0.0.1:6379")
+        .args(["exec", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(help.contains("QUORUMLOCK_NODES"), "{help}");
+    assert!(!help.contains("hunter2"), "{help}");
+}

@@ -188,6 +188,13 @@ fn a_server_that_is_not_redis_takes_one_line_of_the_status_table() {
     assert_eq!(out.status.code(), Some(0), "free: {}", text(&out));
     // A header, one row per node, the verdict.
     assert_eq!(stdout.lines().count(), 5, "{}", text(&out));
+    // The warning about it is one line too.
+    let stderr = stderr(&out);
+    assert!(
+        stderr.lines().all(|l| l.starts_with("WARN")),
+        "{}",
+        text(&out)
+    );
     let row = stdout.lines().nth(2).unwrap();
     assert!(
         row.starts_with(&not_redis.to_string()) && row.contains("down"),
@@ -225,10 +232,10 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "--resource",
             "v",
             "--ttl",
-            "600ms",
+            "3s",
             "--",
             "sleep",
-            "0.5",
+            "1.3",
         ])
         .output()
         .unwrap();
@@ -241,10 +248,10 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "--resource",
             "v",
             "--ttl",
-            "600ms",
+            "3s",
             "--",
             "sleep",
-            "0.5",
+            "1.3",
         ])
         .output()
         .unwrap();
@@ -257,10 +264,10 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "--resource",
             "v",
             "--ttl",
-            "600ms",
+            "3s",
             "--",
             "sleep",
-            "0.5",
+            "1.3",
         ])
         .output()
         .unwrap();

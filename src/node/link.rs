@@ -1,6 +1,7 @@
 //! A node's connection: opened on first use and again after it breaks or is replaced, one
-//! attempt at a time and no more often than a backoff allows, with the scripts loaded; and the
-//! connection it last replaced, kept while requests written on it may still run.
+//! attempt at a time and no more often than a backoff allows, with the scripts loaded ahead of
+//! its first request; and the connection it last replaced, kept while requests written on it
+//! may still run.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -17,7 +18,8 @@ use crate::scripts;
 const RECONNECT_INTERVAL: Duration = Duration::from_millis(50);
 
 /// After a failed connection attempt, the next waits this long, doubling with each failure in
-/// a row up to [`RECONNECT_BACKOFF_MAX`]; requests in the meantime fail at once, unsent.
+/// a row up to [`RECONNECT_BACKOFF_MAX`]; requests in the meantime fail at once, unsent (but
+/// the probe of an unresponsive node, which waits).
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
 
 /// See [`RECONNECT_BACKOFF_MIN`]: a node that stays down is tried about once a second.
@@ -177,10 +179,10 @@ impl Link {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A connection attempt: connect (with the client library's handshake), then load every
-    /// script the node sends by its SHA1, all within the connect timeout. A node that
-    /// restarted has forgotten its scripts, and an `EVALSHA` answered `NOSCRIPT` would need
-    /// more round trips than one node timeout may allow.
+    /// A connection attempt: connect (with the client library's handshake) within the connect
+    /// timeout, and queue the loading of every script the node is sent by SHA1 ahead of any
+    /// request. A node that restarted has forgotten its scripts, and an `EVALSHA` answered
+    /// `NOSCRIPT` would need more round trips than one node timeout may allow.
     fn attempt(&self) -> Attempt {
         let (client, config) = (self.client.clone(), self.config.clone());
         let timeout = self.connect_timeout;
@@ -205,8 +207,9 @@ impl Link {
     }
 }
 
-/// Loads the scripts sent by SHA1; a failure (an ACL without `SCRIPT LOAD`, say) is left to
-/// each request's `NOSCRIPT` fallback.
+/// Loads the scripts sent by SHA1 on a new connection, queued ahead of any request on it: they
+/// run before its first `EVALSHA` without a round trip of their own. A failure (an ACL without
+/// `SCRIPT LOAD`, say) is left to each request's `NOSCRIPT` fallback.
 async fn load_scripts(conn: &MultiplexedConnection) {
     let scripts = [
         &*scripts::RELEASE,
@@ -222,10 +225,23 @@ async fn load_scripts(conn: &MultiplexedConnection) {
         let mut conn = conn.clone();
         async move { script.load_async(&mut conn).await }
     });
-    for loaded in futures::future::join_all(loads).await {
-        if let Err(e) = loaded {
-            tracing::debug!(error = %e, "script not loaded on connect");
+    let mut loads = Box::pin(futures::future::join_all(loads));
+    // The first poll hands every `SCRIPT LOAD` to the connection; the replies are awaited in
+    // the background (a request whose reply nobody awaits may be dropped unsent).
+    if let std::task::Poll::Ready(loaded) = futures::poll!(&mut loads) {
+        return log_failed_loads(loaded);
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move { log_failed_loads(loads.await) });
         }
+        Err(_) => log_failed_loads(loads.await),
+    }
+}
+
+fn log_failed_loads(loaded: Vec<Result<String, RedisError>>) {
+    for e in loaded.iter().filter_map(|l| l.as_ref().err()) {
+        tracing::debug!(error = %e, "script not loaded on connect");
     }
 }
 

@@ -145,6 +145,9 @@ impl Drop for CommandGroup {
 
 /// On Linux, asks the kernel to SIGKILL the command when this process dies, however it dies
 /// (even by SIGKILL, which nothing can catch). The watchdog covers the rest of the group.
+///
+/// The kernel ties the signal to the *thread* that spawned the child. `exec` spawns from the
+/// future run by `block_on` on the main thread, which lives as long as the process.
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn die_with_parent(cmd: &mut Command) {
