@@ -5,9 +5,12 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 
 use crate::error::{ConfigError, Error};
+use crate::inner::{Inner, Settings};
 use crate::node::Node;
-use crate::redlock::{Redlock, Settings};
+pub use crate::quorum::{DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
+use crate::redlock::Redlock;
 use crate::retry::RetryPolicy;
+pub use crate::retry::DEFAULT_ACQUIRE_TIMEOUT;
 
 /// Retries after the first attempt, by default.
 pub const DEFAULT_RETRY_COUNT: u32 = 3;
@@ -17,13 +20,6 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// Clock-drift allowance as a fraction of the TTL, by default (2 ms are always added).
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-/// When no node timeout is set, each request is bounded by the TTL divided by this…
-pub const DEFAULT_NODE_TIMEOUT_DIVISOR: u32 = 20;
-/// …but never by more than this.
-pub const DEFAULT_MAX_NODE_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long [`Redlock::acquire`] waits for a held resource, by default: no attempt starts
-/// after it. Set another with [`RedlockBuilder::acquire_timeout`].
-pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on opening a connection to a node, by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -282,7 +278,7 @@ impl RedlockBuilder {
             );
         }
 
-        Ok(Redlock::new(
+        Ok(Redlock::new(Inner::new(
             nodes,
             Settings {
                 retry: self.retry,
@@ -292,7 +288,19 @@ impl RedlockBuilder {
                 key_prefix: self.key_prefix,
                 fencing: self.fencing,
             },
-        ))
+        )))
+    }
+}
+
+impl Redlock {
+    /// Starts configuring a client for these node URLs (`redis://[user:password@]host:port[/db]`).
+    /// List each independent master once; use an odd count (3, 5, 7).
+    pub fn builder<I, S>(urls: I) -> RedlockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedlockBuilder::new(urls)
     }
 }
 

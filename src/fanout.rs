@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 
 use crate::error::{NodeError, NodeErrorKind};
+use crate::inner::Inner;
 use crate::keys::{HandOff, Keys};
 use crate::quorum::{Decision, Tally, Vote};
-use crate::redlock::Redlock;
 use crate::token::LockToken;
 
 /// What the nodes that answered a fan-out said, as far as the decision needed.
@@ -32,7 +32,7 @@ pub(crate) struct Outcome<T> {
 pub(crate) struct Stragglers<F> {
     requests: InFlight<F>,
     /// For the counters: a straggler's failure is a node error like any other.
-    redlock: Redlock,
+    inner: Arc<Inner>,
 }
 
 impl<F, R> Stragglers<F>
@@ -76,7 +76,7 @@ where
 
     fn count(&self, node: usize, reply: &Result<R, NodeError>) {
         if let Err(e) = reply {
-            self.redlock.counters().node_error(node, e);
+            self.inner.counters().node_error(node, e);
         }
     }
 
@@ -101,7 +101,7 @@ where
                 let cleanup = cleanup.as_ref().map(|(c, _)| c);
                 async move {
                     let Some(c) = cleanup else { return };
-                    let node = c.redlock.node(i);
+                    let node = c.inner.node(i);
                     let token = c.token.expose();
                     let _ = c
                         .keys
@@ -170,7 +170,7 @@ impl ReleaseGate {
 
 /// What straggling acquire requests need to clean up after themselves.
 pub(crate) struct Cleanup {
-    pub(crate) redlock: Redlock,
+    pub(crate) inner: Arc<Inner>,
     pub(crate) keys: Keys,
     pub(crate) token: LockToken,
     pub(crate) node_timeout: Duration,
@@ -178,7 +178,7 @@ pub(crate) struct Cleanup {
     pub(crate) hand_off: HandOff,
 }
 
-impl Redlock {
+impl Inner {
     /// Sends one request per node concurrently and counts the answers as they arrive, stopping
     /// as soon as the outcome is known, or at `deadline`: nodes that have not answered by then
     /// count as timed out. `judge` turns a node's reply into a yes (with a value) or a no (with
@@ -188,8 +188,8 @@ impl Redlock {
     /// caller lets them finish in the background, so that a slow node still gets the key (or
     /// still gets cleaned up) instead of the request being abandoned half-way.
     pub(crate) async fn fan_out<R, T, Fut>(
-        &self,
-        request: impl Fn(Redlock, usize) -> Fut,
+        self: &Arc<Self>,
+        request: impl Fn(Arc<Inner>, usize) -> Fut,
         judge: impl Fn(R) -> Result<T, NodeErrorKind>,
         deadline: Option<Instant>,
     ) -> (Outcome<T>, Stragglers<Fut>)
@@ -203,9 +203,9 @@ impl Redlock {
     /// As [`fan_out`](Self::fan_out), but asks none of the nodes in `skip`: they count against
     /// the quorum as if they had said no, and appear nowhere in the [`Outcome`].
     pub(crate) async fn fan_out_except<R, T, Fut>(
-        &self,
+        self: &Arc<Self>,
         skip: &[usize],
-        request: impl Fn(Redlock, usize) -> Fut,
+        request: impl Fn(Arc<Inner>, usize) -> Fut,
         judge: impl Fn(R) -> Result<T, NodeErrorKind>,
         deadline: Option<Instant>,
     ) -> (Outcome<T>, Stragglers<Fut>)
@@ -273,7 +273,7 @@ impl Redlock {
         }
         let stragglers = Stragglers {
             requests: pending,
-            redlock: self.clone(),
+            inner: self.clone(),
         };
         (outcome, stragglers)
     }

@@ -243,7 +243,7 @@ struct Plan {
 
 impl Plan {
     fn new(redlock: &Redlock, ttl: Duration, opts: &HoldOptions) -> Result<Plan, Error> {
-        let lease = redlock.lease(ttl)?;
+        let lease = redlock.inner().lease(ttl)?;
         let every = opts.renew_every.unwrap_or(lease.ttl / 3);
         let margin = opts.loss_margin.unwrap_or(lease.ttl / 10);
         let invalid = |reason: String| Error::InvalidTtl { ttl, reason };
@@ -436,7 +436,7 @@ impl Redlock {
                 nodes,
                 panic,
             } => {
-                Counters::bump(&self.counters().lost);
+                Counters::bump(&self.inner().counters().lost);
                 span.in_scope(|| tracing::warn!(%reason, renewals = held.renewals(), "lock lost"));
                 release_quietly(lock, &span).await;
                 if let Some(panic) = panic {
@@ -518,6 +518,7 @@ async fn keep_alive(
 
 /// `true` when so many nodes no longer hold the token that no renewal can reach a quorum.
 fn token_gone(lock: &Lock, nodes: &[NodeError]) -> bool {
-    let rl = lock.redlock();
-    nodes.iter().filter(|n| n.is_token_gone()).count() > rl.node_count() - rl.quorum()
+    let inner = lock.inner();
+    let gone = nodes.iter().filter(|n| n.is_token_gone()).count();
+    gone > inner.all_nodes().len() - inner.quorum()
 }

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::builder::DEFAULT_MAX_NODE_TIMEOUT;
 use crate::error::{Error, NodeError};
 use crate::keys;
+use crate::quorum::DEFAULT_MAX_NODE_TIMEOUT;
 use crate::redlock::Redlock;
 use crate::scripts;
 use crate::token::fingerprint;
@@ -164,8 +164,9 @@ impl Redlock {
     ///
     /// Cancel safe: it only reads.
     pub async fn inspect(&self, resource: &str) -> Result<Inspection, Error> {
-        let key = self.key(resource)?;
+        let key = self.inner().key(resource)?;
         let timeout = self
+            .inner()
             .settings()
             .node_timeout
             .unwrap_or(DEFAULT_MAX_NODE_TIMEOUT);
@@ -174,7 +175,7 @@ impl Redlock {
             call.key(&*key)
                 .key(keys::line_key(&key))
                 .key(keys::leases_key(&key));
-            self.node(i).invoke::<NodeReply>(call, timeout)
+            self.inner().node(i).invoke::<NodeReply>(call, timeout)
         }))
         .await;
         let nodes: Vec<NodeStatus> = self

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::NodeError;
 use crate::node::{Grant, Node};
+use crate::quorum::Lease;
 use crate::scripts;
 use crate::wakeup::hub::Ticket;
 
@@ -237,6 +238,12 @@ pub(crate) struct HandOff {
 }
 
 impl HandOff {
+    /// How a release of `lease` passes the keys on: reserved for the head of each line for one
+    /// entry lease, but never longer than the lock itself could have lived.
+    pub(crate) fn for_lease(lease: &Lease) -> Self {
+        HandOff::to_line(lease.entry_lease().min(lease.ttl))
+    }
+
     /// A release that puts nobody back in line.
     pub(crate) fn to_line(reserve: Duration) -> Self {
         HandOff {

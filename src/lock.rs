@@ -8,10 +8,13 @@ use tracing::Instrument;
 
 use crate::error::{Error, NodeErrorKind};
 use crate::fanout::ReleaseGate;
+use crate::inner::Inner;
+use crate::keys::HandOff;
 use crate::keys::Keys;
+use crate::quorum::Lease;
 use crate::quorum::{self, Decision};
-use crate::redlock::{Lease, Redlock, Released};
 use crate::release::spawn_release;
+use crate::release::Released;
 use crate::stats::Counters;
 use crate::token::LockToken;
 
@@ -33,7 +36,7 @@ use crate::token::LockToken;
 // The fields are crate-visible so that the attempt that won builds the lock in one struct literal,
 // handing over everything it learned.
 pub struct Lock {
-    pub(crate) redlock: Redlock,
+    pub(crate) inner: Arc<Inner>,
     /// The resource name; for a lock over several keys, their names joined by `", "`.
     pub(crate) resource: String,
     pub(crate) keys: Keys,
@@ -62,8 +65,9 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn redlock(&self) -> &Redlock {
-        &self.redlock
+    /// The client's state.
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
     /// One fencing token per key, in key order, when fencing is on.
@@ -133,7 +137,7 @@ impl Lock {
     /// Cancel safe: if dropped, the deadline is as after a failure (see above). Nodes that
     /// received the request may still renew the key, which only delays other clients.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        let lease = self.redlock.lease(ttl)?;
+        let lease = self.inner.lease(ttl)?;
         if !self.is_valid() {
             return Err(Error::Expired {
                 resource: self.resource.clone(),
@@ -151,7 +155,7 @@ impl Lock {
         // Confirmations that arrive after the current deadline do not count: by then another
         // client may hold the lock.
         let (outcome, stragglers) = self
-            .redlock
+            .inner
             .fan_out(
                 |rl, i| {
                     let (keys, token) = (self.keys.clone(), self.token.clone());
@@ -174,7 +178,7 @@ impl Lock {
             if let Some(validity) = quorum::validity(lease.ttl, elapsed, lease.drift) {
                 self.lease = lease;
                 self.deadline = start + elapsed + validity;
-                Counters::bump(&self.redlock.counters().renewals);
+                Counters::bump(&self.inner.counters().renewals);
                 span.in_scope(|| tracing::debug!(?elapsed, ?validity, "extended"));
                 return Ok(());
             }
@@ -183,7 +187,7 @@ impl Lock {
         Err(Error::NotExtended {
             resource: self.resource.clone(),
             extended: outcome.yes.len(),
-            quorum: self.redlock.quorum(),
+            quorum: self.inner.quorum(),
             nodes: outcome.no,
         })
     }
@@ -206,11 +210,11 @@ impl Lock {
         let in_flight = self.close_gate();
         let span = tracing::debug_span!("release", resource = %self.resource);
         let (released, nodes) = self
-            .redlock
+            .inner
             .release_at_quorum(
                 &self.keys,
                 &self.token,
-                &self.lease.hand_off(),
+                &HandOff::for_lease(&self.lease),
                 self.lease.node_timeout,
                 &in_flight,
             )
@@ -218,7 +222,7 @@ impl Lock {
             .await;
         self.release_done = true;
         let confirmed = released.deleted + released.absent;
-        let quorum = self.redlock.quorum();
+        let quorum = self.inner.quorum();
         if confirmed >= quorum {
             Ok(released)
         } else {
@@ -247,10 +251,10 @@ impl Drop for Lock {
         let in_flight = self.close_gate();
         if !self.release_done && self.is_valid() {
             spawn_release(
-                self.redlock.clone(),
+                self.inner.clone(),
                 self.keys.clone(),
                 self.token.clone(),
-                self.lease.hand_off(),
+                HandOff::for_lease(&self.lease),
                 self.lease.node_timeout,
                 in_flight,
             );

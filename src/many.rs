@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 use crate::keys::Keys;
 use crate::lock::Lock;
-use crate::redlock::{Redlock, Released};
+use crate::redlock::Redlock;
+use crate::release::Released;
 use crate::token::LockToken;
 
 /// A lock held on several resources at once, from [`Redlock::acquire_many`].
@@ -147,7 +148,7 @@ impl Redlock {
         ttl: Duration,
         retry: bool,
     ) -> Result<MultiLock, Error> {
-        let lease = self.lease(ttl)?;
+        let lease = self.inner().lease(ttl)?;
         let resources: Vec<String> = resources.iter().map(|r| r.as_ref().to_owned()).collect();
         if resources.is_empty() {
             return Err(Error::InvalidResource {
@@ -156,7 +157,7 @@ impl Redlock {
         }
         let mut keys = Vec::with_capacity(resources.len());
         for resource in &resources {
-            let key = self.key(resource)?.to_string();
+            let key = self.inner().key(resource)?.to_string();
             if keys.contains(&key) {
                 return Err(Error::InvalidResource {
                     reason: "a resource is listed twice",

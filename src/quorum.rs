@@ -1,7 +1,15 @@
 //! Pure quorum arithmetic: how many votes a lock needs, how long a granted lock stays valid, and
 //! the tally that decides an attempt as soon as its outcome is known.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+
+/// When no node timeout is set, each request is bounded by the TTL divided by this, and by
+/// [`DEFAULT_MAX_NODE_TIMEOUT`] at most.
+pub const DEFAULT_NODE_TIMEOUT_DIVISOR: u32 = 20;
+/// The longest default node timeout, whatever the TTL (see [`DEFAULT_NODE_TIMEOUT_DIVISOR`]).
+pub const DEFAULT_MAX_NODE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The fixed part of the clock-drift allowance, added to `ttl × drift_factor`: it covers the
 /// millisecond granularity of Redis expiry.
@@ -22,6 +30,70 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Opt
     ttl.checked_sub(elapsed)?
         .checked_sub(drift)
         .filter(|v| !v.is_zero())
+}
+
+/// The timing of one lease, derived from its TTL and validated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lease {
+    /// The TTL, rounded down to whole milliseconds.
+    pub(crate) ttl: Duration,
+    /// The TTL in whole milliseconds, as the nodes receive it.
+    pub(crate) ttl_ms: u64,
+    pub(crate) drift: Duration,
+    pub(crate) node_timeout: Duration,
+}
+
+/// Entry leases in the line are this many node timeouts...
+const ENTRY_LEASE_NODE_TIMEOUTS: u32 = 10;
+/// ...and never shorter than this.
+const MIN_ENTRY_LEASE: Duration = Duration::from_millis(50);
+
+impl Lease {
+    /// Validates `ttl` and derives the lease timing: the drift allowance from `drift_factor`,
+    /// and the node timeout, `node_timeout` if set, else TTL / [`DEFAULT_NODE_TIMEOUT_DIVISOR`]
+    /// (at most [`DEFAULT_MAX_NODE_TIMEOUT`]).
+    pub(crate) fn new(
+        ttl: Duration,
+        drift_factor: f64,
+        node_timeout: Option<Duration>,
+    ) -> Result<Lease, Error> {
+        let invalid = |reason: String| Error::InvalidTtl { ttl, reason };
+        let ttl_ms = u64::try_from(ttl.as_millis())
+            .ok()
+            .filter(|ms| i64::try_from(*ms).is_ok())
+            .ok_or_else(|| invalid("its milliseconds overflow".into()))?;
+        if ttl_ms == 0 {
+            return Err(invalid("it must be at least 1 ms".into()));
+        }
+        let ttl = Duration::from_millis(ttl_ms);
+        if Instant::now().checked_add(ttl).is_none() {
+            return Err(invalid("it overflows the clock".into()));
+        }
+        let drift = drift(ttl, drift_factor);
+        let node_timeout = node_timeout.unwrap_or_else(|| {
+            (ttl / DEFAULT_NODE_TIMEOUT_DIVISOR)
+                .clamp(Duration::from_millis(1), DEFAULT_MAX_NODE_TIMEOUT)
+        });
+        if ttl <= drift + node_timeout {
+            return Err(invalid(format!(
+                "it must be longer than the drift allowance ({drift:?}) plus the node timeout ({node_timeout:?})"
+            )));
+        }
+        Ok(Lease {
+            ttl,
+            ttl_ms,
+            drift,
+            node_timeout,
+        })
+    }
+
+    /// How long a waiter's place in line lasts without renewal, and a key reserved for it stays
+    /// reserved: what a waiter that crashed can cost the line. Ten node timeouts: a waiter
+    /// renews at least every third of it, so two renewals in a row can time out on a node
+    /// without the entry lapsing there.
+    pub(crate) fn entry_lease(&self) -> Duration {
+        (self.node_timeout * ENTRY_LEASE_NODE_TIMEOUTS).max(MIN_ENTRY_LEASE)
+    }
 }
 
 /// One node's answer to a fanned-out request.

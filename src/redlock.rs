@@ -1,24 +1,23 @@
 //! `Redlock`: the client. Fans each operation out to every node and decides on a quorum.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tracing::Instrument;
 
-use crate::builder::{
-    RedlockBuilder, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR,
-};
 use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
 use crate::fanout::Cleanup;
-use crate::keys::{self, Acquired, HandOff, Keys};
+use crate::inner::Inner;
+use crate::keys::{Acquired, HandOff, Keys};
 use crate::lock::Lock;
 use crate::node::Node;
-use crate::quorum::{self, Decision};
-use crate::release::{Retries, Rollback};
-use crate::retry::RetryPolicy;
+use crate::quorum::{self, Decision, Lease};
+use crate::release::Rollback;
+use crate::retry::DEFAULT_ACQUIRE_TIMEOUT;
 use crate::stats::{Counters, Stats};
 use crate::token::LockToken;
-use crate::wakeup::{Ticket, Waiter, Wakeup};
+use crate::wakeup::hub::Ticket;
+use crate::wakeup::Waiter;
 
 /// A distributed lock client over N independent Redis masters.
 ///
@@ -46,76 +45,6 @@ pub struct Redlock {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    nodes: Vec<Node>,
-    quorum: usize,
-    settings: Settings,
-    counters: Counters,
-    wakeup: Wakeup,
-    retries: Retries,
-}
-
-/// A [`Redlock`] that does not keep the client alive: background tasks hold this, and stop once
-/// every `Redlock` clone is gone.
-#[derive(Debug, Clone)]
-pub(crate) struct WeakRedlock(Weak<Inner>);
-
-impl WeakRedlock {
-    pub(crate) fn upgrade(&self) -> Option<Redlock> {
-        self.0.upgrade().map(|inner| Redlock { inner })
-    }
-
-    /// One that never upgrades, for tests of what holds it.
-    #[cfg(test)]
-    pub(crate) fn dangling() -> Self {
-        WeakRedlock(Weak::new())
-    }
-}
-
-/// Validated settings, fixed at build time.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) retry: RetryPolicy,
-    pub(crate) drift_factor: f64,
-    pub(crate) node_timeout: Option<Duration>,
-    pub(crate) acquire_timeout: Option<Duration>,
-    pub(crate) key_prefix: String,
-    pub(crate) fencing: bool,
-}
-
-/// The timing of one lease, derived from its TTL and validated.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Lease {
-    /// The TTL, rounded down to whole milliseconds.
-    pub(crate) ttl: Duration,
-    /// The TTL in whole milliseconds, as the nodes receive it.
-    pub(crate) ttl_ms: u64,
-    pub(crate) drift: Duration,
-    pub(crate) node_timeout: Duration,
-}
-
-/// Entry leases in the line are this many node timeouts...
-const ENTRY_LEASE_NODE_TIMEOUTS: u32 = 10;
-/// ...and never shorter than this.
-const MIN_ENTRY_LEASE: Duration = Duration::from_millis(50);
-
-impl Lease {
-    /// How long a waiter's place in line lasts without renewal, and a key reserved for it stays
-    /// reserved: what a waiter that crashed can cost the line. Ten node timeouts: a waiter
-    /// renews at least every third of it, so two renewals in a row can time out on a node
-    /// without the entry lapsing there.
-    pub(crate) fn entry_lease(&self) -> Duration {
-        (self.node_timeout * ENTRY_LEASE_NODE_TIMEOUTS).max(MIN_ENTRY_LEASE)
-    }
-
-    /// How a release of this lease passes the key on: reserved for the head of the line for one
-    /// entry lease, but never longer than the lock itself could have lived.
-    pub(crate) fn hand_off(&self) -> HandOff {
-        HandOff::to_line(self.entry_lease().min(self.ttl))
-    }
-}
-
 /// Why one acquire attempt failed.
 pub(crate) enum Failure {
     NotGranted {
@@ -138,21 +67,6 @@ impl Failure {
     }
 }
 
-/// What the nodes that had answered a release said, when it returned.
-///
-/// Only answers count. A release returns once a quorum has confirmed, so `deleted + absent` is
-/// at least the quorum and may be less than the node count: the releases still in flight finish
-/// in the background, and a node whose acquire request was still in flight is released behind
-/// it, counted in neither.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Released {
-    /// Nodes on which this lock's key was still present and was deleted.
-    pub deleted: usize,
-    /// Nodes on which the key had already expired or never landed.
-    pub absent: usize,
-}
-
 /// How many nodes answered [`Redlock::connect`].
 #[derive(Debug)]
 #[non_exhaustive]
@@ -164,50 +78,37 @@ pub struct Health {
 }
 
 impl Redlock {
-    /// Starts configuring a client for these node URLs (`redis://[user:password@]host:port[/db]`).
-    /// List each independent master once; use an odd count (3, 5, 7).
-    pub fn builder<I, S>(urls: I) -> RedlockBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        RedlockBuilder::new(urls)
+    pub(crate) fn new(inner: Inner) -> Self {
+        Redlock {
+            inner: Arc::new(inner),
+        }
     }
 
-    pub(crate) fn new(nodes: Vec<Node>, settings: Settings) -> Self {
-        let quorum = quorum::quorum(nodes.len());
-        Redlock {
-            inner: Arc::new(Inner {
-                counters: Counters::new(nodes.len()),
-                wakeup: Wakeup::new(nodes.len()),
-                retries: Retries::new(nodes.len()),
-                nodes,
-                quorum,
-                settings,
-            }),
-        }
+    /// The client's state, for the features built on the client.
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
     }
 
     /// A snapshot of this client's counters (shared by all its clones): attempts, grants,
     /// contention, wake-ups, renewals, lost locks, and errors per node. Cheap: a handful of
     /// relaxed atomic loads, no I/O.
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot(self.nodes())
+        self.inner.counters().snapshot(self.nodes())
     }
 
     /// How many nodes must agree: ⌊N/2⌋ + 1 of the **configured** nodes, however many are up.
     pub fn quorum(&self) -> usize {
-        self.inner.quorum
+        self.inner.quorum()
     }
 
     /// How many nodes are configured.
     pub fn node_count(&self) -> usize {
-        self.inner.nodes.len()
+        self.inner.all_nodes().len()
     }
 
     /// The nodes as `host:port`, in configuration order.
     pub fn nodes(&self) -> impl Iterator<Item = &str> {
-        self.inner.nodes.iter().map(Node::id)
+        self.inner.all_nodes().iter().map(Node::id)
     }
 
     /// Connects to every node now, instead of on first use, and checks that no server is listed
@@ -224,10 +125,11 @@ impl Redlock {
     /// Cancel safe: it only reads.
     pub async fn connect(&self) -> Result<Health, Error> {
         let answers =
-            futures::future::join_all(self.inner.nodes.iter().map(|node| node.run_id())).await;
+            futures::future::join_all(self.inner.all_nodes().iter().map(|node| node.run_id()))
+                .await;
         let mut seen: Vec<(String, &str)> = Vec::new();
         let mut unreachable = Vec::new();
-        for (node, answer) in self.inner.nodes.iter().zip(answers) {
+        for (node, answer) in self.inner.all_nodes().iter().zip(answers) {
             match answer {
                 Ok(run_id) => {
                     if let Some((_, first)) = seen.iter().find(|(id, _)| *id == run_id) {
@@ -243,10 +145,10 @@ impl Redlock {
                 Err(e) => unreachable.push(e),
             }
         }
-        if seen.len() < self.inner.quorum {
+        if seen.len() < self.inner.quorum() {
             return Err(Error::Unavailable {
                 reachable: seen.len(),
-                quorum: self.inner.quorum,
+                quorum: self.inner.quorum(),
                 nodes: unreachable,
             });
         }
@@ -292,8 +194,8 @@ impl Redlock {
     /// background (when a tokio runtime is running); no lock is returned. A place in line is
     /// given up in the background too; if that fails it lapses within the entry lease.
     pub async fn acquire(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let lease = self.lease(ttl)?;
-        let keys = Keys::One(self.key(resource)?);
+        let lease = self.inner.lease(ttl)?;
+        let keys = Keys::One(self.inner.key(resource)?);
         self.acquire_keys(resource, &keys, &lease, true).await
     }
 
@@ -308,8 +210,8 @@ impl Redlock {
     ///
     /// As [`acquire`](Redlock::acquire).
     pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<Lock, Error> {
-        let lease = self.lease(ttl)?;
-        let keys = Keys::One(self.key(resource)?);
+        let lease = self.inner.lease(ttl)?;
+        let keys = Keys::One(self.inner.key(resource)?);
         self.acquire_keys(resource, &keys, &lease, false).await
     }
 
@@ -326,8 +228,9 @@ impl Redlock {
         // A waiter's place in line is its arrival, not the end of its first attempt.
         let arrived = SystemTime::now();
         async move {
-            let policy = self.settings().retry;
+            let policy = self.inner.settings().retry;
             let wait = self
+                .inner
                 .settings()
                 .acquire_timeout
                 .unwrap_or(DEFAULT_ACQUIRE_TIMEOUT);
@@ -356,10 +259,14 @@ impl Redlock {
                     return Err(self.give_up(label, failure, attempts));
                 }
                 if in_the_way && waiter.is_none() {
-                    let reserve = lease.hand_off().reserve;
-                    waiter = self
-                        .wakeup()
-                        .enlist(self, keys, arrived, reserve, lease.node_timeout);
+                    let reserve = HandOff::for_lease(lease).reserve;
+                    waiter = self.inner.wakeup().enlist(
+                        self.inner.nodes(),
+                        keys,
+                        arrived,
+                        reserve,
+                        lease.node_timeout,
+                    );
                     if waiter.is_some() {
                         // Take the place in line now: the holder may have released already.
                         continue;
@@ -382,7 +289,7 @@ impl Redlock {
                     }
                 };
                 if woken {
-                    Counters::bump(&self.counters().wakeups);
+                    Counters::bump(&self.inner.counters().wakeups);
                     tracing::debug!(attempts, "handed the lock by a release; attempting now");
                 } else if last.is_some() {
                     return Err(self.give_up(label, failure, attempts));
@@ -398,7 +305,7 @@ impl Redlock {
             Failure::NotGranted { granted, nodes } => Error::NotAcquired {
                 resource: resource.to_owned(),
                 granted,
-                quorum: self.inner.quorum,
+                quorum: self.inner.quorum(),
                 attempts,
                 nodes,
             },
@@ -421,19 +328,19 @@ impl Redlock {
         in_line: Option<&Ticket>,
     ) -> Result<Lock, Failure> {
         let token = LockToken::generate();
-        let fenced = self.inner.settings.fencing;
+        let fenced = self.inner.settings().fencing;
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
-        Counters::bump(&self.inner.counters.attempts);
+        Counters::bump(&self.inner.counters().attempts);
         let start = Instant::now();
         let entry_lease = lease.entry_lease();
         let hand_off = HandOff {
             requeue: in_line.map(|ticket| (ticket.clone(), entry_lease)),
-            ..lease.hand_off()
+            ..HandOff::for_lease(lease)
         };
         // By `start + ttl` every SET of the attempt that ran as it was sent has expired.
         let rollback = Rollback::new(
-            self,
+            &self.inner,
             keys,
             &token,
             hand_off.clone(),
@@ -443,6 +350,7 @@ impl Redlock {
 
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         let (outcome, stragglers) = self
+            .inner
             .fan_out(
                 |rl, i| {
                     let (keys, token) = (keys.clone(), token.clone());
@@ -475,17 +383,17 @@ impl Redlock {
                 match (fences, quorum::validity(lease.ttl, elapsed, lease.drift)) {
                     (Ok(fences), Some(validity)) => {
                         rollback.disarm();
-                        Counters::bump(&self.inner.counters.acquired);
+                        Counters::bump(&self.inner.counters().acquired);
                         tracing::debug!(?elapsed, ?validity, "acquired");
                         let gate = stragglers.finish_before_release(Cleanup {
-                            redlock: self.clone(),
+                            inner: self.inner.clone(),
                             keys: keys.clone(),
                             token: token.clone(),
                             node_timeout: lease.node_timeout,
-                            hand_off: lease.hand_off(),
+                            hand_off: HandOff::for_lease(lease),
                         });
                         return Ok(Lock {
-                            redlock: self.clone(),
+                            inner: self.inner.clone(),
                             resource: label.to_owned(),
                             keys: keys.clone(),
                             token,
@@ -512,7 +420,7 @@ impl Redlock {
             },
         };
         if failure.is_contention() {
-            Counters::bump(&self.inner.counters.contended);
+            Counters::bump(&self.inner.counters().contended);
         }
         tracing::debug!(
             elapsed = ?start.elapsed(),
@@ -521,7 +429,7 @@ impl Redlock {
             "attempt failed; rolling back"
         );
         stragglers.finish_then_release(Cleanup {
-            redlock: self.clone(),
+            inner: self.inner.clone(),
             keys: keys.clone(),
             token: token.clone(),
             node_timeout: lease.node_timeout,
@@ -553,7 +461,7 @@ impl Redlock {
             })
             .collect();
         let at_fence = granted.iter().filter(|(_, f)| *f == fence).count();
-        if at_fence >= self.inner.quorum {
+        if at_fence >= self.inner.quorum() {
             return Ok(fence);
         }
         let behind: Vec<usize> = granted
@@ -563,7 +471,7 @@ impl Redlock {
             .collect();
         let raised = futures::future::join_all(behind.iter().map(|&i| {
             keys.raise_fence_on(
-                &self.inner.nodes[i],
+                self.inner.node(i),
                 token.expose(),
                 &fence,
                 lease.node_timeout,
@@ -576,94 +484,16 @@ impl Redlock {
             match result {
                 Ok(true) => holding += 1,
                 Ok(false) => nodes.push(NodeError::new(
-                    self.inner.nodes[i].id(),
+                    self.inner.node(i).id(),
                     NodeErrorKind::TokenGone,
                 )),
                 Err(e) => nodes.push(e),
             }
         }
-        if holding >= self.inner.quorum {
+        if holding >= self.inner.quorum() {
             Ok(fence)
         } else {
             Err(nodes)
         }
-    }
-
-    /// Validates a TTL against this configuration and derives the lease timing.
-    pub(crate) fn lease(&self, ttl: Duration) -> Result<Lease, Error> {
-        let invalid = |reason: String| Error::InvalidTtl { ttl, reason };
-        let ttl_ms = u64::try_from(ttl.as_millis())
-            .ok()
-            .filter(|ms| i64::try_from(*ms).is_ok())
-            .ok_or_else(|| invalid("its milliseconds overflow".into()))?;
-        if ttl_ms == 0 {
-            return Err(invalid("it must be at least 1 ms".into()));
-        }
-        let ttl = Duration::from_millis(ttl_ms);
-        if Instant::now().checked_add(ttl).is_none() {
-            return Err(invalid("it overflows the clock".into()));
-        }
-        let drift = quorum::drift(ttl, self.inner.settings.drift_factor);
-        let node_timeout = self.inner.settings.node_timeout.unwrap_or_else(|| {
-            (ttl / DEFAULT_NODE_TIMEOUT_DIVISOR)
-                .clamp(Duration::from_millis(1), DEFAULT_MAX_NODE_TIMEOUT)
-        });
-        if ttl <= drift + node_timeout {
-            return Err(invalid(format!(
-                "it must be longer than the drift allowance ({drift:?}) plus the node timeout ({node_timeout:?})"
-            )));
-        }
-        Ok(Lease {
-            ttl,
-            ttl_ms,
-            drift,
-            node_timeout,
-        })
-    }
-
-    /// The Redis key of a resource.
-    ///
-    /// A key ending in one of [`keys::RESERVED_SUFFIXES`] is refused: it would be the fencing
-    /// counter (or another auxiliary key) of another resource, which a lock would overwrite
-    /// and delete.
-    pub(crate) fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
-        if resource.is_empty() {
-            return Err(Error::InvalidResource {
-                reason: "it is empty",
-            });
-        }
-        let key = format!("{}{}", self.inner.settings.key_prefix, resource);
-        if let Some(reason) = keys::reserved(&key) {
-            return Err(Error::InvalidResource { reason });
-        }
-        Ok(key.into())
-    }
-
-    pub(crate) fn all_nodes(&self) -> &[Node] {
-        &self.inner.nodes
-    }
-
-    pub(crate) fn node(&self, index: usize) -> &Node {
-        &self.inner.nodes[index]
-    }
-
-    pub(crate) fn wakeup(&self) -> &Wakeup {
-        &self.inner.wakeup
-    }
-
-    pub(crate) fn retries(&self) -> &Retries {
-        &self.inner.retries
-    }
-
-    pub(crate) fn counters(&self) -> &Counters {
-        &self.inner.counters
-    }
-
-    pub(crate) fn settings(&self) -> &Settings {
-        &self.inner.settings
-    }
-
-    pub(crate) fn downgrade(&self) -> WeakRedlock {
-        WeakRedlock(Arc::downgrade(&self.inner))
     }
 }

@@ -1,23 +1,32 @@
 //! Releases: compare-and-delete on every node, the rollback of a failed attempt (including its
 //! cancellation), and the background releases that outlive the call that started them.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{NodeError, NodeErrorKind};
+use crate::inner::Inner;
 use crate::keys::{HandOff, Keys};
 use crate::node::Node;
-use crate::redlock::{Redlock, Released, WeakRedlock};
+use crate::retries::Pending;
 use crate::token::LockToken;
 
-/// The first pause of a node's rollback retries; it doubles while the node does not answer, up
-/// to [`RETRY_PAUSE_MAX`], and starts over once it does.
-const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
+/// What the nodes that had answered a release said, when it returned.
+///
+/// Only answers count. A release returns once a quorum has confirmed, so `deleted + absent` is
+/// at least the quorum and may be less than the node count: the releases still in flight finish
+/// in the background, and a node whose acquire request was still in flight is released behind
+/// it, counted in neither.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Released {
+    /// Nodes on which this lock's key was still present and was deleted.
+    pub deleted: usize,
+    /// Nodes on which the key had already expired or never landed.
+    pub absent: usize,
+}
 
-/// See [`RETRY_PAUSE_MIN`].
-const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
-
-impl Redlock {
+impl Inner {
     /// Compare-and-delete on every node but those in `skip`, waiting for each (bounded by
     /// `node_timeout`). Each node hands a released key to the head of its line, if anybody
     /// waits. Returns what the nodes that answered said, and each that did not, by index.
@@ -62,7 +71,7 @@ impl Redlock {
     /// enough failed that no quorum can; the releases still in flight finish in the
     /// background. The skipped nodes confirm nothing: they count as neither.
     pub(crate) async fn release_at_quorum(
-        &self,
+        self: &Arc<Self>,
         keys: &Keys,
         token: &LockToken,
         hand_off: &HandOff,
@@ -92,38 +101,12 @@ impl Redlock {
         };
         (released, outcome.no)
     }
-
-    /// Hands a rollback release that got no answer to node `node`'s retry task, starting the
-    /// task if the node has none.
-    fn retry_release(&self, node: usize, release: Pending) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let Some(queue) = self.retries().queues.get(node) else {
-            return;
-        };
-        let mut queue = lock(queue);
-        queue.pending.push(release);
-        if !queue.worker {
-            queue.worker = true;
-            runtime.spawn(retry_releases(self.downgrade(), node));
-        }
-    }
-
-    /// Sends `release` to node `node` once; `true` when the node answered.
-    async fn resend(&self, node: usize, release: &Pending) -> bool {
-        let token = release.token.expose();
-        let sent = release
-            .keys
-            .release_on(self.node(node), token, &release.hand_off, release.node_timeout);
-        sent.await.is_ok()
-    }
 }
 
 /// Releases a token on every node unless disarmed: on failure explicitly, on cancellation from
 /// `Drop` in the background.
 pub(crate) struct Rollback<'a> {
-    redlock: &'a Redlock,
+    inner: &'a Arc<Inner>,
     keys: &'a Keys,
     token: &'a LockToken,
     /// How the released keys pass on to the line; for a waiter's attempt, it is put back in
@@ -144,7 +127,7 @@ impl<'a> Rollback<'a> {
     /// than `keys_expire`. Build it before the attempt sends anything: it notes how many
     /// requests each node has been sent so far.
     pub(crate) fn new(
-        redlock: &'a Redlock,
+        inner: &'a Arc<Inner>,
         keys: &'a Keys,
         token: &'a LockToken,
         hand_off: HandOff,
@@ -152,13 +135,13 @@ impl<'a> Rollback<'a> {
         keys_expire: Instant,
     ) -> Self {
         Rollback {
-            redlock,
+            inner,
             keys,
             token,
             hand_off,
             node_timeout,
             keys_expire,
-            sent_before: redlock.all_nodes().iter().map(Node::sent).collect(),
+            sent_before: inner.all_nodes().iter().map(Node::sent).collect(),
             armed: true,
         }
     }
@@ -183,8 +166,14 @@ impl<'a> Rollback<'a> {
             }
         }
         let (released, failed) = self
-            .redlock
-            .release_except(self.keys, self.token, &self.hand_off, self.node_timeout, &skip)
+            .inner
+            .release_except(
+                self.keys,
+                self.token,
+                &self.hand_off,
+                self.node_timeout,
+                &skip,
+            )
             .await;
         tracing::debug!(
             deleted = released.deleted,
@@ -200,13 +189,13 @@ impl<'a> Rollback<'a> {
                 node_timeout: self.node_timeout,
                 expires: self.keys_expire,
             };
-            self.redlock.retry_release(node, release);
+            self.inner.retries().push(node, release);
         }
     }
 
     /// The nodes no request has been sent to since the attempt began.
     fn untouched(&self) -> Vec<usize> {
-        let nodes = self.redlock.all_nodes().iter().zip(&self.sent_before);
+        let nodes = self.inner.all_nodes().iter().zip(&self.sent_before);
         let counts = nodes.map(|(node, before)| node.sent() == *before);
         counts
             .enumerate()
@@ -221,7 +210,7 @@ impl Drop for Rollback<'_> {
         if self.armed {
             // Cancelled: the waiter is leaving the line, so it is not put back.
             spawn_release(
-                self.redlock.clone(),
+                self.inner.clone(),
                 self.keys.clone(),
                 self.token.clone(),
                 HandOff::to_line(self.hand_off.reserve),
@@ -235,7 +224,7 @@ impl Drop for Rollback<'_> {
 /// Best-effort release in the background, when a tokio runtime is running, on every node but
 /// those in `skip`.
 pub(crate) fn spawn_release(
-    redlock: Redlock,
+    inner: Arc<Inner>,
     keys: Keys,
     token: LockToken,
     hand_off: HandOff,
@@ -245,7 +234,7 @@ pub(crate) fn spawn_release(
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
             runtime.spawn(async move {
-                let (released, failed) = redlock
+                let (released, failed) = inner
                     .release_except(&keys, &token, &hand_off, node_timeout, &skip)
                     .await;
                 tracing::debug!(
@@ -261,98 +250,5 @@ pub(crate) fn spawn_release(
                 "no tokio runtime to release the lock from Drop; it expires at its TTL"
             )
         }
-    }
-}
-
-/// Rollback releases that got no answer, per node, each node's retried by one background task
-/// while it has any: a client that meets a down node on every attempt keeps one task for it,
-/// not one per attempt.
-#[derive(Debug)]
-pub(crate) struct Retries {
-    queues: Box<[Mutex<Queue>]>,
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    /// Oldest first.
-    pending: Vec<Pending>,
-    /// Whether the node's retry task is running.
-    worker: bool,
-}
-
-/// One release to send again.
-#[derive(Debug)]
-struct Pending {
-    keys: Keys,
-    token: LockToken,
-    hand_off: HandOff,
-    node_timeout: Duration,
-    /// Past this, the keys have expired on their own and the release is moot.
-    expires: Instant,
-}
-
-impl Retries {
-    pub(crate) fn new(node_count: usize) -> Self {
-        Retries {
-            queues: (0..node_count).map(|_| Mutex::default()).collect(),
-        }
-    }
-
-    /// The live releases queued for `node`, taken out; `None` (and the node's task marked as
-    /// gone, under the same lock) when there are none.
-    fn take(&self, node: usize) -> Option<Vec<Pending>> {
-        let mut queue = lock(self.queues.get(node)?);
-        let now = Instant::now();
-        queue.pending.retain(|release| release.expires > now);
-        if queue.pending.is_empty() {
-            queue.worker = false;
-            return None;
-        }
-        Some(std::mem::take(&mut queue.pending))
-    }
-
-    /// Puts releases taken by [`take`](Self::take) back, ahead of those queued since.
-    fn put_back(&self, node: usize, releases: Vec<Pending>) {
-        if let Some(queue) = self.queues.get(node) {
-            lock(queue).pending.splice(0..0, releases);
-        }
-    }
-}
-
-fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    queue.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The retry task of one node: re-sends its queued releases until each is answered or its keys
-/// have expired, pausing between rounds. It holds the client weakly, only while sending, so it
-/// ends with the client. Each round sends the oldest release first and the rest only once that
-/// one is answered: a node that does not answer costs one request per round, and its
-/// reconnections are paced by the node's own backoff.
-async fn retry_releases(client: WeakRedlock, node: usize) {
-    let mut pause = RETRY_PAUSE_MIN;
-    loop {
-        tokio::time::sleep(pause).await;
-        let Some(rl) = client.upgrade() else {
-            return;
-        };
-        let Some(mut due) = rl.retries().take(node) else {
-            return;
-        };
-        let oldest = due.remove(0);
-        let answered = rl.resend(node, &oldest).await;
-        let unanswered = if answered {
-            let replies = futures::future::join_all(due.iter().map(|r| rl.resend(node, r)));
-            let replies = replies.await;
-            let unanswered = due.into_iter().zip(replies).filter(|(_, ok)| !ok);
-            unanswered.map(|(release, _)| release).collect()
-        } else {
-            due.insert(0, oldest);
-            due
-        };
-        pause = match unanswered.is_empty() {
-            true => RETRY_PAUSE_MIN,
-            false => (pause * 2).min(RETRY_PAUSE_MAX),
-        };
-        rl.retries().put_back(node, unanswered);
     }
 }

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use rand::Rng;
 
+/// How long [`Redlock::acquire`](crate::Redlock::acquire) waits for a held resource, by default: no attempt starts
+/// after it. Set another with [`RedlockBuilder::acquire_timeout`](crate::RedlockBuilder::acquire_timeout).
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// When and how often `acquire` tries again after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RetryPolicy {

@@ -43,7 +43,7 @@
 pub(crate) mod hub;
 mod subscriber;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{watch, Notify};
@@ -51,7 +51,8 @@ use tokio::sync::{watch, Notify};
 pub(crate) use hub::Ticket;
 
 use crate::keys::Keys;
-use crate::redlock::{Redlock, WeakRedlock};
+use crate::node::Node;
+use crate::sync::lock;
 use hub::Hub;
 
 /// The wake-up side of one client: its hub and its subscriber tasks.
@@ -79,10 +80,6 @@ impl Shared {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A waiter in the line of each of a lock's keys. Dropping it leaves the lines: locally at
 /// once, on the masters in the background.
 pub(crate) struct Waiter {
@@ -93,7 +90,7 @@ pub(crate) struct Waiter {
     /// during an attempt is still noticed by the next wait.
     wake: Arc<Notify>,
     /// What leaving the masters' lines needs.
-    redlock: WeakRedlock,
+    nodes: Weak<[Node]>,
     keys: Keys,
     /// How long a key reserved for the next waiter stays reserved.
     reserve: Duration,
@@ -116,7 +113,7 @@ impl Wakeup {
     /// the masters with its first attempt, ordered by its arrival.
     pub(crate) fn enlist(
         &self,
-        redlock: &Redlock,
+        nodes: &Arc<[Node]>,
         keys: &Keys,
         arrived: SystemTime,
         reserve: Duration,
@@ -143,7 +140,7 @@ impl Wakeup {
                     let (signal, changes) = watch::channel(());
                     let hub = Arc::downgrade(&self.shared.hub);
                     runtime.spawn(subscriber::subscriber(
-                        redlock.downgrade(),
+                        Arc::downgrade(nodes),
                         hub,
                         index,
                         changes,
@@ -157,7 +154,7 @@ impl Wakeup {
             ticket,
             channels,
             wake,
-            redlock: redlock.downgrade(),
+            nodes: Arc::downgrade(nodes),
             keys: keys.clone(),
             reserve,
             node_timeout,
@@ -190,16 +187,15 @@ impl Drop for Waiter {
         // but not from the others; one that gave up or was cancelled is in all of them. The
         // entries would lapse by themselves within one entry lease; leaving now spares the
         // line that wait, and passes on a key reserved for this waiter.
-        let (Some(redlock), Ok(runtime)) = (
-            self.redlock.upgrade(),
-            tokio::runtime::Handle::try_current(),
-        ) else {
+        let (Some(nodes), Ok(runtime)) =
+            (self.nodes.upgrade(), tokio::runtime::Handle::try_current())
+        else {
             return;
         };
         let (keys, ticket) = (self.keys.clone(), self.ticket.clone());
         let (reserve, node_timeout) = (self.reserve, self.node_timeout);
         runtime.spawn(async move {
-            let leaving = redlock.all_nodes().iter().map(|node| {
+            let leaving = nodes.iter().map(|node| {
                 keys.dequeue_on(node, &ticket.id, reserve, node_timeout)
             });
             for left in futures::future::join_all(leaving).await {
@@ -241,7 +237,7 @@ mod tests {
             ticket,
             channels,
             wake,
-            redlock: WeakRedlock::dangling(),
+            nodes: Weak::<[Node; 0]>::new(),
             keys: Keys::One("r".into()),
             reserve: Duration::from_secs(1),
             node_timeout: Duration::from_millis(100),

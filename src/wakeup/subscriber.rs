@@ -10,7 +10,7 @@ use redis::aio::PubSub;
 use tokio::sync::watch;
 
 use super::hub::Hub;
-use crate::redlock::WeakRedlock;
+use crate::node::Node;
 
 /// Bound on one `SUBSCRIBE` / `UNSUBSCRIBE` round trip; past it the connection is replaced.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -30,12 +30,15 @@ enum Served {
 /// The subscriber task of one node: holds its connection while channels are wanted, and
 /// reconnects after failures. Ends when the client is dropped.
 pub(crate) async fn subscriber(
-    redlock: WeakRedlock,
+    nodes: Weak<[Node]>,
     hub: Weak<Hub>,
     index: usize,
     mut changes: watch::Receiver<()>,
 ) {
-    let Some(node) = redlock.upgrade().map(|rl| rl.node(index).id().to_owned()) else {
+    let Some(node) = nodes
+        .upgrade()
+        .and_then(|all| all.get(index).map(|n| n.id().to_owned()))
+    else {
         return;
     };
     let mut backoff = RECONNECT_MIN;
@@ -51,10 +54,15 @@ pub(crate) async fn subscriber(
                 return;
             }
         }
-        let connected = match redlock.upgrade() {
-            Some(rl) => rl.node(index).subscriber().await,
+        // The client is kept alive only while connecting.
+        let Some(all) = nodes.upgrade() else {
+            return;
+        };
+        let connected = match all.get(index) {
+            Some(n) => n.subscriber().await,
             None => return,
         };
+        drop(all);
         match connected {
             Ok(pubsub) => {
                 tracing::debug!(node, "subscriber connected");
