@@ -171,15 +171,14 @@ impl Announcement {
         Announcement { stop, task }
     }
 
-    /// Deletes the description (before the lock is released), waiting a moment for it: a
-    /// slow master must not hold up the release. Where the deletion does not land, the
+    /// Deletes the description (before the lock is released), waiting at most one request
+    /// timeout for it: a slow master must not hold up the release for long. Where the deletion does not land, the
     /// description expires with the lock's TTL (and `status` shows a description only beside
     /// a lock).
     pub(crate) async fn withdraw(self) {
-        const PATIENCE: Duration = Duration::from_millis(250);
         let _ = self.stop.send(());
         // The deletion is compare-and-delete: it may finish in the background, or not at all.
-        let _ = tokio::time::timeout(PATIENCE, self.task).await;
+        let _ = tokio::time::timeout(masters::REQUEST_TIMEOUT, self.task).await;
     }
 }
 
