@@ -65,7 +65,7 @@ pub(crate) fn key(lock_key: &str) -> String {
 }
 
 /// A published description: where it was written, so it can be refreshed and removed.
-pub(crate) struct Published {
+struct Published {
     key: String,
     value: String,
     ttl: Duration,
@@ -74,7 +74,7 @@ pub(crate) struct Published {
 
 impl Published {
     /// Writes `holder` beside `lock_key` on every master that answers, expiring after `ttl`.
-    pub(crate) async fn write(
+    async fn write(
         masters: &[Master],
         lock_key: &str,
         holder: &Holder,
@@ -98,7 +98,7 @@ impl Published {
 
     /// Writes the description again with a fresh TTL (after a renewal of the lock) where it
     /// still exists: one deleted by `quorumlock unlock` stays deleted.
-    pub(crate) async fn refresh(&self) {
+    async fn refresh(&self) {
         self.set(Some("XX")).await;
     }
 
@@ -121,7 +121,7 @@ impl Published {
     }
 
     /// Deletes the description where it is still ours (the lock is about to be released).
-    pub(crate) async fn remove(self) {
+    async fn remove(self) {
         let script = redis::Script::new(
             "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
         );
@@ -171,15 +171,14 @@ impl Announcement {
         Announcement { stop, task }
     }
 
-    /// Deletes the description (before the lock is released), waiting a moment for it: a
-    /// slow master must not hold up the release. Where the deletion does not land, the
+    /// Deletes the description (before the lock is released), waiting at most one request
+    /// timeout for it: a slow master must not hold up the release for long. Where the deletion does not land, the
     /// description expires with the lock's TTL (and `status` shows a description only beside
     /// a lock).
     pub(crate) async fn withdraw(self) {
-        const PATIENCE: Duration = Duration::from_millis(250);
         let _ = self.stop.send(());
         // The deletion is compare-and-delete: it may finish in the background, or not at all.
-        let _ = tokio::time::timeout(PATIENCE, self.task).await;
+        let _ = tokio::time::timeout(masters::REQUEST_TIMEOUT, self.task).await;
     }
 }
 

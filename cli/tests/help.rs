@@ -59,3 +59,35 @@ fn help_never_shows_the_passwords_in_quorumlock_nodes() {
     assert!(help.contains("QUORUMLOCK_NODES"), "{help}");
     assert!(!help.contains("hunter2"), "{help}");
 }
+
+/// The exit codes `--help` lists, as written in its first column ("75", "128+N").
+fn codes_in_help() -> Vec<String> {
+    let out = quorumlock(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    help.lines()
+        .skip_while(|l| !l.starts_with("Exit codes:"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|first| first.starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_readme_lists_the_same_exit_codes_as_help() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let table: Vec<String> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("| exit code |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('|').nth(1))
+        .map(|code| code.replace(' ', ""))
+        .collect();
+    assert!(
+        table.contains(&"69".to_owned()) && table.contains(&"128+N".to_owned()),
+        "{table:?}"
+    );
+    assert_eq!(table, codes_in_help());
+}

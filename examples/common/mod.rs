@@ -15,9 +15,14 @@ impl Masters {
     /// Reads the command line, then `QUORUMLOCK_NODES`; starts three local masters when
     /// neither names any.
     pub fn find() -> std::io::Result<Masters> {
-        let mut urls: Vec<String> = std::env::args().skip(1).collect();
+        let args = std::env::args().skip(1).collect();
+        Masters::from_sources(args, std::env::var("QUORUMLOCK_NODES").ok())
+    }
+
+    fn from_sources(args: Vec<String>, env: Option<String>) -> std::io::Result<Masters> {
+        let mut urls = args;
         if urls.is_empty() {
-            urls = std::env::var("QUORUMLOCK_NODES")
+            urls = env
                 .unwrap_or_default()
                 .split(',')
                 .map(str::trim)
@@ -39,5 +44,33 @@ impl Masters {
     /// The masters' URLs.
     pub fn urls(&self) -> &[String] {
         &self.urls
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Masters;
+
+    #[test]
+    fn arguments_come_first_then_quorumlock_nodes() {
+        let env = Some("redis://e:1, redis://e:2,".to_owned());
+        let given = Masters::from_sources(vec!["redis://a:1".into()], env.clone()).unwrap();
+        assert_eq!(given.urls(), ["redis://a:1"]);
+        let from_env = Masters::from_sources(Vec::new(), env).unwrap();
+        assert_eq!(from_env.urls(), ["redis://e:1", "redis://e:2"]);
+    }
+
+    #[test]
+    fn without_either_three_local_masters_answer() {
+        let local = Masters::from_sources(Vec::new(), None).unwrap();
+        assert_eq!(local.urls().len(), 3);
+        for url in local.urls() {
+            let mut conn = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let pong: String = redis::cmd("PING").query(&mut conn).unwrap();
+            assert_eq!(pong, "PONG");
+        }
     }
 }
