@@ -93,10 +93,7 @@ where
         if self.requests.is_empty() && due.is_empty() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
+        crate::sync::spawn(async move {
             let release = |i: usize| {
                 let cleanup = cleanup.as_ref().map(|(c, _)| c);
                 async move {

@@ -91,8 +91,19 @@
 //! * [`Redlock::inspect`] / [`Inspection`] — what every node holds (`inspect`).
 //! * [`Redlock::stats`] / [`Stats`] — counters (`stats`).
 //! * [`Error`] / [`NodeError`] — outcomes, with every node's own.
-//! * Internals: `keys` (one lock's keys and per-node requests), `wakeup` (the wait line and
-//!   its hand-offs), `node`, `quorum`, `retry`, `scripts`.
+//!
+//! # Layers
+//!
+//! Inside, each module imports only from its own layer or the layers below it, so the bottom
+//! of any change is easy to find (`tests/layering.rs` reads this table and checks every `use`):
+//!
+//! | layer | modules | what they hold |
+//! |---|---|---|
+//! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, who a hand-off wakes |
+//! | L1 | `scripts`, `node`, `node::health`, `node::link`, `keys` | one master: its connection, its health, the scripts and the requests on a lock's keys |
+//! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
+//! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
+//! | L4 | `hold`, `many`, `inspect` | features built on the client |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]

@@ -337,12 +337,8 @@ impl Node {
         let Some(retired) = self.link.retired() else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let (cmd, drained) = (cmd(), self.link.drain_handle());
-        self.sent.fetch_add(1, Ordering::Relaxed);
-        runtime.spawn(async move {
+        let sent = crate::sync::spawn(async move {
             let mut conn = retired.conn;
             let reply = tokio::time::timeout(timeout, cmd.query_async::<redis::Value>(&mut conn));
             // Any reply shows that what was written before it has run; an error means the
@@ -351,6 +347,9 @@ impl Node {
                 drained.drained(retired.number);
             }
         });
+        if sent {
+            self.sent.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn replied(&self) {

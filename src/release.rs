@@ -231,24 +231,17 @@ pub(crate) fn spawn_release(
     node_timeout: Duration,
     skip: Vec<usize>,
 ) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move {
-                let (released, failed) = inner
-                    .release_except(&keys, &token, &hand_off, node_timeout, &skip)
-                    .await;
-                tracing::debug!(
-                    deleted = released.deleted,
-                    unreachable = failed.len(),
-                    "released in the background"
-                );
-            });
-        }
-        Err(_) => {
-            tracing::warn!(
-                key = keys.iter().next(),
-                "no tokio runtime to release the lock from Drop; it expires at its TTL"
-            )
-        }
+    let spawned = crate::sync::spawn(async move {
+        let (released, failed) = inner
+            .release_except(&keys, &token, &hand_off, node_timeout, &skip)
+            .await;
+        tracing::debug!(
+            deleted = released.deleted,
+            unreachable = failed.len(),
+            "released in the background"
+        );
+    });
+    if !spawned {
+        tracing::warn!("no tokio runtime to release the lock from Drop; it expires at its TTL");
     }
 }

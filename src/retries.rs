@@ -67,18 +67,18 @@ impl Retries {
     /// Hands a rollback release that got no answer to node `node`'s retry task, starting the
     /// task if the node has none.
     pub(crate) fn push(&self, node: usize, release: Pending) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let Some(queue) = self.queues.get(node) else {
             return;
         };
         let mut queue = lock(queue);
-        queue.pending.push(release);
-        if !queue.worker {
+        if queue.worker {
+            queue.pending.push(release);
+            return;
+        }
+        let task = retry_releases(self.nodes.clone(), self.queues.clone(), node);
+        if crate::sync::spawn(task) {
+            queue.pending.push(release);
             queue.worker = true;
-            let task = retry_releases(self.nodes.clone(), self.queues.clone(), node);
-            runtime.spawn(task);
         }
     }
 

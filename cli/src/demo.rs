@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use quorumlock::{Error, Redlock};
-use quorumlock_testkit::{OccupancyWitness, RedisNodes};
+use quorumlock_testkit::{mutex, OccupancyWitness, RedisNodes};
 
 use crate::duration;
 use crate::output::out;
@@ -136,7 +136,7 @@ async fn worker(
             Ok(lock) => {
                 let latency = start.elapsed();
                 tally.acquisitions.fetch_add(1, Ordering::Relaxed);
-                lock_or_recover(&tally.latencies).push(latency);
+                mutex::lock(&tally.latencies).push(latency);
                 {
                     let _inside = witness.enter(id);
                     tokio::time::sleep(WORK).await;
@@ -225,7 +225,7 @@ fn report(
     overlaps: usize,
     took: Duration,
 ) -> std::io::Result<()> {
-    let mut latencies = lock_or_recover(&tally.latencies).clone();
+    let mut latencies = mutex::lock(&tally.latencies).clone();
     latencies.sort();
     let pct = |p: f64| -> String {
         match latencies.len() {
@@ -277,10 +277,6 @@ fn report(
         )?;
     }
     out!("overlaps: {overlaps}")
-}
-
-fn lock_or_recover<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `--failover`: runs the failover cases and prints each with the rule's prediction.

@@ -231,12 +231,7 @@ async fn load_scripts(conn: &MultiplexedConnection) {
     if let std::task::Poll::Ready(loaded) = futures::poll!(&mut loads) {
         return log_failed_loads(loaded);
     }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async move { log_failed_loads(loads.await) });
-        }
-        Err(_) => log_failed_loads(loads.await),
-    }
+    crate::sync::spawn(async move { log_failed_loads(loads.await) });
 }
 
 fn log_failed_loads(loaded: Vec<Result<String, RedisError>>) {

@@ -187,17 +187,15 @@ impl Drop for Waiter {
         // but not from the others; one that gave up or was cancelled is in all of them. The
         // entries would lapse by themselves within one entry lease; leaving now spares the
         // line that wait, and passes on a key reserved for this waiter.
-        let (Some(nodes), Ok(runtime)) =
-            (self.nodes.upgrade(), tokio::runtime::Handle::try_current())
-        else {
+        let Some(nodes) = self.nodes.upgrade() else {
             return;
         };
         let (keys, ticket) = (self.keys.clone(), self.ticket.clone());
         let (reserve, node_timeout) = (self.reserve, self.node_timeout);
-        runtime.spawn(async move {
-            let leaving = nodes.iter().map(|node| {
-                keys.dequeue_on(node, &ticket.id, reserve, node_timeout)
-            });
+        crate::sync::spawn(async move {
+            let leaving = nodes
+                .iter()
+                .map(|node| keys.dequeue_on(node, &ticket.id, reserve, node_timeout));
             for left in futures::future::join_all(leaving).await {
                 if let Err(e) = left {
                     tracing::debug!(error = %e, "leaving the line failed; the entry lapses by itself");
