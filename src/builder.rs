@@ -181,7 +181,8 @@ impl RedlockBuilder {
 
     /// How long [`Redlock::acquire`] waits for a held resource: no attempt starts after it.
     /// While the resource is held, attempts wait in line and do not use up the retry count;
-    /// this bounds the wait. Default: [`DEFAULT_ACQUIRE_TIMEOUT`].
+    /// this bounds the wait. [`Duration::ZERO`] makes one attempt and never waits in line;
+    /// [`Duration::MAX`] waits for as long as it takes. Default: [`DEFAULT_ACQUIRE_TIMEOUT`].
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = Some(timeout);
         self

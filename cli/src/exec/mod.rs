@@ -125,10 +125,12 @@ impl ExecArgs {
 pub(crate) async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let work = args.work();
     let mut builder = args.nodes.builder().fencing(args.fencing);
+    // While the lock is held, `acquire` waits in line for as long as its acquire timeout;
+    // masters that do not answer are retried within the same wait.
     builder = match args.wait() {
-        Wait::For(wait) if wait.is_zero() => builder.retry_count(0),
+        Wait::For(wait) if wait.is_zero() => builder.retry_count(0).acquire_timeout(wait),
         Wait::For(wait) => builder.retry_count(u32::MAX).acquire_timeout(wait),
-        Wait::Forever => builder.retry_count(u32::MAX),
+        Wait::Forever => builder.retry_count(u32::MAX).acquire_timeout(Duration::MAX),
     };
     let rl = builder.build()?;
     nodes::check(&rl).await?;
