@@ -363,11 +363,15 @@ async fn a_hand_off_heard_from_every_node_wakes_only_the_waiter_it_names() {
         "{before:?} → {after:?}"
     );
     assert_eq!(acquired, 1);
-    assert_eq!(
-        before[1..],
-        after[1..],
-        "a waiter the hand-off did not name was woken"
-    );
+    // The others were not woken (they may have renewed their place in line meanwhile: a
+    // waiter attempts at least every third of its entry lease).
+    for (b, a) in before[1..].iter().zip(&after[1..]) {
+        assert_eq!(
+            (b.1, b.2),
+            (a.1, a.2),
+            "a waiter the hand-off did not name was woken"
+        );
+    }
 
     // The rest of the line goes through as usual.
     drop(held);
