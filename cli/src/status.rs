@@ -1,10 +1,12 @@
-//! `quorumlock status`: what every master holds for a resource, who holds it, and the quorum's
-//! verdict — as a table or as JSON, with an exit code scripts can branch on.
+//! `quorumlock status`: what every master holds for a resource, who holds it, who waits for it
+//! in line, and the quorum's verdict — as a table or as JSON, with an exit code scripts can
+//! branch on.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use quorumlock::{Inspection, NodeState, Verdict};
-use serde_json::json;
+use quorumlock::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
+use serde_json::{json, Value};
 
 use crate::exit;
 use crate::holder::{self, Holder};
@@ -17,9 +19,14 @@ Examples:
   quorumlock status --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 nightly-report
   QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 quorumlock status nightly-report
   quorumlock status --json nightly-report | jq .holder
+  quorumlock status --json nightly-report | jq '.nodes[0].queue'
 
-Exit codes: 0 free, 75 held (or split between holders: not acquirable now), 69 fewer than a
-quorum of masters answered.";
+Each master's line lists the waiters (`exec --wait`, `acquire`) first to last: how long each has
+waited and when its entry lapses unless renewed. A release hands the lock to the first of them:
+until that waiter takes it, the masters show the key reserved for it (`handed over`).
+
+Exit codes: 0 free, 75 held, handed over to a waiter, or split between holders (not acquirable
+now), 69 fewer than a quorum of masters answered.";
 
 /// Options of `quorumlock status`.
 #[derive(Debug, clap::Args)]
@@ -46,15 +53,19 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     }
     let status = rl.inspect(&args.resource).await?;
-    let holder = if matches!(status.verdict, Verdict::Free | Verdict::Unknown) {
-        None
-    } else {
+    // A key handed over to a waiter has no holder yet: the last one deleted its description
+    // before its release.
+    let holder = if matches!(status.verdict, Verdict::Held { .. } | Verdict::Split) {
         holder::read(&args.nodes.masters(&rl), &args.nodes.key(&args.resource)).await
+    } else {
+        None
     };
     if args.json {
-        print_json(&status, holder.as_ref())?;
+        out!("{}", report(&status, holder.as_ref()))?;
     } else {
-        print_table(&status, holder.as_ref())?;
+        for line in table(&status, holder.as_ref()) {
+            out!("{line}")?;
+        }
     }
     Ok(ExitCode::from(match status.verdict {
         Verdict::Free => 0,
@@ -63,85 +74,156 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
     }))
 }
 
-fn print_table(status: &Inspection, holder: Option<&Holder>) -> std::io::Result<()> {
-    let width = status
-        .nodes
-        .iter()
-        .map(|n| n.node.len())
-        .max()
-        .unwrap_or(0)
-        .max(4);
-    out!("{:<width$}  {:<5}  {:<8}  ttl", "node", "state", "token")?;
-    for node in &status.nodes {
-        let (state, token, ttl) = match &node.state {
-            NodeState::Held { fingerprint, ttl } => (
-                "held",
-                fingerprint.clone(),
-                ttl.map_or("none".to_owned(), |t| format!("{t:?}")),
-            ),
-            NodeState::Free => ("free", "-".to_owned(), "-".to_owned()),
-            NodeState::Unreachable(e) => ("down", "-".to_owned(), one_line(e.kind())),
-            _ => ("?", "-".to_owned(), "-".to_owned()),
-        };
-        out!("{:<width$}  {state:<5}  {token:<8}  {ttl}", node.node)?;
+/// One node's row: its state, the token (or the waiter the key is reserved for), and the TTL
+/// (or why it did not answer).
+fn row(node: &NodeStatus) -> (&'static str, String, String) {
+    let ttl = |ttl: &Option<Duration>| ttl.map_or("none".to_owned(), |t| format!("{t:?}"));
+    match &node.state {
+        NodeState::Held {
+            fingerprint,
+            ttl: t,
+        } => ("held", fingerprint.clone(), ttl(t)),
+        NodeState::Reserved { waiter, ttl: t } => ("reserved", format!("for {waiter}"), ttl(t)),
+        NodeState::Free => ("free", "-".to_owned(), "-".to_owned()),
+        NodeState::Unreachable(e) => ("down", "-".to_owned(), one_line(e.kind())),
+        _ => ("?", "-".to_owned(), "-".to_owned()),
     }
-    let verdict = match &status.verdict {
+}
+
+/// How many wait on a node, as the table shows it: `-` when the node did not answer.
+fn waiting(node: &NodeStatus) -> String {
+    match node.state {
+        NodeState::Unreachable(_) => "-".to_owned(),
+        _ => node.queue.len().to_string(),
+    }
+}
+
+/// The verdict in words.
+fn verdict_text(status: &Inspection) -> String {
+    let of = status.nodes.len();
+    match &status.verdict {
         Verdict::Held { fingerprint, nodes } => {
-            format!(
-                "held by {fingerprint} on {nodes}/{} nodes",
-                status.nodes.len()
-            )
+            format!("held by {fingerprint} on {nodes}/{of} nodes")
+        }
+        Verdict::HandedOver { waiter, nodes } => {
+            format!("handed over to waiter {waiter} on {nodes}/{of} nodes")
         }
         Verdict::Free => "free".to_owned(),
         Verdict::Split => "split: no token on a quorum, fewer than a quorum free".to_owned(),
         Verdict::Unknown => format!("unknown: fewer than {} nodes answered", status.quorum),
         other => format!("{other:?}"),
-    };
-    out!(
-        "{:?}: {verdict} (quorum {})",
-        status.resource,
-        status.quorum
-    )?;
-    if let Some(holder) = holder {
-        out!("holder {}: {holder}", holder.lock)?;
     }
-    Ok(())
 }
 
-fn print_json(status: &Inspection, holder: Option<&Holder>) -> std::io::Result<()> {
-    let nodes: Vec<_> = status
-        .nodes
+/// The table: a row per node, the verdict, the holder, then each node's line, first to last.
+fn table(status: &Inspection, holder: Option<&Holder>) -> Vec<String> {
+    let rows: Vec<_> = status.nodes.iter().map(|n| (n, row(n))).collect();
+    let width = rows
         .iter()
-        .map(|node| match &node.state {
-            NodeState::Held { fingerprint, ttl } => json!({
-                "node": node.node,
-                "state": "held",
-                "token": fingerprint,
-                "ttl_ms": ttl.map(|t| t.as_millis()),
-            }),
-            NodeState::Free => json!({ "node": node.node, "state": "free" }),
-            NodeState::Unreachable(e) => json!({
-                "node": node.node,
-                "state": "down",
-                "error": one_line(e.kind()),
-            }),
-            _ => json!({ "node": node.node, "state": "unknown" }),
-        })
-        .collect();
-    let (verdict, token, holding) = match &status.verdict {
-        Verdict::Held { fingerprint, nodes } => ("held", Some(fingerprint.as_str()), *nodes),
-        Verdict::Free => ("free", None, 0),
-        Verdict::Split => ("split", None, 0),
-        _ => ("unknown", None, 0),
+        .map(|(n, _)| n.node.len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let token_width = rows
+        .iter()
+        .map(|(_, r)| r.1.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    let mut lines = vec![format!(
+        "{:<width$}  {:<8}  {:<7}  {:<token_width$}  ttl",
+        "node", "state", "waiting", "token"
+    )];
+    for (node, (state, token, ttl)) in &rows {
+        lines.push(format!(
+            "{:<width$}  {state:<8}  {:<7}  {token:<token_width$}  {ttl}",
+            node.node,
+            waiting(node)
+        ));
+    }
+    lines.push(format!(
+        "{:?}: {} (quorum {})",
+        status.resource,
+        verdict_text(status),
+        status.quorum
+    ));
+    if let Some(holder) = holder {
+        lines.push(format!("holder {}: {holder}", holder.lock));
+    }
+    for node in status.nodes.iter().filter(|n| !n.queue.is_empty()) {
+        lines.push(format!("line on {}, first to last:", node.node));
+        let place_width = node.queue.len().to_string().len();
+        for (place, waiter) in node.queue.iter().enumerate() {
+            lines.push(format!(
+                "  {:>place_width$}. waiter {}  waited {:<10}  lapses in {:?}",
+                place + 1,
+                waiter.id,
+                format!("{:?}", waiter.waited),
+                waiter.lapses_in
+            ));
+        }
+    }
+    lines
+}
+
+/// One waiter in a node's line, as JSON.
+fn waiter_json(waiter: &QueuedWaiter) -> Value {
+    json!({
+        "id": waiter.id,
+        "waited_ms": waiter.waited.as_millis(),
+        "lapses_in_ms": waiter.lapses_in.as_millis(),
+    })
+}
+
+/// One node, as JSON: `queue` is its line first to last, `null` when it did not answer.
+fn node_json(node: &NodeStatus) -> Value {
+    let queue: Vec<Value> = node.queue.iter().map(waiter_json).collect();
+    match &node.state {
+        NodeState::Held { fingerprint, ttl } => json!({
+            "node": node.node,
+            "state": "held",
+            "token": fingerprint,
+            "ttl_ms": ttl.map(|t| t.as_millis()),
+            "queue": queue,
+        }),
+        NodeState::Reserved { waiter, ttl } => json!({
+            "node": node.node,
+            "state": "reserved",
+            "waiter": waiter,
+            "ttl_ms": ttl.map(|t| t.as_millis()),
+            "queue": queue,
+        }),
+        NodeState::Free => json!({ "node": node.node, "state": "free", "queue": queue }),
+        NodeState::Unreachable(e) => json!({
+            "node": node.node,
+            "state": "down",
+            "error": one_line(e.kind()),
+            "queue": null,
+        }),
+        _ => json!({ "node": node.node, "state": "unknown", "queue": null }),
+    }
+}
+
+/// The JSON report: the verdict (`held`, `handed_over`, `free`, `split`, `unknown`), the
+/// holder's token or the waiter the key was handed to, and how many nodes agree on it.
+fn report(status: &Inspection, holder: Option<&Holder>) -> Value {
+    let (verdict, token, waiter, holding) = match &status.verdict {
+        Verdict::Held { fingerprint, nodes } => ("held", Some(fingerprint.as_str()), None, *nodes),
+        Verdict::HandedOver { waiter, nodes } => {
+            ("handed_over", None, Some(waiter.as_str()), *nodes)
+        }
+        Verdict::Free => ("free", None, None, 0),
+        Verdict::Split => ("split", None, None, 0),
+        _ => ("unknown", None, None, 0),
     };
-    let report = json!({
+    json!({
         "resource": status.resource,
         "verdict": verdict,
         "token": token,
+        "waiter": waiter,
         "holding": holding,
         "quorum": status.quorum,
         "holder": holder,
-        "nodes": nodes,
-    });
-    out!("{report}")
+        "nodes": status.nodes.iter().map(node_json).collect::<Vec<_>>(),
+    })
 }
