@@ -20,9 +20,10 @@ Examples:
   quorumlock list --prefix reports:
   QUORUMLOCK_KEY_PREFIX=locks: quorumlock list --json
 
-A lock shows up when at least one master has its key: `held` on a quorum; `split` when no token
-is on a quorum and fewer than a quorum are free; `leftover` when a minority still has a key (of
-a failed attempt or an expiring lease), which expires at its TTL.";
+A lock shows up when at least one master has its key: `held` on a quorum; `handed-over` when a
+release reserved it on a quorum for the first waiter in line, which is about to take it; `split`
+when no token is on a quorum and fewer than a quorum are free; `leftover` when a minority still
+has a key (of a failed attempt or an expiring lease), which expires at its TTL.";
 
 /// Options of `quorumlock list`.
 #[derive(Debug, clap::Args)]
@@ -86,7 +87,7 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The keys on `master` matching `pattern` that look like lock keys: strings holding a token
-/// (32 hex digits) with a TTL, not one of the keys kept beside a lock.
+/// (32 hex digits) or reserved for a waiter, not one of the keys kept beside a lock.
 async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String> {
     const AUXILIARY: [&str; 4] = [":fence", ":released", ":queue", ":holder"];
     let mut conn = master.connect().await?;
@@ -121,7 +122,10 @@ async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String
             chunk
                 .iter()
                 .zip(values)
-                .filter(|(_, v)| v.as_deref().is_some_and(looks_like_token))
+                .filter(|(_, v)| {
+                    v.as_deref()
+                        .is_some_and(|v| looks_like_token(v) || looks_like_reservation(v))
+                })
                 .map(|(k, _)| k.clone()),
         );
     }
@@ -130,6 +134,14 @@ async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String
 
 fn looks_like_token(value: &str) -> bool {
     value.len() == 32 && value.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A key a release handed over to the first waiter in line: `~queued:` and the waiter's id
+/// (16 hex digits), as `status` shows it.
+fn looks_like_reservation(value: &str) -> bool {
+    value
+        .strip_prefix("~queued:")
+        .is_some_and(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// `text` with SCAN's glob characters escaped, to match it literally.
@@ -150,6 +162,7 @@ fn summary(status: &Inspection) -> (&'static str, usize, Option<Duration>) {
     let ttl = status.nodes.iter().filter_map(|n| n.ttl()).min();
     let state = match status.verdict {
         Verdict::Held { .. } => "held",
+        Verdict::HandedOver { .. } => "handed-over",
         Verdict::Split => "split",
         Verdict::Free => "leftover",
         _ => "unknown",
@@ -168,7 +181,7 @@ fn print_table(rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
         .unwrap_or(0)
         .max(8);
     out!(
-        "{:<width$}  {:<8}  {:<7}  {:<10}  holder",
+        "{:<width$}  {:<11}  {:<7}  {:<10}  holder",
         "resource",
         "state",
         "masters",
@@ -180,7 +193,7 @@ fn print_table(rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
         let ttl = ttl.map_or("-".to_owned(), |t| format!("{:.1}s", t.as_secs_f64()));
         let holder = holder.as_ref().map_or("-".to_owned(), Holder::to_string);
         out!(
-            "{:<width$}  {state:<8}  {masters:<7}  {ttl:<10}  {holder}",
+            "{:<width$}  {state:<11}  {masters:<7}  {ttl:<10}  {holder}",
             status.resource
         )?;
     }
@@ -196,10 +209,15 @@ fn print_json(rl: &Redlock, rows: &[(Inspection, Option<Holder>)]) -> std::io::R
                 Verdict::Held { fingerprint, .. } => Some(fingerprint.as_str()),
                 _ => None,
             };
+            let waiter = match &status.verdict {
+                Verdict::HandedOver { waiter, .. } => Some(waiter.as_str()),
+                _ => None,
+            };
             json!({
                 "resource": status.resource,
                 "state": state,
                 "token": token,
+                "waiter": waiter,
                 "masters": present,
                 "of": rl.node_count(),
                 "ttl_ms": ttl.map(|t| t.as_millis()),
@@ -212,7 +230,7 @@ fn print_json(rl: &Redlock, rows: &[(Inspection, Option<Holder>)]) -> std::io::R
 
 #[cfg(test)]
 mod tests {
-    use super::{glob_escape, looks_like_token};
+    use super::{glob_escape, looks_like_reservation, looks_like_token};
 
     #[test]
     fn glob_characters_match_literally() {
@@ -225,5 +243,8 @@ mod tests {
         assert!(looks_like_token("0123456789abcdef0123456789abcdef"));
         assert!(!looks_like_token("hello"));
         assert!(!looks_like_token("0123456789abcdef0123456789abcdeg"));
+        assert!(looks_like_reservation("~queued:0123456789abcdef"));
+        assert!(!looks_like_reservation("~queued:0123456789abcdeg"));
+        assert!(!looks_like_reservation("0123456789abcdef"));
     }
 }

@@ -1,6 +1,6 @@
 //! The wait line through the real binary: `quorumlock exec --wait` processes take their turns
 //! one at a time in their arrival order, and `quorumlock status` shows the line on each master
-//! and a key a release handed over to the first waiter.
+//! and a key a release handed over to the first waiter (as `list` does).
 
 mod common;
 
@@ -272,7 +272,7 @@ fn status_shows_each_masters_line_in_arrival_order_and_a_key_handed_over_to_its_
 }
 
 #[test]
-fn status_table_says_a_key_is_handed_over_to_the_waiter_it_names() {
+fn status_and_list_say_a_key_is_handed_over_to_the_waiter_it_names() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let witness = Witness::new();
     let mut procs = Processes::default();
@@ -292,6 +292,10 @@ fn status_table_says_a_key_is_handed_over_to_the_waiter_it_names() {
     std::fs::write(witness.path("done"), "").unwrap();
     assert!(procs.0[holding].wait().unwrap().success());
     let table = quorumlock(&nodes).args(["status", "job"]).output().unwrap();
+    let listed = quorumlock(&nodes)
+        .args(["list", "--json"])
+        .output()
+        .unwrap();
     kill(procs.pid(waiting), Signal::SIGCONT).unwrap();
     let shown = String::from_utf8_lossy(&table.stdout).into_owned();
     assert_eq!(table.status.code(), Some(75), "{}", text(&table));
@@ -310,6 +314,13 @@ fn status_table_says_a_key_is_handed_over_to_the_waiter_it_names() {
         "every master's row shows the reservation: {shown}"
     );
     assert!(!shown.contains("holder "), "nobody holds it yet: {shown}");
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed));
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed:#}");
+    assert_eq!(listed[0]["resource"], "job", "{listed:#}");
+    assert_eq!(listed[0]["state"], "handed-over", "{listed:#}");
+    assert_eq!(listed[0]["waiter"], id.as_str(), "{listed:#}");
+    assert_eq!(listed[0]["masters"], 3, "{listed:#}");
 
     let done = procs.wait_all(Duration::from_secs(20));
     assert!(
