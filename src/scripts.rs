@@ -19,7 +19,7 @@ use redis::Script;
 /// The source is sent without its comments: it travels with every cleanup, and the node hashes
 /// what it receives.
 pub(crate) static RELEASE_SOURCE: LazyLock<String> =
-    LazyLock::new(|| without_comments(include_str!("lua/release.lua")));
+    LazyLock::new(|| without_comments(&in_line(include_str!("lua/release.lua"))));
 
 /// [`RELEASE_SOURCE`] as a script, for its SHA1.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(&RELEASE_SOURCE));
@@ -27,11 +27,11 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(&RELE
 /// A waiter's attempt: renew its place in the line of each key, and take the keys if they are
 /// free and it heads every line, or they are reserved for it.
 pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/acquire_queued.lua")));
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/acquire_queued.lua"))));
 
 /// A waiter leaves the lines, passing on a key reserved for it.
 pub(crate) static DEQUEUE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/dequeue.lua")));
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/dequeue.lua"))));
 
 /// Compare-and-PEXPIRE over one or more keys, all or nothing.
 pub(crate) static EXTEND: LazyLock<Script> =
@@ -58,6 +58,11 @@ pub(crate) fn release_channel(key: &str) -> String {
     format!("{key}:released")
 }
 
+/// A script that keeps a wait line: `body` after the functions they share (`lua/line.lua`).
+fn in_line(body: &str) -> String {
+    format!("{}\n{body}", include_str!("lua/line.lua"))
+}
+
 /// `source` without its full-line comments, blank lines and indentation.
 fn without_comments(source: &str) -> String {
     let lines = source.lines().map(str::trim);
@@ -72,8 +77,10 @@ mod tests {
     #[test]
     fn the_sent_release_source_keeps_the_code_and_drops_the_comments() {
         assert!(!RELEASE_SOURCE.contains("--"));
-        assert!(RELEASE_SOURCE.starts_with("local n = tonumber(ARGV[3])\n"));
+        assert!(RELEASE_SOURCE.starts_with("local function now_ms()\n"));
+        assert!(RELEASE_SOURCE.contains("\nlocal n = tonumber(ARGV[3])\n"));
         assert!(RELEASE_SOURCE.ends_with("\nreturn released"));
-        assert!(RELEASE_SOURCE.len() < include_str!("lua/release.lua").len() / 2);
+        let commented = include_str!("lua/line.lua").len() + include_str!("lua/release.lua").len();
+        assert!(RELEASE_SOURCE.len() < commented * 2 / 3);
     }
 }

@@ -1,5 +1,5 @@
--- A waiter's attempt: take its place in each key's line (or keep it), and take every key if it is
--- free or reserved for this waiter, and this waiter heads each line.
+-- A waiter's attempt (line.lua goes ahead of this): take its place in each key's line, or keep
+-- it, and take every key if each is free and this waiter heads its line, or is reserved for it.
 -- KEYS: n lock keys, their n line keys (`<key>:queue`, a sorted set of waiter ids scored by the
 -- order the waiter chose), their n lease keys (`<key>:leases`, the same ids scored by the
 -- master's time in ms at which the entry lapses), then (with fencing) their n fence counters.
@@ -10,29 +10,15 @@
 local n = tonumber(ARGV[3])
 local me = ARGV[4]
 local reserved = '~queued:' .. me
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local granted = true
 for i = 1, n do
   local key, line, leases = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
-  -- Entries whose waiter stopped renewing them leave the line.
-  local lapsed = redis.call('ZRANGE', leases, '-inf', now, 'BYSCORE')
-  if #lapsed > 0 then
-    redis.call('ZREM', line, unpack(lapsed))
-    redis.call('ZREM', leases, unpack(lapsed))
-  end
-  redis.call('ZADD', line, ARGV[5], me)
-  redis.call('ZADD', leases, now + tonumber(ARGV[6]), me)
-  -- A line nobody renews goes away with its last entry's lease.
-  if redis.call('PTTL', line) < tonumber(ARGV[6]) then
-    redis.call('PEXPIRE', line, ARGV[6])
-    redis.call('PEXPIRE', leases, ARGV[6])
-  end
+  drop_lapsed(line, leases, now)
+  take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
-  if value ~= reserved then
-    if value or redis.call('ZRANGE', line, 0, 0)[1] ~= me then
-      granted = false
-    end
+  if value ~= reserved and (value or redis.call('ZRANGE', line, 0, 0)[1] ~= me) then
+    granted = false
   end
 end
 if not granted then

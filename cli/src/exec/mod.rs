@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use quorumlock::{Error, HoldOptions};
+use quorumlock::{Error, HoldOptions, Redlock};
 
 use crate::duration::{self, Wait};
 use crate::exit;
@@ -152,8 +152,10 @@ pub(crate) async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     // A signal that arrives while waiting for the lock ends the wait; once the lock is held,
     // the body handles signals (it starts by checking for one that came just before).
     let holding = Cell::new(false);
+    let token = std::cell::RefCell::new(None);
     let hold = rl.with_lock_opts(&args.resource, args.ttl, opts, |held| {
         holding.set(true);
+        *token.borrow_mut() = Some(held.token().fingerprint());
         supervise::run(held, context)
     });
     let mut waiting = signals;
@@ -172,6 +174,10 @@ pub(crate) async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(exit::signalled(signal as i32)));
         }
     };
+
+    if let Some(token) = token.into_inner() {
+        released_everywhere(&rl, &args.resource, &token).await;
+    }
 
     Ok(ExitCode::from(match outcome {
         Ok(Ok(outcome)) => outcome_code(outcome),
@@ -197,6 +203,27 @@ pub(crate) async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     }))
+}
+
+/// How long `exec` waits, once the lock is released, for the masters that had not confirmed the
+/// release yet.
+const RELEASE_SETTLE: Duration = Duration::from_secs(1);
+
+/// Waits (for at most [`RELEASE_SETTLE`]) until no master that answers still holds the token with
+/// this fingerprint. The library returns from a release once a quorum has confirmed and sends the
+/// rest in the background; a process that exits at once would cut those short and leave the key
+/// on a minority until its TTL.
+async fn released_everywhere(rl: &Redlock, resource: &str, token: &str) {
+    let deadline = tokio::time::Instant::now() + RELEASE_SETTLE;
+    while tokio::time::Instant::now() < deadline {
+        let Ok(status) = rl.inspect(resource).await else {
+            return;
+        };
+        if status.nodes.iter().all(|n| n.fingerprint() != Some(token)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 fn outcome_code(outcome: Outcome) -> u8 {

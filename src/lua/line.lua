@@ -1,0 +1,46 @@
+-- Shared by the scripts that keep a resource's wait line, and put ahead of each of them.
+-- A line is a sorted set `<key>:queue` of waiter ids scored by the order each waiter chose, with
+-- the time each entry lapses (the master's clock, in ms) in a second sorted set `<key>:leases`.
+
+-- The master's clock, in ms.
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Puts waiter `id` in the line at `order`, or keeps its place, its entry lapsing `lease` ms from
+-- `now`. A line nobody renews goes away with its last entry's lease.
+local function take_place(line, leases, id, order, lease, now)
+  redis.call('ZADD', line, order, id)
+  redis.call('ZADD', leases, now + lease, id)
+  if redis.call('PTTL', line) < lease then
+    redis.call('PEXPIRE', line, lease)
+    redis.call('PEXPIRE', leases, lease)
+  end
+end
+
+-- Drops the entries whose waiter stopped renewing them.
+local function drop_lapsed(line, leases, now)
+  local lapsed = redis.call('ZRANGE', leases, '-inf', now, 'BYSCORE')
+  if #lapsed > 0 then
+    redis.call('ZREM', line, unpack(lapsed))
+    redis.call('ZREM', leases, unpack(lapsed))
+  end
+end
+
+-- Hands `key` to the first live waiter in its line: reserves it for that waiter and publishes the
+-- waiter's id on `<key>:released`; deletes it when nobody waits. A reservation is a value no token
+-- can equal: `SET NX` refuses it like any held key, compare scripts never match it, and only the
+-- named waiter's attempt takes it over. It lasts `reserve` ms at most, and never longer than the
+-- head's entry lives, so a dead head blocks its line for no longer than its entry lease.
+local function hand_over(key, line, leases, reserve, now)
+  drop_lapsed(line, leases, now)
+  local head = redis.call('ZRANGE', line, 0, 0)[1]
+  if not head then
+    redis.call('DEL', key)
+    return
+  end
+  local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
+  redis.call('SET', key, '~queued:' .. head, 'PX', math.max(1, math.min(reserve, lapses - now)))
+  redis.call('PUBLISH', key .. ':released', head)
+end
