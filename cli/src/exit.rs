@@ -10,8 +10,8 @@ pub(crate) const FAILURE: u8 = 1;
 pub(crate) const NO_QUORUM: u8 = 69;
 
 /// `exec`: the lock is held by someone else and was not acquired within `--wait`. Configurable
-/// with `-E`, like `flock -E`. `status`: the resource is held. 75 is `EX_TEMPFAIL`: try again
-/// later.
+/// with `-E`, like `flock -E`. `status`: the resource is held, or handed over to a waiter. 75 is
+/// `EX_TEMPFAIL`: try again later.
 pub(crate) const BUSY: u8 = 75;
 
 /// `exec`: the lock was lost while the command ran; the command's process group was sent
@@ -52,7 +52,7 @@ Exit codes:
   2      command-line usage error
   69     fewer than a quorum of masters answered (down, wrong address or password)
   75     exec: the lock is busy and was not acquired within --wait (change it with -E)
-         status: the resource is held
+         status: the resource is held, or handed over to a waiter
   76     exec: the lock was lost while the command ran; the command was stopped
   127    exec: the command could not be started
   128+N  exec: the command was killed by signal N, or quorumlock got signal N
