@@ -5,6 +5,7 @@
 //! cargo run --release --example chaos              # long version, every scenario
 //! cargo run --release --example chaos -- --short   # the short version of `make test`
 //! cargo run --release --example chaos -- partitions held-replies
+//! cargo run --release --example chaos -- waiter-killed-at-head line-master-restarted line-minority-paused
 //! QUORUMLOCK_CHAOS_SEED=0x5eed000a cargo run --release --example chaos -- partitions
 //! ```
 //!

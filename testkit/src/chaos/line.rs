@@ -106,14 +106,15 @@ return {queued, reserved}",
     )
 });
 
-/// Line keys (`:queue`, `:leases`) of the chaos keys. ARGV[1] the key prefix.
+/// Line keys (`:queue`, `:leases`) of the chaos keys, each with its PTTL in ms. ARGV[1] the key
+/// prefix.
 static LINE_KEYS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local found = {}
 for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
   if string.sub(k, -6) == ':queue' or string.sub(k, -7) == ':leases' then
-    table.insert(found, k)
+    table.insert(found, {k, redis.call('PTTL', k)})
   end
 end
 return found",
@@ -285,18 +286,19 @@ impl Probe {
         self.run(i, &LINE_ENTRIES, &[], &[pattern]).await
     }
 
-    /// The line keys left on the masters that answer.
-    pub(super) async fn line_keys(&self) -> Vec<String> {
-        let found: Vec<Option<Vec<String>>> = self
+    /// The line keys left on the masters that answer (`master i: key`), each with its PTTL.
+    pub(super) async fn line_keys(&self) -> Vec<(String, Duration)> {
+        let found: Vec<Option<Vec<(String, i64)>>> = self
             .run_everywhere(&LINE_KEYS, &[], &[KEY_PREFIX.to_owned()])
             .await;
         found
             .into_iter()
             .enumerate()
             .flat_map(|(i, keys)| {
-                keys.unwrap_or_default()
-                    .into_iter()
-                    .map(move |k| format!("master {i}: {k}"))
+                keys.unwrap_or_default().into_iter().map(move |(k, pttl)| {
+                    let pttl = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
+                    (format!("master {i}: {k}"), pttl)
+                })
             })
             .collect()
     }
@@ -785,31 +787,56 @@ pub(super) fn faults_hit_queued_waiters(log: &LineFaults, what: &str) -> Check {
     )
 }
 
-/// Once the clients are gone, no line outlives one entry lease (plus expiry slack).
+/// Once the clients are gone, no line outlives one entry lease (plus expiry slack); and none was
+/// renewed after they had ended (a waiter put back in line by a late rollback, after it left).
 pub(super) async fn lines_lapse_within_an_entry_lease(ran: &Ran) -> Check {
     let probe = Probe::new(ran.cluster.addrs());
-    let bound = ran.setup.entry_lease() + RECOVERY_SLACK;
+    let lease = ran.setup.entry_lease();
+    let bound = lease + RECOVERY_SLACK;
     let until = ran.finished_at + bound;
-    let mut left = probe.line_keys().await;
-    while !left.is_empty() && Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    // The latest renewal seen, as an offset from the end of the clients: a line key's PTTL is
+    // one entry lease at each renewal.
+    let mut renewed: Option<(Duration, String)> = None;
+    let mut left;
+    loop {
+        let asked = Instant::now();
         left = probe.line_keys().await;
+        for (key, pttl) in &left {
+            let at = (asked + *pttl).saturating_duration_since(ran.finished_at + lease);
+            if renewed.as_ref().is_none_or(|(latest, _)| at > *latest) {
+                renewed = Some((at, key.clone()));
+            }
+        }
+        if left.is_empty() || Instant::now() >= until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let after = Instant::now().saturating_duration_since(ran.finished_at);
+    let renewal = match &renewed {
+        Some((at, key)) if *at > Duration::ZERO => {
+            format!(
+                "; latest renewal {:.0}ms after the clients ended ({key})",
+                ms(*at)
+            )
+        }
+        _ => "; none renewed after the clients ended".to_owned(),
+    };
     Check::new(
         "every line lapses within an entry lease of its last waiter",
         left.is_empty(),
         if left.is_empty() {
             format!(
-                "no line key {:.0}ms after the clients ended (bound {:.0}ms)",
+                "no line key {:.0}ms after the clients ended (bound {:.0}ms){renewal}",
                 ms(after),
                 ms(bound)
             )
         } else {
+            let keys: Vec<&str> = left.iter().map(|(k, _)| k.as_str()).collect();
             format!(
-                "{:.0}ms after the clients ended: {}",
+                "{:.0}ms after the clients ended: {}{renewal}",
                 ms(after),
-                left.join(", ")
+                keys.join(", ")
             )
         },
     )

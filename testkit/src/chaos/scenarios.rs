@@ -34,8 +34,8 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     // waiters move on hand-offs and the line's own polling, not on a fast retry loop), and a
     // short acquire timeout that the faults make some waiters reach.
     let in_line = Setup {
-        clients: 9,
-        resources: 3,
+        clients: 12,
+        resources: 4,
         retry_delay: quorumlock::DEFAULT_RETRY_DELAY,
         retry_jitter: quorumlock::DEFAULT_RETRY_JITTER,
         acquire_timeout: Some(LINE_ACQUIRE_TIMEOUT),
@@ -227,12 +227,16 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 move |ctl| line::minority_paused_in_line(ctl, log)
             })
             .await?;
-            let lapsed = line::lines_lapse_within_an_entry_lease(&ran).await;
             let log = std::mem::take(&mut *mutex::lock(&log));
             let resumed = log.last_resume.unwrap_or(ran.stopped_at);
+            // Both watch the masters from the end of the run on.
+            let (strays, lapsed) = tokio::join!(
+                stray_keys_gone_within_a_ttl(&ran, resumed),
+                line::lines_lapse_within_an_entry_lease(&ran)
+            );
             let checks = vec![
                 line::faults_hit_queued_waiters(&log, "masters paused"),
-                stray_keys_gone_within_a_ttl(&ran, resumed).await,
+                strays,
                 line::contended_resources_come_back(&ran, &[]),
                 line::no_waiter_past_its_timeout(&ran),
                 lapsed,
