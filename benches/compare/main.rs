@@ -124,6 +124,18 @@ fn main() {
                     if m.late > 0 { format!(", {} process(es) late for the window", m.late) } else { String::new() },
                     m.last_error.as_deref().map(|e| format!(" (last error: {e})")).unwrap_or_default(),
                 );
+                if !m.commands.is_empty() {
+                    eprintln!(
+                        "    masters' commands per cycle: {}",
+                        m.commands
+                            .iter()
+                            .map(|(name, (calls, usec))| format!(
+                                "{name} {calls:.2} ({usec:.0} µs)"
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
                 results.add(point.with(kind), m);
             }
         }

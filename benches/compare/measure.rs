@@ -43,6 +43,9 @@ pub struct Measurement {
     pub hold: Vec<u32>,
     /// Separate clients: processes that were still connecting when the window opened.
     pub late: usize,
+    /// Separate clients: per command, the calls and the microseconds the masters spent on it
+    /// in the window (`INFO commandstats`, every master together), divided by the cycles.
+    pub commands: BTreeMap<String, (f64, f64)>,
 }
 
 impl Measurement {

@@ -578,6 +578,36 @@ fn separate(out: &mut String, r: &Results, cfg: &Config, case: Case) {
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "\nThe masters' commands per critical section, all masters together, median over runs (`INFO commandstats` over the window; commands that scripts run count too, so `get`, `zadd`, `time`, … under quorumlock are mostly inside its scripts):\n"
+    );
+    for setup in Setup::separate_variants() {
+        for kind in setup.kinds() {
+            let k = key(setup, *kind);
+            if r.runs(k).is_empty() {
+                continue;
+            }
+            let mut names: Vec<&String> =
+                r.runs(k).iter().flat_map(|m| m.commands.keys()).collect();
+            names.sort();
+            names.dedup();
+            let listed: Vec<String> = names
+                .into_iter()
+                .filter(|name| *name != "info")
+                .map(|name| {
+                    let calls = r.med(k, |m| m.commands.get(name).map_or(0.0, |c| c.0));
+                    format!("{name} {calls:.1}")
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "* {}, {kind}: {}",
+                variant(setup, workers),
+                listed.join(", ")
+            );
+        }
+    }
     let _ = writeln!(out);
     for setup in Setup::separate_variants() {
         let vs = r.ratio(

@@ -30,6 +30,7 @@ use nix::time::{clock_gettime, ClockId};
 
 use crate::config::Config;
 use crate::measure::{Measurement, Spec};
+use crate::profile::command_stats;
 use crate::support::{micros, servers_cpu, Client, Kind};
 
 /// The environment variable that makes this bench binary a child of a separate-clients
@@ -360,9 +361,9 @@ pub fn measure(spec: &Spec<'_>, processes: usize, work: Duration, cfg: &Config) 
         })
         .collect();
     sleep_until_ns(start);
-    let servers_start = servers_cpu(&spec.pids);
+    let (servers_start, commands_start) = (servers_cpu(&spec.pids), command_stats(spec.urls));
     sleep_until_ns(end);
-    let servers_end = servers_cpu(&spec.pids);
+    let (servers_end, commands_end) = (servers_cpu(&spec.pids), command_stats(spec.urls));
 
     let mut merged = Merged::default();
     for (child, reader) in children.iter_mut().zip(readers) {
@@ -388,6 +389,19 @@ pub fn measure(spec: &Spec<'_>, processes: usize, work: Duration, cfg: &Config) 
     let mut m = summarize(&merged, start, end);
     if m.cycles > 0 {
         m.server_cpu_per_cycle = Some((servers_end - servers_start) / m.cycles as u32);
+        let per_cycle = m.cycles as f64;
+        for (name, (calls, usec)) in commands_end {
+            let (calls0, usec0) = commands_start.get(&name).copied().unwrap_or_default();
+            if calls > calls0 {
+                m.commands.insert(
+                    name,
+                    (
+                        (calls - calls0) as f64 / per_cycle,
+                        (usec - usec0) / per_cycle,
+                    ),
+                );
+            }
+        }
     }
     m
 }

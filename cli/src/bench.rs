@@ -356,8 +356,7 @@ fn print_summary(
         let min = total.per_worker.iter().min().copied().unwrap_or(0);
         let max = total.per_worker.iter().max().copied().unwrap_or(0);
         println!(
-            "per worker  {:>12}   (min/max {:.2}: {} to {} cycles)",
-            "",
+            "per worker  {:>12.2}   (min/max of the workers' cycles: {} to {})",
             min as f64 / max.max(1) as f64,
             group_digits(min),
             group_digits(max)
