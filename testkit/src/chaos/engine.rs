@@ -26,6 +26,67 @@ pub(super) const KEY_PREFIX: &str = "chaos:";
 /// How often the key monitor looks at every master.
 const MONITOR_EVERY: Duration = Duration::from_millis(100);
 
+/// The stall meter's tick ...
+const TICK: Duration = Duration::from_millis(5);
+/// ... and how late it may wake before the lateness counts as a stall.
+const STALL_THRESHOLD: Duration = Duration::from_millis(10);
+
+/// When the run's tokio runtime could not run its tasks on time: each stall is a tick of the
+/// meter that woke more than 10 ms late, from when it was due to when it woke. On a loaded
+/// machine the whole test process is sometimes not scheduled for hundreds of milliseconds; a
+/// waiter cannot move then, whatever the library does, so the line checks count every wait
+/// less the stalls inside it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Stalls(Vec<(Instant, Instant)>);
+
+impl Stalls {
+    /// How much of `[from, to]` the runtime was stalled.
+    pub(super) fn within(&self, from: Instant, to: Instant) -> Duration {
+        self.0
+            .iter()
+            .map(|&(a, b)| b.min(to).saturating_duration_since(a.max(from)))
+            .sum()
+    }
+
+    /// `to - from`, less the stalls inside it.
+    pub(super) fn net(&self, from: Instant, to: Instant) -> Duration {
+        to.saturating_duration_since(from)
+            .saturating_sub(self.within(from, to))
+    }
+
+    /// How many stalls, the longest, and their total.
+    pub(super) fn summary(&self) -> String {
+        let longest = self
+            .0
+            .iter()
+            .map(|(a, b)| *b - *a)
+            .max()
+            .unwrap_or_default();
+        let total: Duration = self.0.iter().map(|(a, b)| *b - *a).sum();
+        format!(
+            "runtime stalls over {}ms: {}, longest {:.0}ms, {:.0}ms in all",
+            STALL_THRESHOLD.as_millis(),
+            self.0.len(),
+            longest.as_secs_f64() * 1e3,
+            total.as_secs_f64() * 1e3
+        )
+    }
+}
+
+/// Ticks every 5 ms until `stop`, noting each tick that woke more than 10 ms late.
+async fn measure_stalls(stop: Arc<AtomicBool>) -> Stalls {
+    let mut stalls = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let due = Instant::now() + TICK;
+        tokio::time::sleep_until(due.into()).await;
+        let woke = Instant::now();
+        if woke > due + STALL_THRESHOLD {
+            stalls.push((due, woke));
+        }
+    }
+    Stalls(stalls)
+}
+
 /// What a scenario runs: the masters, the clients and how they behave.
 #[derive(Clone, Debug)]
 pub(super) struct Setup {
@@ -361,6 +422,8 @@ pub(super) struct Ran {
     pub(super) stopped_at: Instant,
     /// When the clients and the fault driver had ended.
     pub(super) finished_at: Instant,
+    /// When the runtime could not run its tasks on time.
+    pub(super) stalls: Stalls,
 }
 
 /// Shared by every client task of a run.
@@ -428,6 +491,7 @@ where
         head_kills: Mutex::new(Vec::new()),
     });
 
+    let stall_meter = tokio::spawn(measure_stalls(Arc::clone(&stop)));
     let monitor = {
         let cluster = Arc::clone(&cluster);
         let stop = Arc::clone(&stop);
@@ -497,6 +561,7 @@ where
     stop.store(true, Ordering::SeqCst);
     let driven = driver.await.map_err(io::Error::other)?;
     let immortal_keys = monitor.await.map_err(io::Error::other)?;
+    let stalls = stall_meter.await.map_err(io::Error::other)?;
     let finished_at = Instant::now();
     driven?;
     if let Some(e) = client_error {
@@ -526,6 +591,7 @@ where
         elapsed: began.elapsed(),
         stopped_at,
         finished_at,
+        stalls,
     })
 }
 
@@ -659,20 +725,34 @@ impl Shared {
             .acquire_timeout
             .unwrap_or(quorumlock::DEFAULT_ACQUIRE_TIMEOUT);
         let watch_until = Instant::now() + timeout;
+        let watch = async {
+            while Instant::now() < watch_until {
+                let now = rl.stats();
+                let in_line =
+                    now.contended > before.contended && now.attempts >= before.attempts + 2;
+                if in_line {
+                    if let Some(id) = self.probe.head_in(resource, lo, hi).await {
+                        return Some(id);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            None
+        };
         let mut killed = None;
-        while !task.is_finished() && Instant::now() < watch_until {
-            let now = rl.stats();
-            let in_line = now.contended > before.contended && now.attempts >= before.attempts + 2;
-            if in_line {
-                if let Some(id) = self.probe.head_in(resource, lo, hi).await {
+        // An acquire that ends goes on to its critical section at once, not after the probe.
+        let joined = tokio::select! {
+            biased;
+            joined = &mut task => joined,
+            head = watch => {
+                if let Some(id) = head {
                     task.abort();
                     killed = Some((id, Instant::now()));
-                    break;
                 }
+                (&mut task).await
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        match (&mut task).await {
+        };
+        match joined {
             Ok(lock) => lock,
             Err(e) if e.is_cancelled() => {
                 if let Some((id, at)) = killed {

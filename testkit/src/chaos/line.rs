@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, Script};
@@ -26,6 +26,8 @@ use crate::{Op, OpKind};
 
 /// How long the probe waits for one master: a paused master does not answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long it waits for a master to take a dead waiter.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Scheduling slack of the recovery checks: the machine running the suite is shared and small.
 pub(super) const RECOVERY_SLACK: Duration = Duration::from_millis(100);
@@ -162,9 +164,22 @@ impl Probe {
         Some(connection)
     }
 
-    /// Runs `script` on master `i`; `None` when it does not answer in time or fails.
+    /// Runs `script` on master `i`; `None` when it does not answer within `PROBE_TIMEOUT` or
+    /// fails.
     async fn run<T: FromRedisValue>(
         &self,
+        i: usize,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+    ) -> Option<T> {
+        self.run_within(PROBE_TIMEOUT, i, script, keys, args).await
+    }
+
+    /// Runs `script` on master `i`; `None` when it does not answer within `timeout` or fails.
+    async fn run_within<T: FromRedisValue>(
+        &self,
+        timeout: Duration,
         i: usize,
         script: &Script,
         keys: &[&str],
@@ -178,7 +193,7 @@ impl Probe {
         for arg in args {
             call.arg(arg);
         }
-        match tokio::time::timeout(PROBE_TIMEOUT, call.invoke_async(&mut connection)).await {
+        match tokio::time::timeout(timeout, call.invoke_async(&mut connection)).await {
             Ok(Ok(value)) => Some(value),
             Ok(Err(_)) => {
                 // Broken (the master went away): open a new one next time.
@@ -226,18 +241,26 @@ impl Probe {
     }
 
     /// Writes a dead waiter `id` at the head of `resource`'s line on every master (see
-    /// `DEAD_HEAD`); how many masters took it.
-    pub(super) async fn kill_at_head(&self, resource: &str, id: &str, lease: Duration) -> usize {
+    /// `DEAD_HEAD`); how many masters took it, and the latest time (in ms since the Unix epoch,
+    /// by the masters' clocks) at which it lapses.
+    pub(super) async fn kill_at_head(
+        &self,
+        resource: &str,
+        id: &str,
+        lease: Duration,
+    ) -> (usize, Option<u64>) {
         let key = lock_key(resource);
         let (line, leases) = (format!("{key}:queue"), format!("{key}:leases"));
-        let written: Vec<Option<u64>> = self
-            .run_everywhere(
-                &DEAD_HEAD,
-                &[&line, &leases],
-                &[id.to_owned(), lease.as_millis().to_string()],
-            )
-            .await;
-        written.iter().flatten().count()
+        let args = [id.to_owned(), lease.as_millis().to_string()];
+        let keys = [line.as_str(), leases.as_str()];
+        // Every master answers in this scenario: only a stalled test process delays the answer.
+        let written: Vec<Option<u64>> = futures::future::join_all(
+            (0..self.masters())
+                .map(|i| self.run_within(WRITE_TIMEOUT, i, &DEAD_HEAD, &keys, &args)),
+        )
+        .await;
+        let lapses = written.iter().flatten().max().copied();
+        (written.iter().flatten().count(), lapses)
     }
 
     /// How many masters have `resource`'s key reserved for the waiter `id`.
@@ -367,6 +390,8 @@ pub(super) struct LineFaults {
 pub(super) struct DeadHead {
     pub(super) resource: String,
     pub(super) written: Instant,
+    /// When its entry lapses on the last master that took it.
+    pub(super) lapses: Instant,
     /// On how many masters it was written.
     pub(super) masters: usize,
     /// The most masters that had the key reserved for it at once.
@@ -388,14 +413,22 @@ pub(super) async fn dead_heads(mut ctl: Ctl, log: Arc<Mutex<LineFaults>>) -> io:
         }
         let resource = Setup::resource(rand::Rng::random_range(&mut ctl.rng, 0..resources));
         let id = format!("dead-{n}");
-        let written = Instant::now();
-        let masters = probe.kill_at_head(&resource, &id, lease).await;
+        let (written, wall) = (Instant::now(), SystemTime::now());
+        let (masters, lapses_ms) = probe.kill_at_head(&resource, &id, lease).await;
+        // The masters' clocks are this machine's clock.
+        let wall_ms = wall
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let lapses = written
+            + lapses_ms.map_or(lease, |at| {
+                Duration::from_millis(at.saturating_sub(wall_ms))
+            });
         let fault = ctl.fault(format!(
             "a dead waiter ({id}) at the head of {resource}'s line on {masters} masters"
         ));
         // Until the key is seen reserved for the dead waiter on a quorum, or its entry lapsed.
         let mut reserved = 0;
-        let until = written + lease + RECOVERY_SLACK;
+        let until = lapses + RECOVERY_SLACK;
         while Instant::now() < until && reserved < probe.quorum() {
             reserved = reserved.max(probe.reserved_for(&resource, &id).await);
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -405,6 +438,7 @@ pub(super) async fn dead_heads(mut ctl: Ctl, log: Arc<Mutex<LineFaults>>) -> io:
         mutex::lock(&log).dead_heads.push(DeadHead {
             resource,
             written,
+            lapses,
             masters,
             reserved,
         });
@@ -523,8 +557,9 @@ pub(super) fn no_waiter_past_its_timeout(ran: &Ran) -> Check {
         .unwrap_or(quorumlock::DEFAULT_ACQUIRE_TIMEOUT);
     let bound = timeout + s.ttl;
     let ops = acquires(ran);
-    let longest = ops.iter().max_by_key(|op| op.end - op.start);
-    let late = ops.iter().filter(|op| op.end - op.start > bound).count();
+    let waited = |op: &Op| ran.stalls.net(op.start, op.end);
+    let longest = ops.iter().max_by_key(|op| waited(op));
+    let late = ops.iter().filter(|op| waited(op) > bound).count();
     let gave_up = ops
         .iter()
         .filter(|op| !op.succeeded() && op.end - op.start >= timeout)
@@ -537,11 +572,12 @@ pub(super) fn no_waiter_past_its_timeout(ran: &Ran) -> Check {
         "no acquire waits past its acquire timeout + one attempt (TTL)",
         longest.is_some() && late == 0,
         format!(
-            "{} acquire calls, longest {} (bound {:.0}ms = timeout {:.0}ms + TTL); {waited_half} waited ≥ half the timeout, {gave_up} gave up at the timeout; late {late}",
+            "{} acquire calls, longest {} (bound {:.0}ms = timeout {:.0}ms + TTL); {waited_half} waited ≥ half the timeout, {gave_up} gave up at the timeout; late {late}; {}",
             ops.len(),
             longest.map_or("none".to_owned(), |op| format!(
-                "{:.0}ms ({} of {}, {:.0}–{:.0}ms, {})",
+                "{:.0}ms less {:.0}ms stalled ({} of {}, {:.0}–{:.0}ms, {})",
                 ms(op.end - op.start),
+                ms(ran.stalls.within(op.start, op.end)),
                 if op.succeeded() { "acquired" } else { "failed" },
                 op.resource,
                 ms(op.start - ran.history.origin()),
@@ -553,6 +589,7 @@ pub(super) fn no_waiter_past_its_timeout(ran: &Ran) -> Check {
             )),
             ms(bound),
             ms(timeout),
+            ran.stalls.summary(),
         ),
     )
 }
@@ -631,13 +668,14 @@ pub(super) fn contended_resources_come_back(ran: &Ran, deaths: &[(String, Instan
                 never += 1;
                 continue;
             };
-            let gap = next - free;
+            let gap = ran.stalls.net(free, next);
             if gap > worst.0 {
                 worst = (
                     gap,
                     format!(
-                        " ({resource} free at {:.0}ms, {dead} dead waiters, bound {:.0}ms)",
+                        " ({resource} free at {:.0}ms, {:.0}ms stalled, {dead} dead waiters, bound {:.0}ms)",
                         ms(free - origin),
+                        ms(ran.stalls.within(free, next)),
                         ms(bound)
                     ),
                 );
@@ -649,24 +687,33 @@ pub(super) fn contended_resources_come_back(ran: &Ran, deaths: &[(String, Instan
         "a contended resource is acquired again within entry lease + TTL of becoming free",
         frees > 0 && late == 0 && never == 0,
         format!(
-            "{frees} hand-overs with waiters ({with_deaths} with waiters dying in line); longest gap {:.0}ms{} (bound entry lease {:.0}ms per dead waiter, at least one, + TTL + {:.0}ms); late {late}; never {never}",
+            "{frees} hand-overs with waiters ({with_deaths} with waiters dying in line); longest gap less stalls {:.0}ms{} (bound entry lease {:.0}ms per dead waiter, at least one, + TTL + {:.0}ms); late {late}; never {never}; {}",
             ms(worst.0),
             worst.1,
             ms(lease),
-            ms(RECOVERY_SLACK)
+            ms(RECOVERY_SLACK),
+            ran.stalls.summary()
         ),
     )
 }
 
-/// The waiters that died in line in scenario 15: the dead heads written, and the waiters killed
-/// while heading the line.
+/// The waiters that died in line in scenario 15 and could block it: the dead heads written, and
+/// the waiters killed while heading the line that were still seen in it (or the key reserved
+/// for them) after they should have left. A killed waiter that left at once blocks nothing.
 pub(super) fn deaths(ran: &Ran, log: &LineFaults) -> Vec<(String, Instant)> {
-    let written = log
-        .dead_heads
+    let lease = ran.setup.entry_lease();
+    let written = log.dead_heads.iter().map(|h| {
+        (
+            h.resource.clone(),
+            h.lapses.checked_sub(lease).unwrap_or(h.written),
+        )
+    });
+    let lingering = ran
+        .head_kills
         .iter()
-        .map(|h| (h.resource.clone(), h.written));
-    let killed = ran.head_kills.iter().map(|k| (k.resource.clone(), k.at));
-    written.chain(killed).collect()
+        .filter(|k| k.lingered > 0 || k.reserved > 0)
+        .map(|k| (k.resource.clone(), k.at));
+    written.chain(lingering).collect()
 }
 
 /// The first acquisition of `resource` that ended after `after`.
@@ -695,11 +742,12 @@ pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
     let (mut late, mut never) = (0, 0);
     let mut worst = Duration::ZERO;
     for head in heads {
-        let lapsed = head.written + lease;
+        let lapsed = head.lapses;
         match next_acquisition(&ops, &head.resource, lapsed) {
             Some(at) => {
-                worst = worst.max(at - lapsed);
-                late += usize::from(at - lapsed > bound);
+                let took = ran.stalls.net(lapsed, at);
+                worst = worst.max(took);
+                late += usize::from(took > bound);
             }
             None => never += usize::from(lapsed + bound < ran.stopped_at),
         }
@@ -712,7 +760,7 @@ pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
             && late == 0
             && never == 0,
         format!(
-            "{} dead heads, written on every master {written_everywhere}, key reserved for them on a quorum {honoured}; next acquisition at most {:.0}ms after the entry lease ({:.0}ms) ended (bound {:.0}ms = TTL + {:.0}ms); late {late}; never {never}",
+            "{} dead heads, written on every master {written_everywhere}, key reserved for them on a quorum {honoured}; next acquisition at most {:.0}ms (less stalls) after the entry lease ({:.0}ms) ended (bound {:.0}ms = TTL + {:.0}ms); late {late}; never {never}",
             heads.len(),
             ms(worst),
             ms(lease),
@@ -753,8 +801,9 @@ pub(super) fn killed_heads_leave_the_line(ran: &Ran) -> Check {
     {
         match next_acquisition(&ops, resource, *killed) {
             Some(at) => {
-                worst = worst.max(at - *killed);
-                late += usize::from(at - *killed > bound);
+                let took = ran.stalls.net(*killed, at);
+                worst = worst.max(took);
+                late += usize::from(took > bound);
             }
             None => never += usize::from(*killed + bound < ran.stopped_at),
         }
@@ -763,7 +812,7 @@ pub(super) fn killed_heads_leave_the_line(ran: &Ran) -> Check {
         "a waiter killed at the head of the line leaves it, and the resource is acquired again within entry lease + TTL",
         !ran.head_kills.is_empty() && lingered.is_empty() && late == 0 && never == 0,
         format!(
-            "{} waiters watched, {} killed while heading the line; still in line {:.0}ms after: {} (reserved for on some master: {reserved}) {}; next acquisition at most {:.0}ms after the kill (bound {:.0}ms); late {late}; never {never}",
+            "{} waiters watched, {} killed while heading the line; still in line {:.0}ms after: {} (reserved for on some master: {reserved}) {}; next acquisition at most {:.0}ms (less stalls) after the kill (bound {:.0}ms); late {late}; never {never}",
             ran.watched_waiters,
             ran.head_kills.len(),
             ms(s.node_timeout + RECOVERY_SLACK),
