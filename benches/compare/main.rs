@@ -125,6 +125,12 @@ fn main() {
                     m.last_error.as_deref().map(|e| format!(" (last error: {e})")).unwrap_or_default(),
                 );
                 if !m.commands.is_empty() {
+                    let [attempts, contended, wakeups] = m.per_acquired();
+                    if !attempts.is_nan() {
+                        eprintln!(
+                            "    per lock acquired: {attempts:.2} attempts, {contended:.2} contended, {wakeups:.2} wake-ups"
+                        );
+                    }
                     eprintln!(
                         "    masters' commands per cycle: {}",
                         m.commands

@@ -46,6 +46,9 @@ pub struct Measurement {
     /// Separate clients: per command, the calls and the microseconds the masters spent on it
     /// in the window (`INFO commandstats`, every master together), divided by the cycles.
     pub commands: BTreeMap<String, (f64, f64)>,
+    /// Separate clients, quorumlock: its own counters over the window, every client together:
+    /// attempts, attempts that acquired, attempts that met contention, wake-ups by a hand-off.
+    pub counters: [u64; 4],
 }
 
 impl Measurement {
@@ -77,6 +80,16 @@ impl Measurement {
         } else {
             100.0 * self.failed_acquires as f64 / self.acquire_calls as f64
         }
+    }
+
+    /// quorumlock's attempts, contended attempts and wake-ups per acquired lock, over the
+    /// window; `NaN` where not counted.
+    pub fn per_acquired(&self) -> [f64; 3] {
+        let [attempts, acquired, contended, wakeups] = self.counters;
+        if acquired == 0 {
+            return [f64::NAN; 3];
+        }
+        [attempts, contended, wakeups].map(|n| n as f64 / acquired as f64)
     }
 
     pub fn fairness(&self) -> f64 {

@@ -600,9 +600,20 @@ fn separate(out: &mut String, r: &Results, cfg: &Config, case: Case) {
                     format!("{name} {calls:.1}")
                 })
                 .collect();
+            let counted = if *kind == Kind::Quorumlock {
+                let per = |i: usize| r.med(k, |m| m.per_acquired()[i]);
+                format!(
+                    " — per lock acquired: {:.2} attempts, {:.2} of them contended, {:.2} wake-ups by a hand-off (its own counters)",
+                    per(0),
+                    per(1),
+                    per(2)
+                )
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "* {}, {kind}: {}",
+                "* {}, {kind}: {}{counted}",
                 variant(setup, workers),
                 listed.join(", ")
             );

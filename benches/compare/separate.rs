@@ -65,6 +65,8 @@ pub struct ChildSpec {
     /// How long each worker holds the lock (asleep), per cycle.
     pub work: Duration,
     pub resource: String,
+    /// When the measured window opens, `CLOCK_MONOTONIC` nanoseconds.
+    pub start_ns: u64,
     /// When the workers stop starting cycles, `CLOCK_MONOTONIC` nanoseconds.
     pub end_ns: u64,
     /// How long workers may run past `end_ns` before they count as stalled.
@@ -87,6 +89,7 @@ impl ChildSpec {
             format!("first={}", self.first),
             format!("work_us={}", self.work.as_micros()),
             format!("resource={}", self.resource),
+            format!("start_ns={}", self.start_ns),
             format!("end_ns={}", self.end_ns),
             format!("grace_ms={}", self.grace.as_millis()),
             format!("marker={}", self.marker.display()),
@@ -117,6 +120,7 @@ impl ChildSpec {
             first: number("first") as usize,
             work: Duration::from_micros(number("work_us")),
             resource: field("resource").to_owned(),
+            start_ns: number("start_ns"),
             end_ns: number("end_ns"),
             grace: Duration::from_millis(number("grace_ms")),
             marker: PathBuf::from(field("marker")),
@@ -190,6 +194,21 @@ async fn worker(client: Client, spec: Arc<ChildSpec>, log: Arc<Mutex<WorkerLog>>
     }
 }
 
+/// Attempts, acquired, contended and wake-ups, summed over `redlocks`.
+fn counters(redlocks: &[quorumlock::Redlock]) -> [u64; 4] {
+    redlocks
+        .iter()
+        .map(quorumlock::Redlock::stats)
+        .fold([0; 4], |sum, s| {
+            [
+                sum[0] + s.attempts,
+                sum[1] + s.acquired,
+                sum[2] + s.contended,
+                sum[3] + s.wakeups,
+            ]
+        })
+}
+
 /// The child role: runs the workers of the spec in [`CHILD_ENV`], prints what they saw on
 /// stdout and exits.
 pub fn child(encoded: &str) -> ! {
@@ -208,12 +227,30 @@ pub fn child(encoded: &str) -> ! {
         .enable_all()
         .build()
         .unwrap();
-    let (logs, stalled) = runtime.block_on(async {
+    let (logs, stalled, counters) = runtime.block_on(async {
         let mut clients = Vec::with_capacity(spec.workers);
         for _ in 0..spec.workers {
             clients.push(Client::connect(spec.kind, &spec.urls).await);
         }
         println!("ready {}", mono_ns());
+        // quorumlock's own counters over the window, every client of this process together.
+        let redlocks: Vec<quorumlock::Redlock> = clients
+            .iter()
+            .filter_map(|c| match c {
+                Client::Quorumlock(rl) => Some(rl.clone()),
+                _ => None,
+            })
+            .collect();
+        let (start_ns, end_ns) = (spec.start_ns, spec.end_ns);
+        let counters = tokio::spawn(async move {
+            let at =
+                |ns: u64| tokio::time::sleep(Duration::from_nanos(ns.saturating_sub(mono_ns())));
+            at(start_ns).await;
+            let before = counters(&redlocks);
+            at(end_ns).await;
+            let after = counters(&redlocks);
+            std::array::from_fn::<u64, 4, _>(|i| after[i] - before[i])
+        });
         let logs: Vec<_> = (0..spec.workers)
             .map(|_| Arc::new(Mutex::new(WorkerLog::default())))
             .collect();
@@ -231,7 +268,8 @@ pub fn child(encoded: &str) -> ! {
                 stalled += 1;
             }
         }
-        (logs, stalled)
+        let counters = counters.await.unwrap();
+        (logs, stalled, counters)
     });
     let mut out = String::new();
     for (i, log) in logs.iter().enumerate() {
@@ -253,6 +291,8 @@ pub fn child(encoded: &str) -> ! {
         }
     }
     let _ = writeln!(out, "stalled {stalled}");
+    let [attempts, acquired, contended, wakeups] = counters;
+    let _ = writeln!(out, "counters {attempts} {acquired} {contended} {wakeups}");
     let _ = writeln!(out, "done");
     print!("{out}");
     use std::io::Write as _;
@@ -271,6 +311,8 @@ struct Merged {
     overlaps: usize,
     stalled: usize,
     ready: Vec<u64>,
+    /// quorumlock's counters over the window: attempts, acquired, contended, wake-ups.
+    counters: [u64; 4],
     last_error: Option<String>,
 }
 
@@ -304,6 +346,11 @@ impl Merged {
                 "failed-release" => self.failed_releases.push(numbers()[1]),
                 "overlaps" => self.overlaps += numbers()[0] as usize,
                 "stalled" => self.stalled += numbers()[0] as usize,
+                "counters" => {
+                    for (sum, n) in self.counters.iter_mut().zip(numbers()) {
+                        *sum += n;
+                    }
+                }
                 "error" => self.last_error = Some(rest.to_owned()),
                 "done" => done = true,
                 _ => panic!("child {child}: unexpected line {line:?}"),
@@ -332,6 +379,7 @@ pub fn measure(spec: &Spec<'_>, processes: usize, work: Duration, cfg: &Config) 
             first,
             work,
             resource: format!("bench:{}:shared", spec.tag),
+            start_ns: start,
             end_ns: end,
             grace: Duration::from_secs_f64(cfg.grace),
             marker: marker.clone(),
@@ -381,6 +429,9 @@ pub fn measure(spec: &Spec<'_>, processes: usize, work: Duration, cfg: &Config) 
         merged.overlaps += part.overlaps;
         merged.stalled += part.stalled;
         merged.ready.extend(part.ready);
+        for (sum, n) in merged.counters.iter_mut().zip(part.counters) {
+            *sum += n;
+        }
         merged.last_error = part.last_error.or(merged.last_error);
     }
     let _ = std::fs::remove_file(&marker);
@@ -435,6 +486,7 @@ fn summarize(merged: &Merged, start: u64, end: u64) -> Measurement {
         overlaps: merged.overlaps,
         stalled: merged.stalled,
         late: merged.ready.iter().filter(|&&t| t > start).count(),
+        counters: merged.counters,
         last_error: merged.last_error.clone(),
         ..Measurement::default()
     };

@@ -121,6 +121,20 @@ struct Total {
     /// Cycles completed by each worker.
     per_worker: Vec<u64>,
     overlaps: usize,
+    /// The clients' own counters over the run: attempts, acquired, contended, wake-ups.
+    counters: [u64; 4],
+}
+
+/// Attempts, acquired, contended attempts and wake-ups, summed over `clients`.
+fn counters(clients: &[Redlock]) -> [u64; 4] {
+    clients.iter().map(Redlock::stats).fold([0; 4], |sum, s| {
+        [
+            sum[0] + s.attempts,
+            sum[1] + s.acquired,
+            sum[2] + s.contended,
+            sum[3] + s.wakeups,
+        ]
+    })
 }
 
 /// Runs the benchmark and prints its summary on stdout (progress goes to stderr).
@@ -160,6 +174,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             clients.push(own);
         }
     }
+    let counted: Vec<Redlock> = if clients.is_empty() {
+        vec![rl.clone()]
+    } else {
+        clients.clone()
+    };
+    let before = counters(&counted);
     let handoff = args.contended.then(|| Arc::new(Handoff::default()));
     let live = Arc::new(Live::default());
     let started = Instant::now();
@@ -196,6 +216,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         total.all.last_error = report.last_error.or(total.all.last_error);
     }
     total.overlaps = handoff.map_or(0, |h| h.overlaps.load(Ordering::Relaxed));
+    let after = counters(&counted);
+    total.counters = std::array::from_fn(|i| after[i].saturating_sub(before[i]));
     let elapsed = started.elapsed();
     progress.finish_and_clear();
 
@@ -364,6 +386,14 @@ fn print_summary(
         println!(
             "overlaps    {:>12}   (two workers inside at once; must be 0)",
             total.overlaps
+        );
+        let [attempts, acquired, contended, wakeups] = total.counters;
+        let per = |n: u64| n as f64 / acquired.max(1) as f64;
+        println!(
+            "attempts    {:>12.2}   (per lock acquired; {:.2} met contention, {:.2} woken by a hand-off)",
+            per(attempts),
+            per(contended),
+            per(wakeups)
         );
     }
     println!();
