@@ -341,10 +341,13 @@ pub(super) struct HeadKill {
     pub(super) lingered: usize,
     /// ... and on which the key was reserved for it.
     pub(super) reserved: usize,
+    /// The most masters on which it was still in line, or the key reserved for it, one entry
+    /// lease (and some slack) after the kill: what the documented bound forbids.
+    pub(super) outlived: usize,
 }
 
 /// Watches the masters for the waiter `id`, killed at `at`, from a node timeout and some slack
-/// after the kill until its entry would have lapsed anyway.
+/// after the kill until one entry lease and twice the slack after it.
 pub(super) async fn follow_killed_head(
     probe: Arc<Probe>,
     resource: String,
@@ -353,13 +356,21 @@ pub(super) async fn follow_killed_head(
     setup: Setup,
 ) -> HeadKill {
     let from = at + setup.node_timeout + RECOVERY_SLACK;
-    let until = at + setup.entry_lease() + RECOVERY_SLACK;
+    let lapsed = at + setup.entry_lease() + RECOVERY_SLACK;
+    let until = lapsed + RECOVERY_SLACK;
     tokio::time::sleep_until(from.into()).await;
-    let (mut lingered, mut reserved) = (0, 0);
-    while Instant::now() < until {
+    let (mut lingered, mut reserved, mut outlived) = (0, 0, 0);
+    loop {
+        let asked = Instant::now();
         let (queued, held) = probe.where_is(&resource, &id).await;
         lingered = lingered.max(queued);
         reserved = reserved.max(held);
+        if asked >= lapsed {
+            outlived = outlived.max(queued.max(held));
+        }
+        if asked >= until {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     HeadKill {
@@ -368,6 +379,7 @@ pub(super) async fn follow_killed_head(
         at,
         lingered,
         reserved,
+        outlived,
     }
 }
 
@@ -778,18 +790,24 @@ pub(super) fn killed_heads_leave_the_line(ran: &Ran) -> Check {
     let ops = ran.history.ops();
     let (mut late, mut never) = (0, 0);
     let mut worst = Duration::ZERO;
-    let lingered: Vec<&HeadKill> = ran.head_kills.iter().filter(|k| k.lingered > 0).collect();
+    let lingered: Vec<&HeadKill> = ran
+        .head_kills
+        .iter()
+        .filter(|k| k.lingered > 0 || k.reserved > 0)
+        .collect();
     let reserved = ran.head_kills.iter().filter(|k| k.reserved > 0).count();
+    let outlived = ran.head_kills.iter().filter(|k| k.outlived > 0).count();
     let lingered_at: Vec<String> = lingered
         .iter()
         .take(5)
         .map(|k| {
             format!(
-                "{} {} at {:.0}ms on {} masters",
+                "{} {} killed at {:.0}ms, in line on {} masters, reserved for on {}",
                 k.resource,
                 k.id,
                 ms(k.at - ran.history.origin()),
-                k.lingered
+                k.lingered,
+                k.reserved
             )
         })
         .collect();
@@ -809,15 +827,16 @@ pub(super) fn killed_heads_leave_the_line(ran: &Ran) -> Check {
         }
     }
     Check::new(
-        "a waiter killed at the head of the line leaves it, and the resource is acquired again within entry lease + TTL",
-        !ran.head_kills.is_empty() && lingered.is_empty() && late == 0 && never == 0,
+        "a waiter killed at the head of the line is gone from it within an entry lease, and the resource is acquired again within entry lease + TTL",
+        !ran.head_kills.is_empty() && outlived == 0 && late == 0 && never == 0,
         format!(
-            "{} waiters watched, {} killed while heading the line; still in line {:.0}ms after: {} (reserved for on some master: {reserved}) {}; next acquisition at most {:.0}ms (less stalls) after the kill (bound {:.0}ms); late {late}; never {never}",
+            "{} waiters watched, {} killed while heading the line; still in line {:.0}ms after the kill: {} (key reserved for it on some master: {reserved}) {}; still there {:.0}ms after: {outlived}; next acquisition at most {:.0}ms (less stalls) after the kill (bound {:.0}ms); late {late}; never {never}",
             ran.watched_waiters,
             ran.head_kills.len(),
             ms(s.node_timeout + RECOVERY_SLACK),
             lingered.len(),
             lingered_at.join(", "),
+            ms(s.entry_lease() + RECOVERY_SLACK),
             ms(worst),
             ms(bound)
         ),
