@@ -5,6 +5,8 @@
 //! cargo run --release --example chaos              # long version, every scenario
 //! cargo run --release --example chaos -- --short   # the short version of `make test`
 //! cargo run --release --example chaos -- partitions held-replies
+//! cargo run --release --example chaos -- waiter-killed-at-head line-master-restarted line-minority-paused
+//! cargo run --release --example chaos -- --checks   # each scenario's checks under its row
 //! QUORUMLOCK_CHAOS_SEED=0x5eed000a cargo run --release --example chaos -- partitions
 //! ```
 //!
@@ -23,6 +25,7 @@ async fn main() -> ExitCode {
     } else {
         Length::Long
     };
+    let show_checks = args.iter().any(|a| a == "--checks");
     let names: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let scenarios: Vec<Scenario> = Scenario::ALL
         .into_iter()
@@ -54,6 +57,12 @@ async fn main() -> ExitCode {
         match chaos::run(scenario, length, seed).await {
             Ok(run) => {
                 println!("{}", run.row());
+                if show_checks {
+                    for check in &run.checks {
+                        let verdict = if check.passed { "ok    " } else { "FAILED" };
+                        println!("  {verdict} {}: {}", check.what, check.detail);
+                    }
+                }
                 if !run.passed() {
                     failed.push(run);
                 }

@@ -107,6 +107,21 @@ async fn s14_fences_never_go_backwards_across_aof_restarts() {
     survives(Scenario::FencedAofRestarts).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn s15_a_waiter_killed_at_the_head_of_the_line_blocks_it_for_at_most_an_entry_lease() {
+    survives(Scenario::WaiterKilledAtHead).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s16_a_master_holding_lines_restarted_empty_after_a_ttl() {
+    survives(Scenario::LineMasterRestarted).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s17_a_minority_paused_while_waiters_are_queued_then_resumed() {
+    survives(Scenario::LineMinorityPaused).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Negative controls: the checker must see a violation where the documented assumptions are broken,
 // and none where they hold. The interleaving is driven step by step, not left to chance.

@@ -11,6 +11,14 @@ pub const SLOW_BY: Duration = Duration::from_millis(20);
 pub const CONTENDED_WORKERS: usize = 8;
 /// How long a contended worker waits after its release before it tries again.
 pub const CONTENDED_PAUSE: Duration = Duration::from_millis(1);
+/// Workers on the one resource of the separate-clients case, each with its own client.
+pub const SEPARATE_WORKERS: usize = 8;
+/// Clients on the one resource of the many-clients case.
+pub const MANY_CLIENTS: usize = 32;
+/// OS processes of the multi-process variants of the separate-clients cases.
+pub const SEPARATE_PROCESSES: usize = 4;
+/// The work inside the critical section of the "1 ms of work" variants, in microseconds.
+pub const SEPARATE_WORK_US: u32 = 1000;
 /// Master counts of the scaling case.
 pub const SCALING: [usize; 4] = [1, 3, 5, 7];
 /// The master count of every case but scaling.
@@ -38,7 +46,7 @@ pub struct Config {
 impl Config {
     pub fn from_env() -> Config {
         let quick = env_or("QUORUMLOCK_BENCH_QUICK", 0u8) == 1;
-        let cases: String = env_or("QUORUMLOCK_BENCH_CASES", "1,2,3,4,5".to_owned());
+        let cases: String = env_or("QUORUMLOCK_BENCH_CASES", "1,2,3,4,5,7,8".to_owned());
         Config {
             secs: env_or("QUORUMLOCK_BENCH_SECS", if quick { 0.5 } else { 2.0 }),
             warmup: env_or("QUORUMLOCK_BENCH_WARMUP", if quick { 0.2 } else { 0.5 }),
@@ -53,7 +61,7 @@ impl Config {
                         .parse()
                         .ok()
                         .and_then(Case::numbered)
-                        .unwrap_or_else(|| panic!("QUORUMLOCK_BENCH_CASES: numbers 1-6, not {c:?}"))
+                        .unwrap_or_else(|| panic!("QUORUMLOCK_BENCH_CASES: numbers 1-8, not {c:?}"))
                 })
                 .collect(),
         }
@@ -103,17 +111,24 @@ pub enum Case {
     Scaling,
     /// 6: client and masters' CPU per cycle, from the uncontended measurements.
     ClientCpu,
+    /// 7: [`SEPARATE_WORKERS`] workers on one resource, each with its own client, in one
+    /// process and in [`SEPARATE_PROCESSES`] processes; empty critical section and 1 ms of work.
+    SeparateClients,
+    /// 8: as 7, with [`MANY_CLIENTS`] clients.
+    ManyClients,
 }
 
 impl Case {
     /// Every case, in the order the plan measures them.
-    pub const ALL: [Case; 6] = [
+    pub const ALL: [Case; 8] = [
         Case::Uncontended,
         Case::SlowMaster,
         Case::PausedMaster,
         Case::Contended,
         Case::Scaling,
         Case::ClientCpu,
+        Case::SeparateClients,
+        Case::ManyClients,
     ];
 
     /// The case's number in the report and in `QUORUMLOCK_BENCH_CASES`.
@@ -125,6 +140,8 @@ impl Case {
             Case::Contended => 4,
             Case::Scaling => 5,
             Case::ClientCpu => 6,
+            Case::SeparateClients => 7,
+            Case::ManyClients => 8,
         }
     }
 
@@ -159,6 +176,29 @@ impl Case {
                 .chain(SCALING.into_iter().filter(|&n| n != NODES))
                 .flat_map(|n| each(Setup::Healthy, n))
                 .collect(),
+            Case::SeparateClients => Setup::separate_variants()
+                .map(|setup| Point {
+                    setup,
+                    nodes: NODES,
+                    workers: SEPARATE_WORKERS,
+                })
+                .to_vec(),
+            Case::ManyClients => Setup::separate_variants()
+                .map(|setup| Point {
+                    setup,
+                    nodes: NODES,
+                    workers: MANY_CLIENTS,
+                })
+                .to_vec(),
+        }
+    }
+
+    /// The worker count of a separate-clients case.
+    pub fn separate_workers(self) -> Option<usize> {
+        match self {
+            Case::SeparateClients => Some(SEPARATE_WORKERS),
+            Case::ManyClients => Some(MANY_CLIENTS),
+            _ => None,
         }
     }
 }
@@ -175,6 +215,10 @@ pub enum Setup {
     Paused,
     /// Every worker on one resource, pausing [`CONTENDED_PAUSE`] after each release.
     Contended,
+    /// Every worker on one resource with a client of its own, spread over `processes` OS
+    /// processes of this bench binary, holding the lock for `work_us` microseconds (asleep) and
+    /// trying again at once after each release.
+    Separate { processes: usize, work_us: u32 },
 }
 
 impl Setup {
@@ -182,9 +226,32 @@ impl Setup {
     /// sits out contention.
     pub fn kinds(self) -> &'static [Kind] {
         match self {
-            Setup::Contended => &[Kind::Quorumlock, Kind::Rslock],
+            Setup::Contended | Setup::Separate { .. } => &[Kind::Quorumlock, Kind::Rslock],
             _ => &Kind::ALL,
         }
+    }
+
+    /// The four variants of a separate-clients case: one process and [`SEPARATE_PROCESSES`],
+    /// each with an empty critical section and with [`SEPARATE_WORK_US`] of work.
+    pub fn separate_variants() -> [Setup; 4] {
+        [
+            Setup::Separate {
+                processes: 1,
+                work_us: 0,
+            },
+            Setup::Separate {
+                processes: 1,
+                work_us: SEPARATE_WORK_US,
+            },
+            Setup::Separate {
+                processes: SEPARATE_PROCESSES,
+                work_us: 0,
+            },
+            Setup::Separate {
+                processes: SEPARATE_PROCESSES,
+                work_us: SEPARATE_WORK_US,
+            },
+        ]
     }
 }
 

@@ -24,10 +24,11 @@
 //! | `QUORUMLOCK_BENCH_GRACE` | 5 | how long in-flight cycles may run past a window |
 //! | `QUORUMLOCK_BENCH_RUNS` | 3 | interleaved runs (medians need ≥ 3) |
 //! | `QUORUMLOCK_BENCH_WORKERS` | 32 | the "many workers" count of cases 1–3 and 5 |
-//! | `QUORUMLOCK_BENCH_CASES` | 1,2,3,4,5 | which cases to run (6, CPU, comes with 1) |
+//! | `QUORUMLOCK_BENCH_CASES` | 1,2,3,4,5,7,8 | which cases to run (6, CPU, comes with 1) |
 //!
 //! With `QUORUMLOCK_BENCH_PROFILE` set, it runs a fixed number of cycles of one client instead,
-//! for profiling (see `profile.rs`).
+//! for profiling (see `profile.rs`). With `QUORUMLOCK_BENCH_CHILD` set it is a worker process of
+//! a separate-clients measurement, started by the bench itself (see `separate.rs`).
 //!
 //! # Layout
 //!
@@ -35,6 +36,8 @@
 //!   measurements they need;
 //! * `measure` — one measurement: workers, window, what they saw; the masters' reply spread;
 //! * `report` — the Markdown report from every run's measurements;
+//! * `separate` — the separate-clients cases: workers in child processes of this binary, one
+//!   client each, on one resource;
 //! * `profile` — the profiling mode;
 //! * `../support` — the three clients behind one interface, shared with the criterion bench.
 
@@ -42,6 +45,7 @@ mod config;
 mod measure;
 mod profile;
 mod report;
+mod separate;
 #[path = "../support/mod.rs"]
 mod support;
 
@@ -54,6 +58,9 @@ use measure::{measure, reply_spread, Results, Spec};
 use report::{loadavg, redis_version, report, us, Machine};
 
 fn main() {
+    if let Ok(spec) = std::env::var(separate::CHILD_ENV) {
+        separate::child(&spec);
+    }
     if let Ok(kind) = std::env::var("QUORUMLOCK_BENCH_PROFILE") {
         profile::profile(&kind);
         return;
@@ -91,9 +98,17 @@ fn main() {
                     pause: (point.setup == Setup::Paused).then(|| &nodes[0]),
                     tag: format!("{run}:{:?}:{n}:{}:{kind:?}", point.setup, point.workers),
                 };
-                let m = measure(&spec, &cfg);
+                let m = match point.setup {
+                    Setup::Separate { processes, work_us } => separate::measure(
+                        &spec,
+                        processes,
+                        Duration::from_micros(work_us.into()),
+                        &cfg,
+                    ),
+                    _ => measure(&spec, &cfg),
+                };
                 eprintln!(
-                    "[run {}/{} {:>6.0}s] {:?} n={n} w={} {kind}: {:.0} cycles/s, acquire p50 {}, release p50 {}, failed {}, stalled {}{}",
+                    "[run {}/{} {:>6.0}s] {:?} n={n} w={} {kind}: {:.0} cycles/s, acquire p50 {}, release p50 {}, gap p50 {}, failed {}, overlaps {}, stalled {}{}{}",
                     run + 1,
                     cfg.runs,
                     started.elapsed().as_secs_f64(),
@@ -102,10 +117,31 @@ fn main() {
                     m.rate(),
                     us(m.acquire_p(0.5)),
                     us(m.release_p(0.5)),
+                    us(m.gap_p(0.5)),
                     m.failed_acquires,
+                    m.overlaps,
                     m.stalled,
+                    if m.late > 0 { format!(", {} process(es) late for the window", m.late) } else { String::new() },
                     m.last_error.as_deref().map(|e| format!(" (last error: {e})")).unwrap_or_default(),
                 );
+                if !m.commands.is_empty() {
+                    let [attempts, contended, wakeups] = m.per_acquired();
+                    if !attempts.is_nan() {
+                        eprintln!(
+                            "    per lock acquired: {attempts:.2} attempts, {contended:.2} contended, {wakeups:.2} wake-ups"
+                        );
+                    }
+                    eprintln!(
+                        "    masters' commands per cycle: {}",
+                        m.commands
+                            .iter()
+                            .map(|(name, (calls, usec))| format!(
+                                "{name} {calls:.2} ({usec:.0} µs)"
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
                 results.add(point.with(kind), m);
             }
         }

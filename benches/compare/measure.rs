@@ -37,6 +37,18 @@ pub struct Measurement {
     pub stalled: usize,
     /// Contended: times two workers were inside the critical section at once (must be 0).
     pub overlaps: usize,
+    /// Separate clients: `acquire` calls that returned inside the window, successful or not.
+    pub acquire_calls: usize,
+    /// Separate clients: time inside the critical section, sorted, microseconds.
+    pub hold: Vec<u32>,
+    /// Separate clients: processes that were still connecting when the window opened.
+    pub late: usize,
+    /// Separate clients: per command, the calls and the microseconds the masters spent on it
+    /// in the window (`INFO commandstats`, every master together), divided by the cycles.
+    pub commands: BTreeMap<String, (f64, f64)>,
+    /// Separate clients, quorumlock: its own counters over the window, every client together:
+    /// attempts, attempts that acquired, attempts that met contention, wake-ups by a hand-off.
+    pub counters: [u64; 4],
 }
 
 impl Measurement {
@@ -54,6 +66,30 @@ impl Measurement {
 
     pub fn gap_p(&self, p: f64) -> f64 {
         at(&self.gaps, p)
+    }
+
+    pub fn hold_p(&self, p: f64) -> f64 {
+        at(&self.hold, p)
+    }
+
+    /// Failed `acquire` calls, percent of the calls that returned inside the window; `NaN`
+    /// where the calls were not counted.
+    pub fn failed_pct(&self) -> f64 {
+        if self.acquire_calls == 0 {
+            f64::NAN
+        } else {
+            100.0 * self.failed_acquires as f64 / self.acquire_calls as f64
+        }
+    }
+
+    /// quorumlock's attempts, contended attempts and wake-ups per acquired lock, over the
+    /// window; `NaN` where not counted.
+    pub fn per_acquired(&self) -> [f64; 3] {
+        let [attempts, acquired, contended, wakeups] = self.counters;
+        if acquired == 0 {
+            return [f64::NAN; 3];
+        }
+        [attempts, contended, wakeups].map(|n| n as f64 / acquired as f64)
     }
 
     pub fn fairness(&self) -> f64 {

@@ -55,7 +55,7 @@ pub fn profile(kind: &str) {
     // What the masters executed, warm-up included (stragglers have had a second to land).
     std::thread::sleep(Duration::from_secs(1));
     let counted = cycles + workers * 50;
-    for (name, (calls, usec)) in command_stats(&nodes) {
+    for (name, (calls, usec)) in command_stats(&nodes.urls()) {
         eprintln!(
             "  server: {name}: {:.2} calls/cycle, {:.2} µs/cycle",
             calls as f64 / counted as f64,
@@ -65,10 +65,10 @@ pub fn profile(kind: &str) {
 }
 
 /// Per command, the calls and microseconds of every master together (`INFO commandstats`).
-fn command_stats(nodes: &RedisNodes) -> BTreeMap<String, (u64, f64)> {
+pub fn command_stats(urls: &[String]) -> BTreeMap<String, (u64, f64)> {
     let mut totals: BTreeMap<String, (u64, f64)> = BTreeMap::new();
-    for server in nodes.iter() {
-        let mut connection = redis::Client::open(server.url())
+    for url in urls {
+        let mut connection = redis::Client::open(url.as_str())
             .unwrap()
             .get_connection()
             .unwrap();

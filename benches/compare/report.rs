@@ -127,8 +127,14 @@ pub fn report(r: &Results, cfg: &Config, machine: &Machine) -> String {
     if cfg.has(Case::Scaling) {
         scaling(&mut out, r, cfg);
     }
-    client_cpu(&mut out, r, cfg);
+    if cfg.has(Case::Uncontended) || cfg.has(Case::ClientCpu) {
+        client_cpu(&mut out, r, cfg);
+    }
+    for case in [Case::SeparateClients, Case::ManyClients] {
+        separate(&mut out, r, cfg, case);
+    }
     targets(&mut out, r, cfg);
+    separate_targets(&mut out, r, cfg);
     out
 }
 
@@ -370,13 +376,11 @@ fn client_cpu(out: &mut String, r: &Results, cfg: &Config) {
 
 /// One row of the targets table: a ratio, and whether it meets `ok`.
 fn target(out: &mut String, name: &str, ratio: Ratio, ok: fn(f64) -> bool) {
-    let met = if ratio.median.is_nan() {
-        "–"
-    } else if ok(ratio.median) {
-        "yes"
-    } else {
-        "**no**"
-    };
+    if ratio.median.is_nan() {
+        // Not measured in this run (its case was not chosen).
+        return;
+    }
+    let met = if ok(ratio.median) { "yes" } else { "**no**" };
     let _ = writeln!(
         out,
         "| {name} | {} [{}] | {met} |",
@@ -388,6 +392,16 @@ fn target(out: &mut String, name: &str, ratio: Ratio, ok: fn(f64) -> bool) {
 /// The targets of the performance issue, each as a ratio inside one run.
 fn targets(out: &mut String, r: &Results, cfg: &Config) {
     let w = cfg.workers;
+    let old = [
+        Case::Uncontended,
+        Case::SlowMaster,
+        Case::PausedMaster,
+        Case::Contended,
+        Case::ClientCpu,
+    ];
+    if !old.into_iter().any(|c| cfg.has(c)) {
+        return;
+    }
     let _ = writeln!(
         out,
         "### Targets\n\n| target | measured: median [per run] | met |\n|---|---|---|"
@@ -435,23 +449,25 @@ fn targets(out: &mut String, r: &Results, cfg: &Config) {
     }
     let (qc, rc) = contended_keys();
     let gap = r.med(qc, |m| m.gap_p(0.5));
-    let _ = writeln!(
-        out,
-        "| contended: gap p50 ≤ 5 ms (with wake-up) | {} [{}] | {} |",
-        us(gap),
-        r.runs(qc)
-            .iter()
-            .map(|m| us(m.gap_p(0.5)))
-            .collect::<Vec<_>>()
-            .join(", "),
-        if gap.is_nan() {
-            "–"
-        } else if gap <= 5000.0 {
-            "yes"
-        } else {
-            "**no**"
-        }
-    );
+    if !gap.is_nan() {
+        let _ = writeln!(
+            out,
+            "| contended: gap p50 ≤ 5 ms (with wake-up) | {} [{}] | {} |",
+            us(gap),
+            r.runs(qc)
+                .iter()
+                .map(|m| us(m.gap_p(0.5)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if gap.is_nan() {
+                "–"
+            } else if gap <= 5000.0 {
+                "yes"
+            } else {
+                "**no**"
+            }
+        );
+    }
     target(
         out,
         "contended: critical sections/s ≥ 5× rslock",
@@ -470,4 +486,226 @@ fn targets(out: &mut String, r: &Results, cfg: &Config) {
             |v| v <= 1.15,
         );
     }
+}
+
+/// The name of a separate-clients variant: its processes and its critical section.
+fn variant(setup: Setup, workers: usize) -> String {
+    let Setup::Separate { processes, work_us } = setup else {
+        return format!("{setup:?}");
+    };
+    let layout = if processes == 1 {
+        format!("1 process × {workers}")
+    } else {
+        format!("{processes} processes × {}", workers / processes)
+    };
+    let work = if work_us == 0 {
+        "empty".to_owned()
+    } else {
+        format!("{} ms asleep", f64::from(work_us) / 1000.0)
+    };
+    format!("{layout}, {work}")
+}
+
+/// Values of each run, in run order.
+fn per_run(r: &Results, k: Key, f: impl Fn(&Measurement) -> String) -> String {
+    r.runs(k).iter().map(f).collect::<Vec<_>>().join(", ")
+}
+
+/// Cases 7 and 8: every worker on one resource with a client of its own.
+fn separate(out: &mut String, r: &Results, cfg: &Config, case: Case) {
+    let Some(workers) = case.separate_workers() else {
+        return;
+    };
+    if !cfg.has(case) {
+        return;
+    }
+    let key = |setup, kind| Key::new(setup, NODES, workers, kind);
+    let _ = writeln!(
+        out,
+        "### {}. Separate clients: {workers} workers on one resource, each with a client of its own
+",
+        case.number()
+    );
+    let _ = writeln!(
+        out,
+        "Each worker loops acquire → critical section → release with no pause, its client built with the defaults (quorumlock: a `Redlock` each; rslock: a `LockManager` each). The processes are children of the bench binary; times come from `CLOCK_MONOTONIC`, shared by the processes. Gap: from one holder's call to release to the next holder's acquire returning, over all workers' events in time order. Failed: `acquire` calls that returned an error inside the window (quorumlock: `NotAcquired` within the default policy; rslock: its retries used up), and their share of all `acquire` calls that returned inside it. Overlaps: an `O_EXCL` marker file found already there on entering the critical section (summed over runs).\n"
+    );
+    let _ = writeln!(out, "| processes × workers, critical section | client | critical sections/s | failed acquires | failed % | gap p50 | gap p99 | acquire p50 | acquire p99 | held p50 | per-worker min/max | overlaps | stalled | masters' CPU/cycle |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for setup in Setup::separate_variants() {
+        for kind in setup.kinds() {
+            let k = key(setup, *kind);
+            if r.runs(k).is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.2} % | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
+                variant(setup, workers),
+                kind,
+                rate(r.med(k, rate_of)),
+                rate(r.med(k, |m| m.failed_acquires as f64)),
+                r.med(k, Measurement::failed_pct),
+                us(r.med(k, |m| m.gap_p(0.5))),
+                us(r.med(k, |m| m.gap_p(0.99))),
+                us(r.med(k, p50)),
+                us(r.med(k, |m| m.acquire_p(0.99))),
+                us(r.med(k, |m| m.hold_p(0.5))),
+                r.med(k, Measurement::fairness),
+                r.runs(k).iter().map(|m| m.overlaps).sum::<usize>(),
+                r.runs(k).iter().map(|m| m.stalled).sum::<usize>(),
+                us(r.med(k, Measurement::server_cpu_us)),
+            );
+        }
+    }
+    let _ = writeln!(out, "\nPer run, in run order:\n");
+    let _ = writeln!(out, "| processes × workers, critical section | client | critical sections/s | failed % | gap p50 | gap p99 | per-worker min/max |\n|---|---|---|---|---|---|---|");
+    for setup in Setup::separate_variants() {
+        for kind in setup.kinds() {
+            let k = key(setup, *kind);
+            if r.runs(k).is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                variant(setup, workers),
+                kind,
+                per_run(r, k, |m| rate(m.rate())),
+                per_run(r, k, |m| format!("{:.2}", m.failed_pct())),
+                per_run(r, k, |m| us(m.gap_p(0.5))),
+                per_run(r, k, |m| us(m.gap_p(0.99))),
+                per_run(r, k, |m| format!("{:.2}", m.fairness())),
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nThe masters' commands per critical section, all masters together, median over runs (`INFO commandstats` over the window; commands that scripts run count too, so `get`, `zadd`, `time`, … under quorumlock are mostly inside its scripts):\n"
+    );
+    for setup in Setup::separate_variants() {
+        for kind in setup.kinds() {
+            let k = key(setup, *kind);
+            if r.runs(k).is_empty() {
+                continue;
+            }
+            let mut names: Vec<&String> =
+                r.runs(k).iter().flat_map(|m| m.commands.keys()).collect();
+            names.sort();
+            names.dedup();
+            let listed: Vec<String> = names
+                .into_iter()
+                .filter(|name| *name != "info")
+                .map(|name| {
+                    let calls = r.med(k, |m| m.commands.get(name).map_or(0.0, |c| c.0));
+                    format!("{name} {calls:.1}")
+                })
+                .collect();
+            let counted = if *kind == Kind::Quorumlock {
+                let per = |i: usize| r.med(k, |m| m.per_acquired()[i]);
+                format!(
+                    " — per lock acquired: {:.2} attempts, {:.2} of them contended, {:.2} wake-ups by a hand-off (its own counters)",
+                    per(0),
+                    per(1),
+                    per(2)
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "* {}, {kind}: {}{counted}",
+                variant(setup, workers),
+                listed.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(out);
+    for setup in Setup::separate_variants() {
+        let vs = r.ratio(
+            key(setup, Kind::Quorumlock),
+            key(setup, Kind::Rslock),
+            rate_of,
+        );
+        if vs.per_run.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "* {}: quorumlock critical sections/s = {} rslock [{}]",
+            variant(setup, workers),
+            x(vs.median),
+            runs_list(&vs.per_run)
+        );
+    }
+    let _ = writeln!(out);
+}
+
+/// One cell of the separate-clients targets: the median, per-run values, and whether it meets
+/// the target.
+fn cell(median: f64, runs: &[f64], shown: fn(f64) -> String, ok: bool) -> String {
+    if median.is_nan() {
+        return "–".into();
+    }
+    format!(
+        "{} [{}] {}",
+        shown(median),
+        runs.iter()
+            .map(|&v| shown(v))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if ok { "yes" } else { "**no**" }
+    )
+}
+
+/// The targets of the separate-clients issue, for quorumlock in every measured variant.
+fn separate_targets(out: &mut String, r: &Results, cfg: &Config) {
+    let cases: Vec<Case> = [Case::SeparateClients, Case::ManyClients]
+        .into_iter()
+        .filter(|&c| cfg.has(c))
+        .collect();
+    if cases.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "### Targets, separate clients (quorumlock; median [per run], met)\n\n| case | failed acquires ≤ 0.1 % | critical sections/s ≥ 1.5× rslock | gap p50 ≤ 1 ms | gap p99 ≤ 5 ms | per-worker min/max ≥ 0.9 | overlaps 0 |\n|---|---|---|---|---|---|---|"
+    );
+    let pct = |v: f64| format!("{v:.2} %");
+    let two = |v: f64| format!("{v:.2}");
+    let times = |v: f64| x(v);
+    for case in cases {
+        let Some(workers) = case.separate_workers() else {
+            continue;
+        };
+        for setup in Setup::separate_variants() {
+            let q = Key::new(setup, NODES, workers, Kind::Quorumlock);
+            let rs = Key::new(setup, NODES, workers, Kind::Rslock);
+            if r.runs(q).is_empty() {
+                continue;
+            }
+            let values = |f: fn(&Measurement) -> f64| -> (f64, Vec<f64>) {
+                let runs: Vec<f64> = r.runs(q).iter().map(f).collect();
+                (median(&runs), runs)
+            };
+            let (failed, failed_runs) = values(Measurement::failed_pct);
+            let vs = r.ratio(q, rs, rate_of);
+            let (g50, g50_runs) = values(|m| m.gap_p(0.5));
+            let (g99, g99_runs) = values(|m| m.gap_p(0.99));
+            let (fair, fair_runs) = values(Measurement::fairness);
+            let overlaps: usize = r.runs(q).iter().map(|m| m.overlaps).sum();
+            let _ = writeln!(
+                out,
+                "| {workers} clients, {} | {} | {} | {} | {} | {} | {} {} |",
+                variant(setup, workers),
+                cell(failed, &failed_runs, pct, failed <= 0.1),
+                cell(vs.median, &vs.per_run, times, vs.median >= 1.5),
+                cell(g50, &g50_runs, us, g50 <= 1000.0),
+                cell(g99, &g99_runs, us, g99 <= 5000.0),
+                cell(fair, &fair_runs, two, fair >= 0.9),
+                overlaps,
+                if overlaps == 0 { "yes" } else { "**no**" },
+            );
+        }
+    }
+    let _ = writeln!(out);
 }

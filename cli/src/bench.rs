@@ -1,9 +1,13 @@
 //! `quorumlock bench`: acquire + release cycles against a user's own masters, to size a
-//! deployment. Each worker locks a resource of its own (no contention), so the numbers are the
-//! client's and the masters' cost of one lock, not queueing behind other holders.
+//! deployment. By default each worker locks a resource of its own (no contention), so the
+//! numbers are the client's and the masters' cost of one lock, not queueing behind other
+//! holders. With `--contended` every worker locks one resource, and the summary adds the
+//! hand-off gap (from one holder's call to release to the next holder's acquire returning),
+//! each worker's share and an occupancy check; with `--separate-clients` each worker has a
+//! client of its own, as separate processes would.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -22,8 +26,12 @@ Examples:
   QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 \\
       quorumlock bench --workers 32 --duration 1m
 
-Each worker acquires and releases a key of its own, named quorumlock-bench:<run>:<worker>;
-every key is released at once (or expires after --ttl if the bench is killed).";
+  # 8 workers on one resource, each with its own client, holding it 1 ms per cycle.
+  quorumlock bench --nodes ... --workers 8 --contended --separate-clients --hold 1ms
+
+Each worker acquires and releases a key of its own, named quorumlock-bench:<run>:<worker>
+(with --contended, all share quorumlock-bench:<run>:shared); every key is released at once
+(or expires after --ttl if the bench is killed).";
 
 /// Options of `quorumlock bench`.
 #[derive(clap::Args, Debug)]
@@ -41,6 +49,17 @@ pub struct BenchArgs {
     /// The lease each cycle takes.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     ttl: Duration,
+    /// Every worker on one resource: adds the hand-off gap (release called → next holder's
+    /// acquire returning), each worker's share and an occupancy check to the summary.
+    #[arg(long)]
+    contended: bool,
+    /// Each worker with a client of its own (its own connections), as separate processes
+    /// would have; by default the workers share one client.
+    #[arg(long)]
+    separate_clients: bool,
+    /// How long each cycle holds the lock (asleep) before releasing it.
+    #[arg(long, default_value = "0s", value_parser = duration::parse)]
+    hold: Duration,
 }
 
 /// What every worker adds to while it runs; read by the progress line.
@@ -51,14 +70,71 @@ struct Live {
     stop: AtomicBool,
 }
 
+/// With `--contended`: what the holders of the one resource hand on to each other.
+#[derive(Default)]
+struct Handoff {
+    /// When the last holder called release.
+    released: Mutex<Option<Instant>>,
+    /// Somebody is inside the critical section.
+    inside: AtomicBool,
+    /// Times a worker entered while another was inside (must stay 0).
+    overlaps: AtomicUsize,
+}
+
+impl Handoff {
+    /// A worker's acquire returned at `acquired`: the gap since the last release, if any.
+    fn enter(&self, acquired: Instant) -> Option<Duration> {
+        if self.inside.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::Relaxed);
+        }
+        let released = self
+            .released
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        released.map(|r| acquired.saturating_duration_since(r))
+    }
+
+    /// The worker is about to call release.
+    fn leave(&self) {
+        self.inside.store(false, Ordering::SeqCst);
+        *self.released.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+}
+
 /// What one worker measured.
 #[derive(Default)]
 struct WorkerReport {
     acquire: Histogram,
     release: Histogram,
+    /// With `--contended`: the gaps before this worker's acquires returned.
+    gap: Histogram,
     failed_acquires: u64,
     failed_releases: u64,
     last_error: Option<String>,
+}
+
+/// The reports of every worker together.
+#[derive(Default)]
+struct Total {
+    all: WorkerReport,
+    /// Cycles completed by each worker.
+    per_worker: Vec<u64>,
+    overlaps: usize,
+    /// The clients' own counters over the run: attempts, acquired, contended, wake-ups.
+    counters: [u64; 4],
+}
+
+/// Attempts, acquired, contended attempts and wake-ups, summed over `clients`.
+fn counters(clients: &[Redlock]) -> [u64; 4] {
+    clients.iter().map(Redlock::stats).fold([0; 4], |sum, s| {
+        [
+            sum[0] + s.attempts,
+            sum[1] + s.acquired,
+            sum[2] + s.contended,
+            sum[3] + s.wakeups,
+        ]
+    })
 }
 
 /// Runs the benchmark and prints its summary on stdout (progress goes to stderr).
@@ -68,12 +144,13 @@ struct WorkerReport {
 /// When the masters cannot be used at all: a bad URL or TTL, fewer than a quorum reachable, or
 /// not one cycle completed.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let urls = args
+    let urls: Vec<&str> = args
         .nodes
         .iter()
         .map(|u| u.trim())
-        .filter(|u| !u.is_empty());
-    let rl = Redlock::builder(urls).build()?;
+        .filter(|u| !u.is_empty())
+        .collect();
+    let rl = Redlock::builder(&urls).build()?;
     let health = rl.connect().await.context("the masters are not usable")?;
     for unreachable in &health.unreachable {
         eprintln!("warning: {unreachable}");
@@ -88,41 +165,90 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         .await
         .context("a first release failed")?;
 
+    // One client per worker (all connected before the clock starts), or one shared.
+    let mut clients = Vec::new();
+    if args.separate_clients {
+        for _ in 0..args.workers {
+            let own = Redlock::builder(&urls).build()?;
+            own.connect().await.context("the masters are not usable")?;
+            clients.push(own);
+        }
+    }
+    let counted: Vec<Redlock> = if clients.is_empty() {
+        vec![rl.clone()]
+    } else {
+        clients.clone()
+    };
+    let before = counters(&counted);
+    let handoff = args.contended.then(|| Arc::new(Handoff::default()));
     let live = Arc::new(Live::default());
     let started = Instant::now();
     let workers: Vec<_> = (0..args.workers)
         .map(|i| {
-            let resource = format!("quorumlock-bench:{run_id}:{i}");
-            tokio::spawn(worker(rl.clone(), resource, args.ttl, live.clone()))
+            let resource = if args.contended {
+                format!("quorumlock-bench:{run_id}:shared")
+            } else {
+                format!("quorumlock-bench:{run_id}:{i}")
+            };
+            let client = clients.pop().unwrap_or_else(|| rl.clone());
+            let cycle = Cycle {
+                resource,
+                ttl: args.ttl,
+                hold: args.hold,
+                handoff: handoff.clone(),
+            };
+            tokio::spawn(worker(client, cycle, live.clone()))
         })
         .collect();
 
     let progress = progress_bar(args.duration);
     let interrupted = drive(&progress, &live, started, args.duration).await;
     live.stop.store(true, Ordering::Relaxed);
-    let mut total = WorkerReport::default();
+    let mut total = Total::default();
     for handle in workers {
         let report = handle.await.context("a worker panicked")?;
-        total.acquire.merge(&report.acquire);
-        total.release.merge(&report.release);
-        total.failed_acquires += report.failed_acquires;
-        total.failed_releases += report.failed_releases;
-        total.last_error = report.last_error.or(total.last_error);
+        total.per_worker.push(report.acquire.count());
+        total.all.acquire.merge(&report.acquire);
+        total.all.release.merge(&report.release);
+        total.all.gap.merge(&report.gap);
+        total.all.failed_acquires += report.failed_acquires;
+        total.all.failed_releases += report.failed_releases;
+        total.all.last_error = report.last_error.or(total.all.last_error);
     }
+    total.overlaps = handoff.map_or(0, |h| h.overlaps.load(Ordering::Relaxed));
+    let after = counters(&counted);
+    total.counters = std::array::from_fn(|i| after[i].saturating_sub(before[i]));
     let elapsed = started.elapsed();
     progress.finish_and_clear();
 
     print_summary(&rl, &args, &total, elapsed, interrupted);
-    if total.acquire.count() == 0 {
+    if total.all.acquire.count() == 0 {
         anyhow::bail!(
             "no cycle completed{}",
             total
+                .all
                 .last_error
                 .map(|e| format!("; last error: {e}"))
                 .unwrap_or_default()
         );
     }
+    if total.overlaps > 0 {
+        anyhow::bail!(
+            "{} time(s) two workers held the lock at once",
+            total.overlaps
+        );
+    }
     Ok(())
+}
+
+/// What each cycle of a worker does.
+struct Cycle {
+    resource: String,
+    ttl: Duration,
+    /// How long the lock is held.
+    hold: Duration,
+    /// With `--contended`: the state the workers on the one resource share.
+    handoff: Option<Arc<Handoff>>,
 }
 
 /// Tells this run's keys apart from those of other runs, here or on other machines.
@@ -133,11 +259,11 @@ fn run_id() -> String {
     format!("{:x}{nanos:08x}", std::process::id())
 }
 
-async fn worker(rl: Redlock, resource: String, ttl: Duration, live: Arc<Live>) -> WorkerReport {
+async fn worker(rl: Redlock, cycle: Cycle, live: Arc<Live>) -> WorkerReport {
     let mut report = WorkerReport::default();
     while !live.stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
-        let lock = match rl.acquire(&resource, ttl).await {
+        let lock = match rl.acquire(&cycle.resource, cycle.ttl).await {
             Ok(lock) => lock,
             Err(e) => {
                 report.failed_acquires += 1;
@@ -147,14 +273,24 @@ async fn worker(rl: Redlock, resource: String, ttl: Duration, live: Arc<Live>) -
             }
         };
         let t1 = Instant::now();
+        if let Some(gap) = cycle.handoff.as_ref().and_then(|h| h.enter(t1)) {
+            report.gap.record(gap);
+        }
+        if !cycle.hold.is_zero() {
+            tokio::time::sleep(cycle.hold).await;
+        }
+        if let Some(handoff) = &cycle.handoff {
+            handoff.leave();
+        }
+        let t2 = Instant::now();
         if let Err(e) = lock.release().await {
             report.failed_releases += 1;
             report.last_error = Some(e.to_string());
             live.failed.fetch_add(1, Ordering::Relaxed);
         }
-        let t2 = Instant::now();
+        let t3 = Instant::now();
         report.acquire.record(t1 - t0);
-        report.release.record(t2 - t1);
+        report.release.record(t3 - t2);
         live.cycles.fetch_add(1, Ordering::Relaxed);
     }
     report
@@ -198,13 +334,24 @@ async fn drive(bar: &ProgressBar, live: &Live, started: Instant, duration: Durat
 fn print_summary(
     rl: &Redlock,
     args: &BenchArgs,
-    total: &WorkerReport,
+    total: &Total,
     elapsed: Duration,
     interrupted: bool,
 ) {
-    let cycles = total.acquire.count();
+    let cycles = total.all.acquire.count();
+    let mode = match (args.contended, args.separate_clients) {
+        (false, false) => "",
+        (true, false) => " on one resource",
+        (false, true) => ", a client each",
+        (true, true) => " on one resource, a client each",
+    };
+    let hold = if args.hold.is_zero() {
+        String::new()
+    } else {
+        format!(", held {:?}", args.hold)
+    };
     println!(
-        "quorumlock bench: {} nodes (quorum {}), {} worker(s), TTL {:?}, {:.1} s{}",
+        "quorumlock bench: {} nodes (quorum {}), {} worker(s){mode}, TTL {:?}{hold}, {:.1} s{}",
         rl.node_count(),
         rl.quorum(),
         args.workers,
@@ -219,18 +366,49 @@ fn print_summary(
         group_digits(cycles),
         group_digits(per_second(cycles, elapsed) as u64)
     );
+    let total_calls = cycles + total.all.failed_acquires;
     println!(
-        "failed      {:>12}   ({} acquire(s), {} release(s))",
-        group_digits(total.failed_acquires + total.failed_releases),
-        total.failed_acquires,
-        total.failed_releases
+        "failed      {:>12}   ({} acquire(s), {:.2} % of acquire calls; {} release(s))",
+        group_digits(total.all.failed_acquires + total.all.failed_releases),
+        total.all.failed_acquires,
+        100.0 * total.all.failed_acquires as f64 / total_calls.max(1) as f64,
+        total.all.failed_releases
     );
+    if args.contended {
+        let min = total.per_worker.iter().min().copied().unwrap_or(0);
+        let max = total.per_worker.iter().max().copied().unwrap_or(0);
+        println!(
+            "per worker  {:>12.2}   (min/max of the workers' cycles: {} to {})",
+            min as f64 / max.max(1) as f64,
+            group_digits(min),
+            group_digits(max)
+        );
+        println!(
+            "overlaps    {:>12}   (two workers inside at once; must be 0)",
+            total.overlaps
+        );
+        let [attempts, acquired, contended, wakeups] = total.counters;
+        let per = |n: u64| n as f64 / acquired.max(1) as f64;
+        println!(
+            "attempts    {:>12.2}   (per lock acquired; {:.2} met contention, {:.2} woken by a hand-off)",
+            per(attempts),
+            per(contended),
+            per(wakeups)
+        );
+    }
     println!();
     println!(
         "{:<10} {:>10} {:>10} {:>10} {:>10}",
         "latency", "p50", "p90", "p99", "max"
     );
-    for (name, h) in [("acquire", &total.acquire), ("release", &total.release)] {
+    let mut rows = vec![
+        ("acquire", &total.all.acquire),
+        ("release", &total.all.release),
+    ];
+    if args.contended {
+        rows.push(("hand-off", &total.all.gap));
+    }
+    for (name, h) in rows {
         println!(
             "{name:<10} {:>10} {:>10} {:>10} {:>10}",
             show(h.quantile(0.50)),
@@ -239,7 +417,13 @@ fn print_summary(
             show(h.max()),
         );
     }
-    if let Some(e) = &total.last_error {
+    if args.contended {
+        println!();
+        println!(
+            "hand-off: from one holder's call to release to the next holder's acquire returning"
+        );
+    }
+    if let Some(e) = &total.all.last_error {
         println!();
         println!("last error: {e}");
     }

@@ -6,13 +6,14 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use quorumlock::{Error, Lock, Redlock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::{oneshot, Barrier};
 
+use super::line::{self, HeadKill, Probe};
 use crate::mutex;
 use crate::{
     FaultId, FaultProxy, FencedRegister, History, LostUpdateRegister, OccupancyWitness, Op, OpKind,
@@ -24,6 +25,67 @@ pub(super) const KEY_PREFIX: &str = "chaos:";
 
 /// How often the key monitor looks at every master.
 const MONITOR_EVERY: Duration = Duration::from_millis(100);
+
+/// The stall meter's tick ...
+const TICK: Duration = Duration::from_millis(5);
+/// ... and how late it may wake before the lateness counts as a stall.
+const STALL_THRESHOLD: Duration = Duration::from_millis(10);
+
+/// When the run's tokio runtime could not run its tasks on time: each stall is a tick of the
+/// meter that woke more than 10 ms late, from when it was due to when it woke. On a loaded
+/// machine the whole test process is sometimes not scheduled for hundreds of milliseconds; a
+/// waiter cannot move then, whatever the library does, so the line checks count every wait
+/// less the stalls inside it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Stalls(Vec<(Instant, Instant)>);
+
+impl Stalls {
+    /// How much of `[from, to]` the runtime was stalled.
+    pub(super) fn within(&self, from: Instant, to: Instant) -> Duration {
+        self.0
+            .iter()
+            .map(|&(a, b)| b.min(to).saturating_duration_since(a.max(from)))
+            .sum()
+    }
+
+    /// `to - from`, less the stalls inside it.
+    pub(super) fn net(&self, from: Instant, to: Instant) -> Duration {
+        to.saturating_duration_since(from)
+            .saturating_sub(self.within(from, to))
+    }
+
+    /// How many stalls, the longest, and their total.
+    pub(super) fn summary(&self) -> String {
+        let longest = self
+            .0
+            .iter()
+            .map(|(a, b)| *b - *a)
+            .max()
+            .unwrap_or_default();
+        let total: Duration = self.0.iter().map(|(a, b)| *b - *a).sum();
+        format!(
+            "runtime stalls over {}ms: {}, longest {:.0}ms, {:.0}ms in all",
+            STALL_THRESHOLD.as_millis(),
+            self.0.len(),
+            longest.as_secs_f64() * 1e3,
+            total.as_secs_f64() * 1e3
+        )
+    }
+}
+
+/// Ticks every 5 ms until `stop`, noting each tick that woke more than 10 ms late.
+async fn measure_stalls(stop: Arc<AtomicBool>) -> Stalls {
+    let mut stalls = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let due = Instant::now() + TICK;
+        tokio::time::sleep_until(due.into()).await;
+        let woke = Instant::now();
+        if woke > due + STALL_THRESHOLD {
+            stalls.push((due, woke));
+        }
+    }
+    Stalls(stalls)
+}
 
 /// What a scenario runs: the masters, the clients and how they behave.
 #[derive(Clone, Debug)]
@@ -38,6 +100,8 @@ pub(super) struct Setup {
     pub(super) retry_count: u32,
     pub(super) retry_delay: Duration,
     pub(super) retry_jitter: Duration,
+    /// How long `acquire` waits in line (`None`: the library's default).
+    pub(super) acquire_timeout: Option<Duration>,
     pub(super) fencing: bool,
     /// Longest sleep inside a critical section.
     pub(super) critical_section: Duration,
@@ -47,6 +111,9 @@ pub(super) struct Setup {
     pub(super) stale_chance: f64,
     /// Chance that a holder's process dies while holding (the lock is leaked, not released).
     pub(super) crash_chance: f64,
+    /// Chance that an acquire is watched, and its task aborted once its waiter heads the line
+    /// of a quorum of masters.
+    pub(super) head_kill_chance: f64,
     /// Clients in groups of this size start each round at the same instant on one resource
     /// (0: free-running clients).
     pub(super) simultaneous_group: usize,
@@ -71,11 +138,13 @@ impl Default for Setup {
             retry_count: 3,
             retry_delay: Duration::from_millis(4),
             retry_jitter: Duration::from_millis(3),
+            acquire_timeout: None,
             fencing: true,
             critical_section: Duration::from_millis(2),
             extend_chance: 0.1,
             stale_chance: 0.0,
             crash_chance: 0.0,
+            head_kill_chance: 0.0,
             simultaneous_group: 0,
             round_attempts: 6,
             target: 2_000,
@@ -87,19 +156,29 @@ impl Default for Setup {
 impl Setup {
     /// The builder every client uses.
     fn redlock(&self, urls: &[String]) -> Result<Redlock, Error> {
-        Redlock::builder(urls)
+        let builder = Redlock::builder(urls)
             .key_prefix(KEY_PREFIX)
             .node_timeout(self.node_timeout)
             .connect_timeout(Duration::from_millis(500))
             .retry_count(self.retry_count)
             .retry_delay(self.retry_delay)
             .retry_jitter(self.retry_jitter)
-            .fencing(self.fencing)
-            .build()
+            .fencing(self.fencing);
+        match self.acquire_timeout {
+            Some(timeout) => builder.acquire_timeout(timeout),
+            None => builder,
+        }
+        .build()
     }
 
-    fn resource(i: usize) -> String {
+    pub(super) fn resource(i: usize) -> String {
         format!("r{i}")
+    }
+
+    /// How long a waiter's place in line lasts without renewal, as the library documents it:
+    /// ten node timeouts, at least 50 ms. What a waiter that dies may cost its line.
+    pub(super) fn entry_lease(&self) -> Duration {
+        (self.node_timeout * 10).max(Duration::from_millis(50))
     }
 
     /// The drift allowance the library uses for this TTL (default factor).
@@ -200,6 +279,7 @@ pub(crate) fn direct_query<T>(
 /// The fault driver's handle: fault verbs that record themselves in the history, the seeded
 /// random source, and the stop signal.
 pub(super) struct Ctl {
+    pub(super) setup: Setup,
     pub(super) cluster: Arc<Cluster>,
     pub(super) history: History,
     pub(super) rng: StdRng,
@@ -329,6 +409,10 @@ pub(super) struct Ran {
     pub(super) stale: StaleStats,
     /// Resource and instant of every holder process killed while holding.
     pub(super) kills: Vec<(String, Instant)>,
+    /// Acquires watched to be killed once their waiter heads the line ...
+    pub(super) watched_waiters: usize,
+    /// ... and each one killed there.
+    pub(super) head_kills: Vec<HeadKill>,
     /// Per simultaneous round: the attempt at which the first client won (`None`: nobody won).
     pub(super) rounds: Vec<Option<u32>>,
     /// Lock keys the monitor found without a TTL, or with one above the lock TTL.
@@ -336,6 +420,10 @@ pub(super) struct Ran {
     pub(super) elapsed: Duration,
     /// When the clients were told to stop.
     pub(super) stopped_at: Instant,
+    /// When the clients and the fault driver had ended.
+    pub(super) finished_at: Instant,
+    /// When the runtime could not run its tasks on time.
+    pub(super) stalls: Stalls,
 }
 
 /// Shared by every client task of a run.
@@ -351,6 +439,11 @@ struct Shared {
     latencies: Mutex<Vec<Duration>>,
     stale: Mutex<StaleStats>,
     kills: Mutex<Vec<(String, Instant)>>,
+    /// Reads the masters' lines, for the acquires watched to be killed at the head of one.
+    probe: Arc<Probe>,
+    watched_waiters: AtomicUsize,
+    /// The tasks that follow each waiter killed at the head of a line.
+    head_kills: Mutex<Vec<tokio::task::JoinHandle<HeadKill>>>,
 }
 
 /// Runs `setup` with `driver` injecting faults, until the target or the time limit.
@@ -393,8 +486,12 @@ where
         latencies: Mutex::new(Vec::new()),
         stale: Mutex::new(StaleStats::default()),
         kills: Mutex::new(Vec::new()),
+        probe: Arc::new(Probe::new(cluster.addrs())),
+        watched_waiters: AtomicUsize::new(0),
+        head_kills: Mutex::new(Vec::new()),
     });
 
+    let stall_meter = tokio::spawn(measure_stalls(Arc::clone(&stop)));
     let monitor = {
         let cluster = Arc::clone(&cluster);
         let stop = Arc::clone(&stop);
@@ -404,6 +501,7 @@ where
 
     let (go, ready) = oneshot::channel();
     let driver = tokio::spawn(driver(Ctl {
+        setup: setup.clone(),
         cluster: Arc::clone(&cluster),
         history: history.clone(),
         rng: StdRng::seed_from_u64(seed ^ 0xD1B5_4A32_D192_ED03),
@@ -463,6 +561,8 @@ where
     stop.store(true, Ordering::SeqCst);
     let driven = driver.await.map_err(io::Error::other)?;
     let immortal_keys = monitor.await.map_err(io::Error::other)?;
+    let stalls = stall_meter.await.map_err(io::Error::other)?;
+    let finished_at = Instant::now();
     driven?;
     if let Some(e) = client_error {
         return Err(e);
@@ -471,6 +571,11 @@ where
     let latencies = std::mem::take(&mut *mutex::lock(&shared.latencies));
     let stale = *mutex::lock(&shared.stale);
     let kills = std::mem::take(&mut *mutex::lock(&shared.kills));
+    let following = std::mem::take(&mut *mutex::lock(&shared.head_kills));
+    let mut head_kills = Vec::new();
+    for followed in following {
+        head_kills.push(followed.await.map_err(io::Error::other)?);
+    }
     let rounds = std::mem::take(&mut *mutex::lock(&rounds));
     Ok(Ran {
         setup,
@@ -479,10 +584,14 @@ where
         latencies,
         stale,
         kills,
+        watched_waiters: shared.watched_waiters.load(Ordering::SeqCst),
+        head_kills,
         rounds,
         immortal_keys,
         elapsed: began.elapsed(),
         stopped_at,
+        finished_at,
+        stalls,
     })
 }
 
@@ -579,6 +688,89 @@ impl Shared {
         }
     }
 
+    /// Acquires `resource` like [`acquire`](Self::acquire), in a task of its own that is aborted
+    /// (the waiter dropped mid-wait, as its process would take it down) once its waiter heads the
+    /// line of `resource` on a quorum of masters. `None` when it was aborted or failed.
+    ///
+    /// The waiter is told apart from the others by its order in the line: its arrival in
+    /// milliseconds (read just before the library reads it) times 1000, plus a tiebreak below
+    /// 1000. It is looked for only once its client has met contention and started a second
+    /// attempt, the one that takes its place in line; if another waiter's order falls in the
+    /// same two milliseconds, the probe sees two candidates and does not abort.
+    async fn acquire_or_die_at_the_head(
+        self: &Arc<Self>,
+        rl: &Redlock,
+        client: usize,
+        resource: &str,
+    ) -> Option<Lock> {
+        self.watched_waiters.fetch_add(1, Ordering::SeqCst);
+        let before = rl.stats();
+        let (arrival, arrived) = oneshot::channel();
+        let mut task = tokio::spawn({
+            let (shared, rl, resource) = (Arc::clone(self), rl.clone(), resource.to_owned());
+            async move {
+                let _ = arrival.send(SystemTime::now());
+                shared.acquire(&rl, client, &resource, false).await
+            }
+        });
+        let arrived_ms = match arrived.await {
+            Ok(at) => at
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            Err(_) => 0,
+        };
+        let (lo, hi) = (arrived_ms * 1000, (arrived_ms + 2) * 1000 - 1);
+        let timeout = self
+            .setup
+            .acquire_timeout
+            .unwrap_or(quorumlock::DEFAULT_ACQUIRE_TIMEOUT);
+        let watch_until = Instant::now() + timeout;
+        let watch = async {
+            while Instant::now() < watch_until {
+                let now = rl.stats();
+                let in_line =
+                    now.contended > before.contended && now.attempts >= before.attempts + 2;
+                if in_line {
+                    if let Some(id) = self.probe.head_in(resource, lo, hi).await {
+                        return Some(id);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            None
+        };
+        let mut killed = None;
+        // An acquire that ends goes on to its critical section at once, not after the probe.
+        let joined = tokio::select! {
+            biased;
+            joined = &mut task => joined,
+            head = watch => {
+                if let Some(id) = head {
+                    task.abort();
+                    killed = Some((id, Instant::now()));
+                }
+                (&mut task).await
+            }
+        };
+        match joined {
+            Ok(lock) => lock,
+            Err(e) if e.is_cancelled() => {
+                if let Some((id, at)) = killed {
+                    let follow = line::follow_killed_head(
+                        Arc::clone(&self.probe),
+                        resource.to_owned(),
+                        id,
+                        at,
+                        self.setup.clone(),
+                    );
+                    mutex::lock(&self.head_kills).push(tokio::spawn(follow));
+                }
+                None
+            }
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+
     async fn extend(&self, client: usize, lock: &mut Lock) -> Result<(), Error> {
         let start = Instant::now();
         let result = lock.extend(self.setup.ttl).await;
@@ -637,7 +829,14 @@ async fn free_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
     while !shared.stopped() {
         let r = rng.random_range(0..shared.setup.resources);
         let resource = Setup::resource(r);
-        let Some(mut lock) = shared.acquire(&rl, client, &resource, false).await else {
+        let acquired = if rng.random_bool(shared.setup.head_kill_chance) {
+            shared
+                .acquire_or_die_at_the_head(&rl, client, &resource)
+                .await
+        } else {
+            shared.acquire(&rl, client, &resource, false).await
+        };
+        let Some(mut lock) = acquired else {
             continue;
         };
         shared

@@ -3,7 +3,8 @@
 //!
 //! One [`Scenario`] per fault pattern of the safety issue (baseline, kills, pauses, restarts,
 //! latency, held replies, resets, partitions, simultaneous starts, stale holders, killed holders)
-//! plus fenced crash/restart over AOF masters. [`run`] drives one of them for a [`Length`] and
+//! plus fenced crash/restart over AOF masters, and the faults of the wait line: waiters that die
+//! at the head of the line, masters that lose their lines, masters paused with waiters queued. [`run`] drives one of them for a [`Length`] and
 //! returns a [`ChaosRun`]: the figures (acquisitions, failures, violations, acquire latency), the
 //! [`Report`] and the checks. Nothing here prints; the tests assert and `examples/chaos.rs`
 //! prints the table.
@@ -28,6 +29,7 @@
 //! ```
 
 mod engine;
+mod line;
 mod scenarios;
 
 pub(crate) use engine::direct_query as direct;
@@ -80,11 +82,22 @@ pub enum Scenario {
     HolderKilled,
     /// 14. Fenced locks over AOF masters killed and restarted at once: fences never go backwards.
     FencedAofRestarts,
+    /// 15. Separate clients waiting in line on two resources, while waiters die at the head of
+    ///     the line: acquiring tasks aborted mid-wait, and dead entries (a crashed process's,
+    ///     which nobody removes) written at the head of a line on every master. The line goes
+    ///     on within one entry lease; no waiter waits past its acquire timeout.
+    WaiterKilledAtHead,
+    /// 16. Separate clients waiting in line while one or two masters holding lines are killed,
+    ///     left down for more than a TTL and restarted empty: their lines are lost.
+    LineMasterRestarted,
+    /// 17. Separate clients waiting in line while two masters at a time are paused (`SIGSTOP`)
+    ///     with waiters queued, then resumed.
+    LineMinorityPaused,
 }
 
 impl Scenario {
     /// Every scenario, in the issue's order.
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::Baseline,
         Scenario::MinorityKilled,
         Scenario::MajorityKilled,
@@ -99,9 +112,12 @@ impl Scenario {
         Scenario::StaleHolders,
         Scenario::HolderKilled,
         Scenario::FencedAofRestarts,
+        Scenario::WaiterKilledAtHead,
+        Scenario::LineMasterRestarted,
+        Scenario::LineMinorityPaused,
     ];
 
-    /// The scenario's number in the issue (14: the fencing figure).
+    /// The scenario's number in the issue (14: the fencing figure; 15–17: the wait line).
     pub fn number(self) -> u32 {
         match self {
             Scenario::Baseline => 1,
@@ -118,6 +134,9 @@ impl Scenario {
             Scenario::StaleHolders => 12,
             Scenario::HolderKilled => 13,
             Scenario::FencedAofRestarts => 14,
+            Scenario::WaiterKilledAtHead => 15,
+            Scenario::LineMasterRestarted => 16,
+            Scenario::LineMinorityPaused => 17,
         }
     }
 
@@ -138,6 +157,9 @@ impl Scenario {
             Scenario::StaleHolders => "stale-holders",
             Scenario::HolderKilled => "holder-killed",
             Scenario::FencedAofRestarts => "fenced-aof-restarts",
+            Scenario::WaiterKilledAtHead => "waiter-killed-at-head",
+            Scenario::LineMasterRestarted => "line-master-restarted",
+            Scenario::LineMinorityPaused => "line-minority-paused",
         }
     }
 

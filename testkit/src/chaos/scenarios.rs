@@ -8,6 +8,7 @@ use quorumlock::Redlock;
 use rand::Rng;
 
 use super::engine::{self, Ctl, Ran, Setup, KEY_PREFIX};
+use super::line::{self, LineFaults};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::mutex;
 use crate::{Fault, Op, OpKind};
@@ -27,6 +28,17 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     };
     let proxied = Setup {
         proxied: true,
+        ..base.clone()
+    };
+    // Separate clients waiting in line on few resources: the library's retry delays (so that
+    // waiters move on hand-offs and the line's own polling, not on a fast retry loop), and a
+    // short acquire timeout that the faults make some waiters reach.
+    let in_line = Setup {
+        clients: 12,
+        resources: 4,
+        retry_delay: quorumlock::DEFAULT_RETRY_DELAY,
+        retry_jitter: quorumlock::DEFAULT_RETRY_JITTER,
+        acquire_timeout: Some(LINE_ACQUIRE_TIMEOUT),
         ..base.clone()
     };
 
@@ -159,6 +171,78 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             let checks = vec![fences_were_issued(&ran)];
             (ran, checks)
         }
+        Scenario::WaiterKilledAtHead => {
+            let setup = Setup {
+                head_kill_chance: 0.05,
+                ..in_line
+            };
+            let log = Arc::new(Mutex::new(LineFaults::default()));
+            let ran = engine::run(setup, seed, {
+                let log = Arc::clone(&log);
+                move |ctl| line::dead_heads(ctl, log)
+            })
+            .await?;
+            let lapsed = line::lines_lapse_within_an_entry_lease(&ran).await;
+            let log = std::mem::take(&mut *mutex::lock(&log));
+            let quorum = ran.setup.masters / 2 + 1;
+            let checks = vec![
+                line::killed_heads_leave_the_line(&ran),
+                line::dead_heads_block_for_at_most_an_entry_lease(&ran, &log, quorum),
+                line::contended_resources_come_back(&ran, &line::deaths(&ran, &log)),
+                line::no_waiter_past_its_timeout(&ran),
+                lapsed,
+            ];
+            (ran, checks)
+        }
+        Scenario::LineMasterRestarted => {
+            // Empty restarts reset the fencing counters (see FencedAofRestarts for fences).
+            let setup = Setup {
+                fencing: false,
+                ..in_line
+            };
+            let log = Arc::new(Mutex::new(LineFaults::default()));
+            let ran = engine::run(setup, seed, {
+                let log = Arc::clone(&log);
+                move |ctl| line::line_masters_restarted(ctl, log)
+            })
+            .await?;
+            let lapsed = line::lines_lapse_within_an_entry_lease(&ran).await;
+            let log = std::mem::take(&mut *mutex::lock(&log));
+            let checks = vec![
+                line::faults_hit_queued_waiters(&log, "masters killed"),
+                line::contended_resources_come_back(&ran, &[]),
+                line::no_waiter_past_its_timeout(&ran),
+                lapsed,
+            ];
+            (ran, checks)
+        }
+        Scenario::LineMinorityPaused => {
+            let setup = Setup {
+                ttl: Duration::from_millis(300),
+                ..in_line
+            };
+            let log = Arc::new(Mutex::new(LineFaults::default()));
+            let ran = engine::run(setup, seed, {
+                let log = Arc::clone(&log);
+                move |ctl| line::minority_paused_in_line(ctl, log)
+            })
+            .await?;
+            let log = std::mem::take(&mut *mutex::lock(&log));
+            let resumed = log.last_resume.unwrap_or(ran.stopped_at);
+            // Both watch the masters from the end of the run on.
+            let (strays, lapsed) = tokio::join!(
+                stray_keys_gone_within_a_ttl(&ran, resumed),
+                line::lines_lapse_within_an_entry_lease(&ran)
+            );
+            let checks = vec![
+                line::faults_hit_queued_waiters(&log, "masters paused"),
+                strays,
+                line::contended_resources_come_back(&ran, &[]),
+                line::no_waiter_past_its_timeout(&ran),
+                lapsed,
+            ];
+            (ran, checks)
+        }
     };
     Ok(finish(scenario, length, seed, ran, checks))
 }
@@ -284,6 +368,9 @@ async fn restart_after_ttl(mut ctl: Ctl) -> io::Result<()> {
         ctl.heal(id);
     }
 }
+
+/// How long a client of the wait-line scenarios waits in line before `acquire` gives up.
+const LINE_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The least round trip `latency_below_timeout` injects: 1 ms each way.
 const MIN_ROUND_TRIP: Duration = Duration::from_millis(2);

@@ -1,0 +1,911 @@
+//! The wait-line scenarios (15–17): separate clients waiting in line on few resources while
+//! waiters die at the head of the line, masters holding lines restart empty, or a minority of
+//! masters is paused with waiters queued.
+//!
+//! Here are the fault drivers and the checks of those scenarios, and the [`Probe`] that reads and
+//! writes the masters' lines directly (bypassing the library), for the drivers and for clients
+//! that kill their own waiter once it heads the line.
+//!
+//! The figures the checks hold the library to are the documented ones: a waiter that dies blocks
+//! its line for at most one entry lease ([`Setup::entry_lease`]), and `acquire` waits no longer
+//! than its acquire timeout, plus the attempt under way when it runs out.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::MultiplexedConnection;
+use redis::{FromRedisValue, Script};
+
+use super::engine::{Ctl, Ran, Setup, KEY_PREFIX};
+use super::Check;
+use crate::mutex;
+use crate::{Op, OpKind};
+
+/// How long the probe waits for one master: a paused master does not answer.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long it waits for a master to take a dead waiter.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Scheduling slack of the recovery checks: the machine running the suite is shared and small.
+pub(super) const RECOVERY_SLACK: Duration = Duration::from_millis(100);
+
+/// The lock key of `resource`, as the chaos clients' library builds it.
+pub(super) fn lock_key(resource: &str) -> String {
+    format!("{KEY_PREFIX}{resource}")
+}
+
+/// The first live waiter of a line, and the live waiters whose order lies in `[lo, hi]`.
+/// KEYS[1] the line, KEYS[2] its leases; ARGV[1] lo, ARGV[2] hi.
+static HEAD_AND_WINDOW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function live(id)
+  local lapses = tonumber(redis.call('ZSCORE', KEYS[2], id))
+  return lapses and lapses > now
+end
+local head = ''
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if live(id) then head = id break end
+end
+local found = {head}
+for _, id in ipairs(redis.call('ZRANGE', KEYS[1], ARGV[1], ARGV[2], 'BYSCORE')) do
+  if live(id) then table.insert(found, id) end
+end
+return found",
+    )
+});
+
+/// A waiter that died at the head of the line: an entry of order 0 whose lease lapses one entry
+/// lease from the master's time, as a waiter that crashed right after taking its place leaves.
+/// KEYS[1] the line, KEYS[2] its leases; ARGV[1] the id, ARGV[2] the entry lease in ms.
+static DEAD_HEAD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
+if redis.call('PTTL', KEYS[2]) < lease then redis.call('PEXPIRE', KEYS[2], lease) end
+return now + lease",
+    )
+});
+
+/// Live entries over every line of the chaos keys. ARGV[1] the key pattern of the lines.
+static LINE_ENTRIES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = 0
+for _, line in ipairs(redis.call('KEYS', ARGV[1])) do
+  local leases = string.sub(line, 1, -7) .. ':leases'
+  n = n + redis.call('ZCOUNT', leases, '(' .. now, '+inf')
+end
+return n",
+    )
+});
+
+/// Whether the waiter ARGV[1] has a live entry in a line, and whether the lock key is reserved
+/// for it. KEYS[1] the lock key, KEYS[2] its line, KEYS[3] the line's leases.
+static WHERE_IS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lapses = tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1]))
+local queued = 0
+if lapses and lapses > now and redis.call('ZSCORE', KEYS[2], ARGV[1]) then queued = 1 end
+local reserved = 0
+if redis.call('GET', KEYS[1]) == '~queued:' .. ARGV[1] then reserved = 1 end
+return {queued, reserved}",
+    )
+});
+
+/// Line keys (`:queue`, `:leases`) of the chaos keys, each with its PTTL in ms. ARGV[1] the key
+/// prefix.
+static LINE_KEYS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local found = {}
+for _, k in ipairs(redis.call('KEYS', ARGV[1] .. '*')) do
+  if string.sub(k, -6) == ':queue' or string.sub(k, -7) == ':leases' then
+    table.insert(found, {k, redis.call('PTTL', k)})
+  end
+end
+return found",
+    )
+});
+
+/// Direct connections to every master, bypassing the proxies and the library: reads and writes
+/// the wait lines. Each connection is opened on first use and again after it broke (a master
+/// killed and restarted); a master that does not answer within 200 ms (paused, down) reads as
+/// `None`.
+pub(super) struct Probe {
+    addrs: Vec<SocketAddr>,
+    connections: Vec<Mutex<Option<MultiplexedConnection>>>,
+}
+
+impl Probe {
+    pub(super) fn new(addrs: &[SocketAddr]) -> Self {
+        Probe {
+            addrs: addrs.to_vec(),
+            connections: addrs.iter().map(|_| Mutex::new(None)).collect(),
+        }
+    }
+
+    /// How many masters there are.
+    pub(super) fn masters(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// How many masters a lock needs.
+    pub(super) fn quorum(&self) -> usize {
+        self.addrs.len() / 2 + 1
+    }
+
+    async fn connection(&self, i: usize) -> Option<MultiplexedConnection> {
+        if let Some(connection) = mutex::lock(&self.connections[i]).clone() {
+            return Some(connection);
+        }
+        let client = redis::Client::open(format!("redis://{}", self.addrs[i])).ok()?;
+        let connection =
+            tokio::time::timeout(PROBE_TIMEOUT, client.get_multiplexed_async_connection())
+                .await
+                .ok()?
+                .ok()?;
+        *mutex::lock(&self.connections[i]) = Some(connection.clone());
+        Some(connection)
+    }
+
+    /// Runs `script` on master `i`; `None` when it does not answer within `PROBE_TIMEOUT` or
+    /// fails.
+    async fn run<T: FromRedisValue>(
+        &self,
+        i: usize,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+    ) -> Option<T> {
+        self.run_within(PROBE_TIMEOUT, i, script, keys, args).await
+    }
+
+    /// Runs `script` on master `i`; `None` when it does not answer within `timeout` or fails.
+    async fn run_within<T: FromRedisValue>(
+        &self,
+        timeout: Duration,
+        i: usize,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+    ) -> Option<T> {
+        let mut connection = self.connection(i).await?;
+        let mut call = script.prepare_invoke();
+        for key in keys {
+            call.key(*key);
+        }
+        for arg in args {
+            call.arg(arg);
+        }
+        match tokio::time::timeout(timeout, call.invoke_async(&mut connection)).await {
+            Ok(Ok(value)) => Some(value),
+            Ok(Err(_)) => {
+                // Broken (the master went away): open a new one next time.
+                *mutex::lock(&self.connections[i]) = None;
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// `script` on every master at once, in master order.
+    async fn run_everywhere<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+    ) -> Vec<Option<T>> {
+        futures::future::join_all((0..self.masters()).map(|i| self.run(i, script, keys, args)))
+            .await
+    }
+
+    /// The id of the waiter whose order lies in `[lo, hi]`, if on a quorum of masters it is the
+    /// only live waiter in that range and heads the line of `resource`.
+    pub(super) async fn head_in(&self, resource: &str, lo: u64, hi: u64) -> Option<String> {
+        let key = lock_key(resource);
+        let (line, leases) = (format!("{key}:queue"), format!("{key}:leases"));
+        let found: Vec<Option<Vec<String>>> = self
+            .run_everywhere(
+                &HEAD_AND_WINDOW,
+                &[&line, &leases],
+                &[lo.to_string(), hi.to_string()],
+            )
+            .await;
+        let mut heads: Vec<&str> = Vec::new();
+        for answer in found.iter().flatten() {
+            if let [head, only] = answer.as_slice() {
+                if head == only {
+                    heads.push(head);
+                }
+            }
+        }
+        let first = *heads.first()?;
+        let agree = heads.iter().filter(|h| **h == first).count();
+        (agree >= self.quorum()).then(|| first.to_owned())
+    }
+
+    /// Writes a dead waiter `id` at the head of `resource`'s line on every master (see
+    /// `DEAD_HEAD`); how many masters took it, and the latest time (in ms since the Unix epoch,
+    /// by the masters' clocks) at which it lapses.
+    pub(super) async fn kill_at_head(
+        &self,
+        resource: &str,
+        id: &str,
+        lease: Duration,
+    ) -> (usize, Option<u64>) {
+        let key = lock_key(resource);
+        let (line, leases) = (format!("{key}:queue"), format!("{key}:leases"));
+        let args = [id.to_owned(), lease.as_millis().to_string()];
+        let keys = [line.as_str(), leases.as_str()];
+        // Every master answers in this scenario: only a stalled test process delays the answer.
+        let written: Vec<Option<u64>> = futures::future::join_all(
+            (0..self.masters())
+                .map(|i| self.run_within(WRITE_TIMEOUT, i, &DEAD_HEAD, &keys, &args)),
+        )
+        .await;
+        let lapses = written.iter().flatten().max().copied();
+        (written.iter().flatten().count(), lapses)
+    }
+
+    /// How many masters have `resource`'s key reserved for the waiter `id`.
+    pub(super) async fn reserved_for(&self, resource: &str, id: &str) -> usize {
+        let key = lock_key(resource);
+        let reserved = format!("~queued:{id}");
+        let values = futures::future::join_all((0..self.masters()).map(|i| {
+            let key = key.clone();
+            async move {
+                let mut connection = self.connection(i).await?;
+                let mut get = redis::cmd("GET");
+                get.arg(&key);
+                let value = get.query_async::<Option<String>>(&mut connection);
+                tokio::time::timeout(PROBE_TIMEOUT, value)
+                    .await
+                    .ok()?
+                    .ok()?
+            }
+        }))
+        .await;
+        values
+            .iter()
+            .filter(|v| v.as_deref() == Some(reserved.as_str()))
+            .count()
+    }
+
+    /// On how many masters the waiter `id` has a live entry in `resource`'s line, and on how
+    /// many the key is reserved for it.
+    pub(super) async fn where_is(&self, resource: &str, id: &str) -> (usize, usize) {
+        let key = lock_key(resource);
+        let (line, leases) = (format!("{key}:queue"), format!("{key}:leases"));
+        let found: Vec<Option<(u8, u8)>> = self
+            .run_everywhere(&WHERE_IS, &[&key, &line, &leases], &[id.to_owned()])
+            .await;
+        found
+            .iter()
+            .flatten()
+            .fold((0, 0), |(q, r), (queued, reserved)| {
+                (q + usize::from(*queued), r + usize::from(*reserved))
+            })
+    }
+
+    /// Live waiters over every line on master `i`; `None` when it does not answer.
+    pub(super) async fn waiters_on(&self, i: usize) -> Option<u64> {
+        let pattern = format!("{KEY_PREFIX}*:queue");
+        self.run(i, &LINE_ENTRIES, &[], &[pattern]).await
+    }
+
+    /// The line keys left on the masters that answer (`master i: key`), each with its PTTL.
+    pub(super) async fn line_keys(&self) -> Vec<(String, Duration)> {
+        let found: Vec<Option<Vec<(String, i64)>>> = self
+            .run_everywhere(&LINE_KEYS, &[], &[KEY_PREFIX.to_owned()])
+            .await;
+        found
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, keys)| {
+                keys.unwrap_or_default().into_iter().map(move |(k, pttl)| {
+                    let pttl = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
+                    (format!("master {i}: {k}"), pttl)
+                })
+            })
+            .collect()
+    }
+}
+
+/// A waiter whose acquiring task was aborted while it headed the line, and what the masters
+/// showed of it afterwards.
+#[derive(Debug, Clone)]
+pub(super) struct HeadKill {
+    pub(super) resource: String,
+    /// Its id in the line.
+    pub(super) id: String,
+    /// When its task was aborted.
+    pub(super) at: Instant,
+    /// The most masters on which it still had a live entry, once the leaving it starts on drop
+    /// had time to reach them (a node timeout and some slack after the kill) ...
+    pub(super) lingered: usize,
+    /// ... and on which the key was reserved for it.
+    pub(super) reserved: usize,
+    /// The most masters on which it was still in line, or the key reserved for it, one entry
+    /// lease (and some slack) after the kill: what the documented bound forbids.
+    pub(super) outlived: usize,
+}
+
+/// Watches the masters for the waiter `id`, killed at `at`, from a node timeout and some slack
+/// after the kill until one entry lease and twice the slack after it.
+pub(super) async fn follow_killed_head(
+    probe: Arc<Probe>,
+    resource: String,
+    id: String,
+    at: Instant,
+    setup: Setup,
+) -> HeadKill {
+    let from = at + setup.node_timeout + RECOVERY_SLACK;
+    let lapsed = at + setup.entry_lease() + RECOVERY_SLACK;
+    let until = lapsed + RECOVERY_SLACK;
+    tokio::time::sleep_until(from.into()).await;
+    let (mut lingered, mut reserved, mut outlived) = (0, 0, 0);
+    loop {
+        let asked = Instant::now();
+        let (queued, held) = probe.where_is(&resource, &id).await;
+        lingered = lingered.max(queued);
+        reserved = reserved.max(held);
+        if asked >= lapsed {
+            outlived = outlived.max(queued.max(held));
+        }
+        if asked >= until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    HeadKill {
+        resource,
+        id,
+        at,
+        lingered,
+        reserved,
+        outlived,
+    }
+}
+
+/// What the line fault drivers did, for the checks.
+#[derive(Debug, Default)]
+pub(super) struct LineFaults {
+    /// Dead heads written: the resource, when, and on how many masters the key was later seen
+    /// reserved for the dead waiter (at most, over its lease).
+    pub(super) dead_heads: Vec<DeadHead>,
+    /// Masters killed (or paused), and how many of those held live waiters in a line just
+    /// before.
+    pub(super) faults: usize,
+    pub(super) faults_with_waiters: usize,
+    /// The last resume of a paused master.
+    pub(super) last_resume: Option<Instant>,
+}
+
+/// One dead waiter written at the head of a line on every master.
+#[derive(Debug, Clone)]
+pub(super) struct DeadHead {
+    pub(super) resource: String,
+    pub(super) written: Instant,
+    /// When its entry lapses on the last master that took it.
+    pub(super) lapses: Instant,
+    /// On how many masters it was written.
+    pub(super) masters: usize,
+    /// The most masters that had the key reserved for it at once.
+    pub(super) reserved: usize,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fault drivers.
+
+/// Every 200–600 ms, a dead waiter at the head of a random resource's line on every master,
+/// watched for one entry lease (and a little more) to see the line reserve the key for it.
+pub(super) async fn dead_heads(mut ctl: Ctl, log: Arc<Mutex<LineFaults>>) -> io::Result<()> {
+    let (resources, lease) = (ctl.setup.resources, ctl.setup.entry_lease());
+    let probe = Probe::new(ctl.cluster.addrs());
+    ctl.go();
+    for n in 0.. {
+        if !ctl.sleep_ms(200, 600).await {
+            return Ok(());
+        }
+        let resource = Setup::resource(rand::Rng::random_range(&mut ctl.rng, 0..resources));
+        let id = format!("dead-{n}");
+        let (written, wall) = (Instant::now(), SystemTime::now());
+        let (masters, lapses_ms) = probe.kill_at_head(&resource, &id, lease).await;
+        // The masters' clocks are this machine's clock.
+        let wall_ms = wall
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let lapses = written
+            + lapses_ms.map_or(lease, |at| {
+                Duration::from_millis(at.saturating_sub(wall_ms))
+            });
+        let fault = ctl.fault(format!(
+            "a dead waiter ({id}) at the head of {resource}'s line on {masters} masters"
+        ));
+        // Until the key is seen reserved for the dead waiter on a quorum, or its entry lapsed.
+        let mut reserved = 0;
+        let until = lapses + RECOVERY_SLACK;
+        while Instant::now() < until && reserved < probe.quorum() {
+            reserved = reserved.max(probe.reserved_for(&resource, &id).await);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep_until(until.into()).await;
+        ctl.heal(fault);
+        mutex::lock(&log).dead_heads.push(DeadHead {
+            resource,
+            written,
+            lapses,
+            masters,
+            reserved,
+        });
+    }
+    Ok(())
+}
+
+/// Waits (up to 300 ms) until one of `masters` holds live waiters; whether one did.
+async fn until_waiters_on(ctl: &Ctl, probe: &Probe, masters: &[usize]) -> bool {
+    let until = Instant::now() + Duration::from_millis(300);
+    loop {
+        for &i in masters {
+            if probe.waiters_on(i).await.unwrap_or(0) > 0 {
+                return true;
+            }
+        }
+        if Instant::now() >= until || ctl.stopped() {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// One or two masters killed once they hold waiters in a line, left down for more than a TTL,
+/// restarted empty (no AOF): their lines are gone.
+pub(super) async fn line_masters_restarted(
+    mut ctl: Ctl,
+    log: Arc<Mutex<LineFaults>>,
+) -> io::Result<()> {
+    let ttl = ctl.setup.ttl;
+    let probe = Probe::new(ctl.cluster.addrs());
+    ctl.go();
+    loop {
+        if !ctl.sleep_ms(100, 300).await {
+            return Ok(());
+        }
+        let victims = ctl.pick_up_to(2);
+        let queued = until_waiters_on(&ctl, &probe, &victims).await;
+        for &i in &victims {
+            ctl.kill(i).await?;
+        }
+        let id = ctl.fault(format!(
+            "masters {victims:?} killed {} waiters in line, restarted empty after a TTL",
+            if queued { "with" } else { "without" }
+        ));
+        {
+            let mut log = mutex::lock(&log);
+            log.faults += 1;
+            log.faults_with_waiters += usize::from(queued);
+        }
+        let down = ttl + ctl.ms(20, 100);
+        tokio::time::sleep(down).await;
+        for &i in &victims {
+            ctl.restart(i).await?;
+        }
+        ctl.heal(id);
+    }
+}
+
+/// Two masters at a time paused (`SIGSTOP`) once they hold waiters in a line, for 50–400 ms
+/// (the longer pauses outlast the entry lease), then resumed.
+pub(super) async fn minority_paused_in_line(
+    mut ctl: Ctl,
+    log: Arc<Mutex<LineFaults>>,
+) -> io::Result<()> {
+    let probe = Probe::new(ctl.cluster.addrs());
+    ctl.go();
+    loop {
+        let victims = ctl.pick(2);
+        let queued = until_waiters_on(&ctl, &probe, &victims).await;
+        for &i in &victims {
+            ctl.pause(i)?;
+        }
+        let id = ctl.fault(format!(
+            "masters {victims:?} paused {} waiters in line",
+            if queued { "with" } else { "without" }
+        ));
+        {
+            let mut log = mutex::lock(&log);
+            log.faults += 1;
+            log.faults_with_waiters += usize::from(queued);
+        }
+        let go_on = ctl.sleep_ms(50, 400).await;
+        ctl.heal(id);
+        for &i in &victims {
+            ctl.resume(i)?;
+        }
+        mutex::lock(&log).last_resume = Some(Instant::now());
+        if !go_on || !ctl.sleep_ms(50, 200).await {
+            return Ok(());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks.
+
+fn acquires(ran: &Ran) -> Vec<Op> {
+    ran.history
+        .ops()
+        .into_iter()
+        .filter(|op| op.kind == OpKind::Acquire)
+        .collect()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Every acquire call, successful or not, returned within its acquire timeout plus one
+/// attempt's bound (the TTL).
+pub(super) fn no_waiter_past_its_timeout(ran: &Ran) -> Check {
+    let s = &ran.setup;
+    let timeout = s
+        .acquire_timeout
+        .unwrap_or(quorumlock::DEFAULT_ACQUIRE_TIMEOUT);
+    let bound = timeout + s.ttl;
+    let ops = acquires(ran);
+    let waited = |op: &Op| ran.stalls.net(op.start, op.end);
+    let longest = ops.iter().max_by_key(|op| waited(op));
+    let late = ops.iter().filter(|op| waited(op) > bound).count();
+    let gave_up = ops
+        .iter()
+        .filter(|op| !op.succeeded() && op.end - op.start >= timeout)
+        .count();
+    let waited_half = ops
+        .iter()
+        .filter(|op| op.end - op.start >= timeout / 2)
+        .count();
+    Check::new(
+        "no acquire waits past its acquire timeout + one attempt (TTL)",
+        longest.is_some() && late == 0,
+        format!(
+            "{} acquire calls, longest {} (bound {:.0}ms = timeout {:.0}ms + TTL); {waited_half} waited ≥ half the timeout, {gave_up} gave up at the timeout; late {late}; {}",
+            ops.len(),
+            longest.map_or("none".to_owned(), |op| format!(
+                "{:.0}ms less {:.0}ms stalled ({} of {}, {:.0}–{:.0}ms, {})",
+                ms(op.end - op.start),
+                ms(ran.stalls.within(op.start, op.end)),
+                if op.succeeded() { "acquired" } else { "failed" },
+                op.resource,
+                ms(op.start - ran.history.origin()),
+                ms(op.end - ran.history.origin()),
+                match &op.outcome {
+                    crate::Outcome::Failed { reason } => reason.as_str(),
+                    _ => "ok",
+                }
+            )),
+            ms(bound),
+            ms(timeout),
+            ran.stalls.summary(),
+        ),
+    )
+}
+
+/// Per resource, each holder's acquisition end and the end of its hold: its release's end, or
+/// its lease's end (extends included) when it released nothing.
+fn holds(ops: &[Op]) -> HashMap<&str, Vec<(Instant, Instant)>> {
+    let mut released: HashMap<&str, Instant> = HashMap::new();
+    let mut lease_end: HashMap<&str, Instant> = HashMap::new();
+    for op in ops.iter().filter(|op| op.succeeded()) {
+        if op.kind == OpKind::Release {
+            let end = released.entry(&op.token).or_insert(op.end);
+            *end = (*end).min(op.end);
+        }
+        if let Some(until) = op.valid_until() {
+            let end = lease_end.entry(&op.token).or_insert(until);
+            *end = (*end).max(until);
+        }
+    }
+    let mut holds: HashMap<&str, Vec<(Instant, Instant)>> = HashMap::new();
+    for op in ops {
+        if op.kind == OpKind::Acquire && op.succeeded() {
+            let token = op.token.as_str();
+            let lease = lease_end.get(token).copied().unwrap_or(op.end);
+            let free = released.get(token).copied().unwrap_or(lease);
+            holds.entry(&op.resource).or_default().push((op.end, free));
+        }
+    }
+    holds
+}
+
+/// Whenever a contended resource became free (a waiter's acquire call was under way), somebody
+/// acquired it within one entry lease + TTL: no dead waiter, lost line or stray key blocks a
+/// line for longer. `deaths` are the waiters that died in line (resource, when): each may block
+/// its line for one entry lease, so a gap with d of them on its resource may last d entry leases
+/// + TTL.
+pub(super) fn contended_resources_come_back(ran: &Ran, deaths: &[(String, Instant)]) -> Check {
+    let s = &ran.setup;
+    let (lease, origin) = (s.entry_lease(), ran.history.origin());
+    let bound_for = |dead: usize| lease * dead.max(1) as u32 + s.ttl + RECOVERY_SLACK;
+    let ops = ran.history.ops();
+    let holds = holds(&ops);
+    let (mut frees, mut late, mut never, mut with_deaths) = (0, 0, 0, 0);
+    let mut worst = (Duration::ZERO, String::new());
+    for r in 0..s.resources {
+        let resource = Setup::resource(r);
+        let here: Vec<&Op> = ops
+            .iter()
+            .filter(|op| op.kind == OpKind::Acquire && op.resource == resource)
+            .collect();
+        let mut acquired: Vec<Instant> = here
+            .iter()
+            .filter(|op| op.succeeded())
+            .map(|op| op.end)
+            .collect();
+        acquired.sort_unstable();
+        for &(_, free) in holds.get(resource.as_str()).into_iter().flatten() {
+            let waited_on = here.iter().any(|op| op.start < free && op.end > free);
+            if !waited_on {
+                continue;
+            }
+            let next = acquired.iter().find(|end| **end > free).copied();
+            let dead = deaths
+                .iter()
+                .filter(|(r, at)| {
+                    *r == resource && *at + lease > free && next.is_none_or(|n| *at < n)
+                })
+                .count();
+            let bound = bound_for(dead);
+            if free + bound >= ran.stopped_at {
+                continue;
+            }
+            frees += 1;
+            with_deaths += usize::from(dead > 0);
+            let Some(next) = next else {
+                never += 1;
+                continue;
+            };
+            let gap = ran.stalls.net(free, next);
+            if gap > worst.0 {
+                worst = (
+                    gap,
+                    format!(
+                        " ({resource} free at {:.0}ms, {:.0}ms stalled, {dead} dead waiters, bound {:.0}ms)",
+                        ms(free - origin),
+                        ms(ran.stalls.within(free, next)),
+                        ms(bound)
+                    ),
+                );
+            }
+            late += usize::from(gap > bound);
+        }
+    }
+    Check::new(
+        "a contended resource is acquired again within entry lease + TTL of becoming free",
+        frees > 0 && late == 0 && never == 0,
+        format!(
+            "{frees} hand-overs with waiters ({with_deaths} with waiters dying in line); longest gap less stalls {:.0}ms{} (bound entry lease {:.0}ms per dead waiter, at least one, + TTL + {:.0}ms); late {late}; never {never}; {}",
+            ms(worst.0),
+            worst.1,
+            ms(lease),
+            ms(RECOVERY_SLACK),
+            ran.stalls.summary()
+        ),
+    )
+}
+
+/// The waiters that died in line in scenario 15 and could block it: the dead heads written, and
+/// the waiters killed while heading the line that were still seen in it (or the key reserved
+/// for them) after they should have left. A killed waiter that left at once blocks nothing.
+pub(super) fn deaths(ran: &Ran, log: &LineFaults) -> Vec<(String, Instant)> {
+    let lease = ran.setup.entry_lease();
+    let written = log.dead_heads.iter().map(|h| {
+        (
+            h.resource.clone(),
+            h.lapses.checked_sub(lease).unwrap_or(h.written),
+        )
+    });
+    let lingering = ran
+        .head_kills
+        .iter()
+        .filter(|k| k.lingered > 0 || k.reserved > 0)
+        .map(|k| (k.resource.clone(), k.at));
+    written.chain(lingering).collect()
+}
+
+/// The first acquisition of `resource` that ended after `after`.
+fn next_acquisition(ops: &[Op], resource: &str, after: Instant) -> Option<Instant> {
+    ops.iter()
+        .filter(|op| op.kind == OpKind::Acquire && op.succeeded())
+        .filter(|op| op.resource == resource && op.end > after)
+        .map(|op| op.end)
+        .min()
+}
+
+/// Each dead head was honoured (the key was reserved for it on a quorum), and once its entry
+/// lapsed (one entry lease after it was written), the line went on within a TTL.
+pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
+    ran: &Ran,
+    log: &LineFaults,
+    quorum: usize,
+) -> Check {
+    let s = &ran.setup;
+    let lease = s.entry_lease();
+    let bound = s.ttl + RECOVERY_SLACK;
+    let heads = &log.dead_heads;
+    let ops = ran.history.ops();
+    let written_everywhere = heads.iter().filter(|h| h.masters == s.masters).count();
+    let honoured = heads.iter().filter(|h| h.reserved >= quorum).count();
+    let (mut late, mut never) = (0, 0);
+    let mut worst = Duration::ZERO;
+    for head in heads {
+        let lapsed = head.lapses;
+        match next_acquisition(&ops, &head.resource, lapsed) {
+            Some(at) => {
+                let took = ran.stalls.net(lapsed, at);
+                worst = worst.max(took);
+                late += usize::from(took > bound);
+            }
+            None => never += usize::from(lapsed + bound < ran.stopped_at),
+        }
+    }
+    Check::new(
+        "a dead head of the line is honoured, and the line goes on within a TTL of its entry lease",
+        !heads.is_empty()
+            && written_everywhere == heads.len()
+            && honoured == heads.len()
+            && late == 0
+            && never == 0,
+        format!(
+            "{} dead heads, written on every master {written_everywhere}, key reserved for them on a quorum {honoured}; next acquisition at most {:.0}ms (less stalls) after the entry lease ({:.0}ms) ended (bound {:.0}ms = TTL + {:.0}ms); late {late}; never {never}",
+            heads.len(),
+            ms(worst),
+            ms(lease),
+            ms(bound),
+            ms(RECOVERY_SLACK)
+        ),
+    )
+}
+
+/// After each waiter killed at the head of the line (its task aborted), the resource was
+/// acquired again within one entry lease + TTL.
+pub(super) fn killed_heads_leave_the_line(ran: &Ran) -> Check {
+    let s = &ran.setup;
+    let bound = s.entry_lease() + s.ttl + RECOVERY_SLACK;
+    let ops = ran.history.ops();
+    let (mut late, mut never) = (0, 0);
+    let mut worst = Duration::ZERO;
+    let lingered: Vec<&HeadKill> = ran
+        .head_kills
+        .iter()
+        .filter(|k| k.lingered > 0 || k.reserved > 0)
+        .collect();
+    let reserved = ran.head_kills.iter().filter(|k| k.reserved > 0).count();
+    let outlived = ran.head_kills.iter().filter(|k| k.outlived > 0).count();
+    let lingered_at: Vec<String> = lingered
+        .iter()
+        .take(5)
+        .map(|k| {
+            format!(
+                "{} {} killed at {:.0}ms, in line on {} masters, reserved for on {}",
+                k.resource,
+                k.id,
+                ms(k.at - ran.history.origin()),
+                k.lingered,
+                k.reserved
+            )
+        })
+        .collect();
+    for HeadKill {
+        resource,
+        at: killed,
+        ..
+    } in &ran.head_kills
+    {
+        match next_acquisition(&ops, resource, *killed) {
+            Some(at) => {
+                let took = ran.stalls.net(*killed, at);
+                worst = worst.max(took);
+                late += usize::from(took > bound);
+            }
+            None => never += usize::from(*killed + bound < ran.stopped_at),
+        }
+    }
+    Check::new(
+        "a waiter killed at the head of the line is gone from it within an entry lease, and the resource is acquired again within entry lease + TTL",
+        !ran.head_kills.is_empty() && outlived == 0 && late == 0 && never == 0,
+        format!(
+            "{} waiters watched, {} killed while heading the line; still in line {:.0}ms after the kill: {} (key reserved for it on some master: {reserved}) {}; still there {:.0}ms after: {outlived}; next acquisition at most {:.0}ms (less stalls) after the kill (bound {:.0}ms); late {late}; never {never}",
+            ran.watched_waiters,
+            ran.head_kills.len(),
+            ms(s.node_timeout + RECOVERY_SLACK),
+            lingered.len(),
+            lingered_at.join(", "),
+            ms(s.entry_lease() + RECOVERY_SLACK),
+            ms(worst),
+            ms(bound)
+        ),
+    )
+}
+
+/// The fault found waiters queued on the masters it hit (not just empty lines), at least once.
+pub(super) fn faults_hit_queued_waiters(log: &LineFaults, what: &str) -> Check {
+    Check::new(
+        format!("{what} while waiters were queued on them"),
+        log.faults_with_waiters > 0,
+        format!(
+            "{} faults, {} with live waiters on the masters hit",
+            log.faults, log.faults_with_waiters
+        ),
+    )
+}
+
+/// Once the clients are gone, no line outlives one entry lease (plus expiry slack); and none was
+/// renewed after they had ended (a waiter put back in line by a late rollback, after it left).
+pub(super) async fn lines_lapse_within_an_entry_lease(ran: &Ran) -> Check {
+    let probe = Probe::new(ran.cluster.addrs());
+    let lease = ran.setup.entry_lease();
+    let bound = lease + RECOVERY_SLACK;
+    let until = ran.finished_at + bound;
+    // The latest renewal seen, as an offset from the end of the clients: a line key's PTTL is
+    // one entry lease at each renewal.
+    let mut renewed: Option<(Duration, String)> = None;
+    let mut left;
+    loop {
+        let asked = Instant::now();
+        left = probe.line_keys().await;
+        for (key, pttl) in &left {
+            let at = (asked + *pttl).saturating_duration_since(ran.finished_at + lease);
+            if renewed.as_ref().is_none_or(|(latest, _)| at > *latest) {
+                renewed = Some((at, key.clone()));
+            }
+        }
+        if left.is_empty() || Instant::now() >= until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let after = Instant::now().saturating_duration_since(ran.finished_at);
+    let renewal = match &renewed {
+        Some((at, key)) if *at > Duration::ZERO => {
+            format!(
+                "; latest renewal {:.0}ms after the clients ended ({key})",
+                ms(*at)
+            )
+        }
+        _ => "; none renewed after the clients ended".to_owned(),
+    };
+    Check::new(
+        "every line lapses within an entry lease of its last waiter",
+        left.is_empty(),
+        if left.is_empty() {
+            format!(
+                "no line key {:.0}ms after the clients ended (bound {:.0}ms){renewal}",
+                ms(after),
+                ms(bound)
+            )
+        } else {
+            let keys: Vec<&str> = left.iter().map(|(k, _)| k.as_str()).collect();
+            format!(
+                "{:.0}ms after the clients ended: {}{renewal}",
+                ms(after),
+                keys.join(", ")
+            )
+        },
+    )
+}
