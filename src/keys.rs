@@ -49,9 +49,11 @@ impl Keys {
         }
     }
 
-    /// The channels releases of these keys are announced on.
-    pub(crate) fn channels(&self) -> Vec<String> {
-        self.iter().map(scripts::release_channel).collect()
+    /// The channels hand-offs of these keys to the client `client`'s waiters are announced on.
+    pub(crate) fn channels(&self, client: &str) -> Vec<String> {
+        self.iter()
+            .map(|key| scripts::release_channel(key, client))
+            .collect()
     }
 
     /// Sets every key (or none) to `token` for `ttl_ms`, advancing the fencing counters when

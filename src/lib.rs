@@ -77,7 +77,8 @@
 //! After an attempt finds the resource held, [`Redlock::acquire`] takes a place in the
 //! resource's line on every node, ordered by arrival and shared by every client. The holder's
 //! release reserves the key for the first waiter in line and publishes that waiter's id on
-//! `<prefix><resource>:released`; only that waiter attempts. Waiting is bounded by the
+//! `<prefix><resource>:released:<client>`, the channel of that waiter's client; only that
+//! waiter attempts, once a quorum of nodes has announced the hand-off. Waiting is bounded by the
 //! [acquire timeout](RedlockBuilder::acquire_timeout) ([`DEFAULT_ACQUIRE_TIMEOUT`]). The line
 //! decides who tries, never who holds: a lock still needs a quorum of grants within its
 //! validity. [`Redlock::try_acquire`] makes one attempt and never waits.

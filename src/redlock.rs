@@ -16,7 +16,6 @@ use crate::release::Rollback;
 use crate::retry::DEFAULT_ACQUIRE_TIMEOUT;
 use crate::stats::{Counters, Stats};
 use crate::token::LockToken;
-use crate::wakeup::hub::Ticket;
 use crate::wakeup::Waiter;
 
 /// A distributed lock client over N independent Redis masters.
@@ -238,12 +237,23 @@ impl Redlock {
             // In line, a waiter attempts at least this often: each attempt renews its entry.
             let poll = lease.entry_lease() / 3;
             let (mut attempts, mut failures) = (0, 0);
+            let enlist = || {
+                let reserve = HandOff::for_lease(lease).reserve;
+                let nodes = self.inner.nodes();
+                let node_timeout = lease.node_timeout;
+                let wakeup = self.inner.wakeup();
+                wakeup.enlist(nodes, keys, arrived, reserve, node_timeout)
+            };
+            // A resource this client waited on lately is likely contended again: the first
+            // attempt takes the place in line, instead of a plain attempt the line refuses.
             let mut waiter: Option<Waiter> = None;
+            if retry && self.inner.wakeup().waited_lately(keys) {
+                waiter = enlist();
+            }
             loop {
                 attempts += 1;
-                let ticket = waiter.as_ref().map(Waiter::ticket);
                 // A waiter that acquires leaves the other lines as it is dropped.
-                let failure = match self.attempt(label, keys, lease, ticket).await {
+                let failure = match self.attempt(label, keys, lease, waiter.as_ref()).await {
                     Ok(lock) => return Ok(lock),
                     Err(failure) => failure,
                 };
@@ -259,14 +269,7 @@ impl Redlock {
                     return Err(self.give_up(label, failure, attempts));
                 }
                 if in_the_way && waiter.is_none() {
-                    let reserve = HandOff::for_lease(lease).reserve;
-                    waiter = self.inner.wakeup().enlist(
-                        self.inner.nodes(),
-                        keys,
-                        arrived,
-                        reserve,
-                        lease.node_timeout,
-                    );
+                    waiter = enlist();
                     if waiter.is_some() {
                         // Take the place in line now: the holder may have released already.
                         continue;
@@ -319,14 +322,15 @@ impl Redlock {
     }
 
     /// One attempt of the algorithm: fan out, decide early, check validity, fence, or roll back.
-    /// A waiter's attempt (`in_line`) goes through the line of each key (see `wakeup`).
+    /// A `waiter`'s attempt goes through the line of each key (see `wakeup`).
     pub(crate) async fn attempt(
         &self,
         label: &str,
         keys: &Keys,
         lease: &Lease,
-        in_line: Option<&Ticket>,
+        waiter: Option<&Waiter>,
     ) -> Result<Lock, Failure> {
+        let in_line = waiter.map(Waiter::ticket);
         let token = LockToken::generate();
         let fenced = self.inner.settings().fencing;
         // Armed until the lock is handed out: a dropped future releases on every node in the
@@ -383,6 +387,9 @@ impl Redlock {
                 match (fences, quorum::validity(lease.ttl, elapsed, lease.drift)) {
                     (Ok(fences), Some(validity)) => {
                         rollback.disarm();
+                        if let Some(waiter) = waiter {
+                            waiter.granted_by(outcome.yes.iter().map(|(index, _)| *index));
+                        }
                         Counters::bump(&self.inner.counters().acquired);
                         tracing::debug!(?elapsed, ?validity, "acquired");
                         let gate = stragglers.finish_before_release(Cleanup {

@@ -53,9 +53,11 @@ pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/inspect.lua")));
 
-/// The channel a hand-off of `key` is announced on, with the id of the waiter it goes to.
-pub(crate) fn release_channel(key: &str) -> String {
-    format!("{key}:released")
+/// The channel a hand-off of `key` to a waiter of the client `client` (16 hex digits, the first
+/// half of its waiters' ids) is announced on, with the waiter's id: each client hears only the
+/// hand-offs to its own waiters.
+pub(crate) fn release_channel(key: &str, client: &str) -> String {
+    format!("{key}:released:{client}")
 }
 
 /// A script that keeps a wait line: `body` after the functions they share (`lua/line.lua`).

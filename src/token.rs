@@ -28,6 +28,12 @@ impl LockToken {
     pub fn fingerprint(&self) -> String {
         fingerprint(&self.0)
     }
+
+    /// The fingerprint of a token read from a master, as [`inspect`](crate::Redlock::inspect)
+    /// shows it: for tools that must check that a key still holds the token they saw.
+    pub fn fingerprint_of(token: &str) -> String {
+        fingerprint(token)
+    }
 }
 
 /// A short non-reversible fingerprint of a token: FNV-1a, 32 bits, as 8 hex digits.

@@ -17,14 +17,15 @@ use tokio::task::JoinHandle;
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// How many clients are subscribed to `channel` on `server`.
-fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-    let reply: (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
+/// How many clients are subscribed to the hand-offs of `resource` on `server`: each client
+/// has a channel of its own per resource, `<key>:released:<client>`.
+fn subscribers(server: &RedisServer, resource: &str) -> usize {
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg(format!("{resource}:released:*"))
         .query(&mut direct(server))
         .unwrap();
-    reply.1
+    channels.len()
 }
 
 /// How many pub/sub connections `server` has.
@@ -135,11 +136,11 @@ async fn waiters_wake_on_release_far_sooner_than_the_retry_delay() {
         "only {wakeups} of {retries} retries were woken by a release"
     );
 
-    // Every waiter is gone, and so is every subscription.
-    let unsubscribed = eventually(Duration::from_secs(2), || {
+    // Every waiter is gone, and so is every subscription, once it has lingered.
+    let unsubscribed = eventually(UNSUBSCRIBED_WITHIN, || {
         nodes
             .iter()
-            .all(|s| subscribers(s, "contended:released") == 0)
+            .all(|s| subscribers(s, "contended") == 0)
     })
     .await;
     assert!(unsubscribed);
@@ -176,7 +177,7 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
         })
         .collect();
     let one_each = eventually(Duration::from_secs(2), || {
-        nodes.iter().all(|s| subscribers(s, "shared:released") == 1)
+        nodes.iter().all(|s| subscribers(s, "shared") == 1)
     })
     .await;
     assert!(
@@ -208,11 +209,56 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
     // each of the four got in on a hand-off, none by waiting the delay out.
     assert_eq!(after.acquired - before.acquired, 4);
     assert!(woken >= 4, "{before:?} → {after:?}");
-    let left = eventually(Duration::from_secs(2), || {
-        nodes.iter().all(|s| subscribers(s, "shared:released") == 0)
+
+    // The channel lingers: another wait right after needs no new SUBSCRIBE, and its first
+    // attempt already takes a place in line (no plain attempt first).
+    assert!(nodes.iter().all(|s| subscribers(s, "shared") == 1));
+    let subscribes = |s: &RedisServer| command_calls(s, "subscribe");
+    let before: Vec<u64> = nodes.iter().map(subscribes).collect();
+    let lock = holder.acquire("shared", TTL).await.unwrap();
+    let (attempts_before, _, _) = counts(&waiters);
+    let again = {
+        let rl = waiters.clone();
+        tokio::spawn(async move { rl.acquire("shared", TTL).await.unwrap().release().await })
+    };
+    let queued = eventually(Duration::from_secs(2), || {
+        nodes.iter().all(|s| line(s, "shared").len() == 1)
     })
     .await;
-    assert!(left, "unsubscribed once no waiter remains");
+    assert!(queued);
+    lock.release().await.unwrap();
+    again.await.unwrap().unwrap();
+    let (attempts_after, _, _) = counts(&waiters);
+    assert_eq!(
+        attempts_after - attempts_before,
+        2,
+        "one attempt that took its place in line, one on the hand-off"
+    );
+    let after: Vec<u64> = nodes.iter().map(subscribes).collect();
+    assert_eq!(before, after, "no SUBSCRIBE for a wait on a lingering channel");
+
+    let left = eventually(UNSUBSCRIBED_WITHIN, || {
+        nodes.iter().all(|s| subscribers(s, "shared") == 0)
+    })
+    .await;
+    assert!(left, "unsubscribed once no waiter remains and the channel lingered");
+}
+
+/// A channel stays subscribed for 2 s after its last waiter left, and the subscriber drops it at
+/// its next check (every 2 s).
+const UNSUBSCRIBED_WITHIN: Duration = Duration::from_secs(6);
+
+/// How many times `server` ran `command` since it started (`INFO commandstats`).
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut direct(server))
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
 }
 
 /// The waiter ids in the line of `key` on `server`, first to last.
@@ -250,7 +296,6 @@ async fn line_up(
     resource: &'static str,
 ) -> (Vec<JoinHandle<()>>, UnboundedReceiver<(usize, Lock)>) {
     let (won, winners) = tokio::sync::mpsc::unbounded_channel();
-    let channel = format!("{resource}:released");
     let mut tasks = Vec::new();
     for (place, rl) in clients.iter().enumerate() {
         let (rl, won) = (rl.clone(), won.clone());
@@ -260,7 +305,7 @@ async fn line_up(
         }));
         let parked = eventually(Duration::from_secs(10), || {
             nodes.iter().all(|s| {
-                line(s, resource).len() == place + 1 && subscribers(s, &channel) == place as i64 + 1
+                line(s, resource).len() == place + 1 && subscribers(s, resource) == place + 1
             })
         })
         .await;
@@ -339,12 +384,16 @@ async fn a_hand_off_heard_from_every_node_wakes_only_the_waiter_it_names() {
     for server in nodes.iter() {
         set(server, "heard", &format!("~queued:{}", ids[0]), TTL);
     }
+    // The head's client alone listens on the channel named after it (a waiter's id starts with
+    // its client's).
+    let channel = format!("heard:released:{}", &ids[0][..16]);
     for server in nodes.iter() {
-        let _: i64 = redis::cmd("PUBLISH")
-            .arg("heard:released")
+        let listeners: i64 = redis::cmd("PUBLISH")
+            .arg(&channel)
             .arg(&ids[0])
             .query(&mut direct(server))
             .unwrap();
+        assert_eq!(listeners, 1, "{channel}");
     }
     let (place, lock) = next_winner(&mut winners).await;
     assert_eq!(place, 0, "the head of the line");

@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use futures::future::join_all;
-use quorumlock::{NodeState, Verdict};
+use quorumlock::{LockToken, NodeState, Verdict};
 
 use crate::exit;
 use crate::holder;
@@ -38,11 +38,11 @@ pub(crate) struct UnlockArgs {
 }
 
 /// Deletes the key only if it still holds the token seen a moment ago (a new holder that came in
-/// since keeps its lock), with its holder description, and announces the release to waiters.
+/// since keeps its lock), with its holder description. Waiters in line find the key free at
+/// their next attempt (within a third of their entry lease).
 const DELETE: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('PUBLISH', KEYS[1] .. ':released', ARGV[2])
 return 1";
 
 /// Shows, then (with `--force`) deletes, the lock on every master.
@@ -117,12 +117,13 @@ async fn delete(master: &Master, key: &str, token: &str) -> Result<bool, String>
     let mut conn = master.connect().await?;
     // The token itself is read here and compared on the server; it is never shown.
     let value: Option<String> = masters::request(&mut conn, redis::cmd("GET").arg(key)).await?;
-    let Some(value) = value else {
+    // The token seen by `inspect` may have been replaced since: keep the new holder's lock.
+    let Some(value) = value.filter(|v| LockToken::fingerprint_of(v) == token) else {
         return Ok(false);
     };
     let script = redis::Script::new(DELETE);
     let mut call = script.key(key);
-    call.key(holder::key(key)).arg(value).arg(token);
+    call.key(holder::key(key)).arg(value);
     let deleted: i64 = masters::invoke(&mut conn, &call).await?;
     Ok(deleted == 1)
 }

@@ -29,7 +29,8 @@ local function drop_lapsed(line, leases, now)
 end
 
 -- Hands `key` to the first live waiter in its line: reserves it for that waiter and publishes the
--- waiter's id on `<key>:released`; deletes it when nobody waits. A reservation is a value no token
+-- waiter's id on `<key>:released:<client>`, the client being the id's first 16 characters, so
+-- that only the waiter's own client hears it; deletes the key when nobody waits. A reservation is a value no token
 -- can equal: `SET NX` refuses it like any held key, compare scripts never match it, and only the
 -- named waiter's attempt takes it over. It lasts `reserve` ms at most, and never longer than the
 -- head's entry lives, so a dead head blocks its line for no longer than its entry lease.
@@ -42,5 +43,5 @@ local function hand_over(key, line, leases, reserve, now)
   end
   local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
   redis.call('SET', key, '~queued:' .. head, 'PX', math.max(1, math.min(reserve, lapses - now)))
-  redis.call('PUBLISH', key .. ':released', head)
+  redis.call('PUBLISH', key .. ':released:' .. string.sub(head, 1, 16), head)
 end

@@ -1,19 +1,42 @@
 //! The client's side of the hand-off, with no I/O: which release channels this client needs
-//! subscribed, and which of its waiters a hand-off names.
+//! subscribed, which of its waiters a hand-off names, and when that waiter should attempt.
 //!
 //! A release hands the lock to one waiter by publishing that waiter's id on the key's channel
-//! (see `lua/release.lua`). Every client subscribed to the channel hears it; only the client
-//! whose waiter has that id wakes it. The masters' copies of one hand-off name the same waiter
-//! (the head of one line, ordered the same way on every master), so they wake it again at most:
-//! a waiter that tried before every master had handed over tries once more.
+//! (see `lua/release.lua`), on each master. Every client subscribed to the channel hears it;
+//! only the client whose waiter has that id wakes it.
+//!
+//! The masters run the holder's release at slightly different moments, so the first
+//! announcement often arrives while other masters still hold the key for the old holder. A
+//! waiter that attempted right then would be refused there, roll back and wait again: two
+//! attempts per hand-off, and a split vote when it loses. So a waiter attempts once a quorum of
+//! masters has announced the hand-off to it ([`Heard::enough`]), or, when fewer do (a master
+//! down, or one whose line lost the waiter's entry), a short [grace](hand_off_grace) after the
+//! first announcement.
+//!
+//! A channel stays subscribed for [`LINGER`] after its last waiter leaves: a worker that loops
+//! acquire → release → acquire then neither subscribes nor unsubscribes on every turn, and its
+//! next wait starts with the subscription already live.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-/// A waiter's identity in the masters' lines: a random id, and the order it takes its place by.
+/// How long a channel stays subscribed after its last waiter left.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
+
+/// How long a waiter that heard a hand-off from fewer than a quorum of masters waits for the
+/// others before it attempts anyway: a tenth of the node timeout, at least a millisecond. Past
+/// it, a master that has not announced is either slow (its attempt there waits behind the
+/// release), down, or has another head in its line; none of those is fixed by waiting longer.
+pub(crate) fn hand_off_grace(node_timeout: Duration) -> Duration {
+    (node_timeout / 10).max(Duration::from_millis(1))
+}
+
+/// A waiter's identity in the masters' lines: its client's id and a random one, and the order it
+/// takes its place by.
 ///
 /// The order is chosen once, by the client, when the waiter first meets contention (its
 /// enqueue time in microseconds since the Unix epoch, plus a random tiebreak below one
@@ -21,7 +44,8 @@ use tokio::sync::Notify;
 /// that has the entry orders the same waiters the same way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Ticket {
-    /// 16 hex digits: 64 random bits.
+    /// 32 hex digits: the client's 64 random bits (which name the channel its hand-offs are
+    /// announced on), then the waiter's.
     pub(crate) id: String,
     /// The score of the entry in each line: lower goes first. Below 2^53, so that the masters'
     /// double-precision scores hold it exactly.
@@ -29,23 +53,54 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// A ticket for a waiter that starts waiting `now_us` microseconds after the Unix epoch;
-    /// `random` gives the id and the tiebreak.
-    pub(crate) fn new(now_us: u64, random: u64) -> Self {
+    /// A ticket for a waiter of the client `client` (see [`client_id`]) that starts waiting
+    /// `now_us` microseconds after the Unix epoch; `random` gives the rest of the id and the
+    /// tiebreak.
+    pub(crate) fn new(client: &str, now_us: u64, random: u64) -> Self {
         // The tiebreak keeps two waiters of the same millisecond apart without reordering
         // waiters of different milliseconds.
         let ms = (now_us / 1000).min(1 << 42);
         Ticket {
-            id: format!("{random:016x}"),
+            id: format!("{client}{random:016x}"),
             order: ms * 1000 + random % 1000,
         }
+    }
+}
+
+/// A client's id in its waiters' ids and its hand-off channels: 16 hex digits.
+pub(crate) fn client_id(random: u64) -> String {
+    format!("{random:016x}")
+}
+
+/// What a waiter has heard since its last attempt.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Heard {
+    /// The masters, by index, that announced a hand-off to it (a master past the 64th counts
+    /// as the 64th: with that many masters a waiter may wait out the grace more often).
+    masters: u64,
+    /// A subscription it relies on was just confirmed: a hand-off published before may have
+    /// gone unheard, so it should attempt.
+    unsure: bool,
+}
+
+impl Heard {
+    /// How many masters announced a hand-off.
+    pub(crate) fn masters(self) -> u32 {
+        self.masters.count_ones()
+    }
+
+    /// Whether to attempt now: a quorum of masters handed the key over, or a hand-off may have
+    /// been missed.
+    pub(crate) fn enough(self, quorum: usize) -> bool {
+        self.unsure || self.masters() as usize >= quorum
     }
 }
 
 /// The channels this client's waiters wait on, and the waiters by id.
 #[derive(Debug, Default)]
 pub(crate) struct Hub {
-    /// How many channels have waiters: lets a subscriber skip the lock when nobody waits.
+    /// How many channels are subscribed or lingering: lets a subscriber skip the lock, and
+    /// disconnect, when none is.
     watched: AtomicUsize,
     registry: Mutex<Registry>,
 }
@@ -53,7 +108,7 @@ pub(crate) struct Hub {
 #[derive(Debug, Default)]
 struct Registry {
     channels: HashMap<String, Channel>,
-    waiters: HashMap<String, Arc<Notify>>,
+    waiters: HashMap<String, Waiting>,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +117,14 @@ struct Channel {
     waiters: Vec<String>,
     /// Whether a master has confirmed the subscription since the channel was added.
     confirmed: bool,
+    /// Since when the channel has had no waiter; it is dropped [`LINGER`] later.
+    idle_since: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Waiting {
+    wake: Arc<Notify>,
+    heard: Heard,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,46 +143,63 @@ impl Hub {
                 self.watched.fetch_add(1, Ordering::Relaxed);
                 Channel::default()
             });
+            channel.idle_since = None;
             channel.waiters.push(ticket.id.clone());
         }
-        registry.waiters.insert(ticket.id.clone(), wake);
+        let heard = Heard::default();
+        registry
+            .waiters
+            .insert(ticket.id.clone(), Waiting { wake, heard });
         added
     }
 
-    /// Removes a waiter. Returns whether a channel was left without waiters (the subscribers
-    /// then unsubscribe from it).
-    pub(crate) fn leave(&self, ticket: &Ticket, channels: &[String]) -> bool {
+    /// Removes a waiter, at `now`. A channel left without waiters lingers (see [`LINGER`]).
+    pub(crate) fn leave(&self, ticket: &Ticket, channels: &[String], now: Instant) {
         let mut registry = lock(&self.registry);
         registry.waiters.remove(&ticket.id);
-        let mut removed = false;
         for name in channels {
-            let Some(channel) = registry.channels.get_mut(name) else {
-                continue;
-            };
-            channel.waiters.retain(|id| *id != ticket.id);
-            if channel.waiters.is_empty() {
-                registry.channels.remove(name);
-                self.watched.fetch_sub(1, Ordering::Relaxed);
-                removed = true;
+            if let Some(channel) = registry.channels.get_mut(name) {
+                channel.waiters.retain(|id| *id != ticket.id);
+                if channel.waiters.is_empty() {
+                    channel.idle_since = Some(now);
+                }
             }
         }
-        removed
     }
 
-    /// Whether any waiter waits.
+    /// Whether any channel is subscribed or lingering.
     pub(crate) fn is_watched(&self) -> bool {
         self.watched.load(Ordering::Relaxed) > 0
     }
 
-    /// The channels some waiter waits on.
-    pub(crate) fn wanted(&self) -> Vec<String> {
-        lock(&self.registry).channels.keys().cloned().collect()
+    /// Whether every one of `channels` is subscribed, or lingering after a recent wait, and
+    /// confirmed: a new waiter on them is heard from its first attempt on.
+    pub(crate) fn is_live(&self, channels: &[String]) -> bool {
+        let registry = lock(&self.registry);
+        channels
+            .iter()
+            .all(|name| registry.channels.get(name).is_some_and(|c| c.confirmed))
     }
 
-    /// A master handed `channel`'s key to the waiter named by `payload`: wakes it if it is one
-    /// of ours. Returns whether it was.
-    pub(crate) fn handed_over(&self, channel: &str, payload: &[u8]) -> bool {
-        let registry = lock(&self.registry);
+    /// The channels to keep subscribed at `now`: those with waiters, and those whose last waiter
+    /// left less than [`LINGER`] ago. The others are dropped.
+    pub(crate) fn wanted(&self, now: Instant) -> Vec<String> {
+        let mut registry = lock(&self.registry);
+        let before = registry.channels.len();
+        registry.channels.retain(|_, channel| {
+            channel
+                .idle_since
+                .is_none_or(|idle| now.saturating_duration_since(idle) < LINGER)
+        });
+        let dropped = before - registry.channels.len();
+        self.watched.fetch_sub(dropped, Ordering::Relaxed);
+        registry.channels.keys().cloned().collect()
+    }
+
+    /// Master `master` handed `channel`'s key to the waiter named by `payload`: records it and
+    /// wakes the waiter if it is one of ours. Returns whether it was.
+    pub(crate) fn handed_over(&self, master: usize, channel: &str, payload: &[u8]) -> bool {
+        let mut registry = lock(&self.registry);
         let Ok(id) = std::str::from_utf8(payload) else {
             return false;
         };
@@ -127,13 +207,29 @@ impl Hub {
             .channels
             .get(channel)
             .is_some_and(|c| c.waiters.iter().any(|w| w == id));
-        match registry.waiters.get(id).filter(|_| ours) {
-            Some(wake) => {
-                wake.notify_one();
+        match registry.waiters.get_mut(id).filter(|_| ours) {
+            Some(waiting) => {
+                waiting.heard.masters |= 1 << master.min(63);
+                waiting.wake.notify_one();
                 true
             }
             None => false,
         }
+    }
+
+    /// What the waiter `id` has heard since it last [took](Hub::take_heard) it.
+    pub(crate) fn heard(&self, id: &str) -> Heard {
+        let registry = lock(&self.registry);
+        registry.waiters.get(id).map_or_else(Heard::default, |w| w.heard)
+    }
+
+    /// What the waiter `id` has heard, forgotten as it attempts.
+    pub(crate) fn take_heard(&self, id: &str) -> Heard {
+        let mut registry = lock(&self.registry);
+        registry
+            .waiters
+            .get_mut(id)
+            .map_or_else(Heard::default, |w| std::mem::take(&mut w.heard))
     }
 
     /// A master confirmed the subscription to `channel`. The first confirmation wakes every
@@ -147,8 +243,9 @@ impl Hub {
         };
         entry.confirmed = true;
         for id in &entry.waiters {
-            if let Some(wake) = waiters.get(id) {
-                wake.notify_one();
+            if let Some(waiting) = waiters.get_mut(id) {
+                waiting.heard.unsure = true;
+                waiting.wake.notify_one();
             }
         }
     }
@@ -158,14 +255,18 @@ impl Hub {
 mod tests {
     use super::*;
 
-    const CHANNEL: &str = "r:released";
+    const CHANNEL: &str = "r:released:00000000000000ab";
+    const CLIENT: &str = "00000000000000ab";
 
     fn joined(hub: &Hub, random: u64, channels: &[&str]) -> (Ticket, Arc<Notify>) {
-        let ticket = Ticket::new(1_700_000_000_000_000, random);
+        let ticket = Ticket::new(CLIENT, 1_700_000_000_000_000, random);
         let wake = Arc::new(Notify::new());
-        let names: Vec<String> = channels.iter().map(|c| (*c).to_owned()).collect();
-        hub.join(&ticket, &names, wake.clone());
+        hub.join(&ticket, &names(channels), wake.clone());
         (ticket, wake)
+    }
+
+    fn names(channels: &[&str]) -> Vec<String> {
+        channels.iter().map(|c| (*c).to_owned()).collect()
     }
 
     /// Whether `wake` holds a notification (consumes it).
@@ -176,14 +277,14 @@ mod tests {
 
     #[test]
     fn tickets_order_by_millisecond_first_and_break_ties_within_one() {
-        let early = Ticket::new(5_000_999, 999);
-        let late = Ticket::new(5_001_000, 0);
+        let early = Ticket::new(CLIENT, 5_000_999, 999);
+        let late = Ticket::new(CLIENT, 5_001_000, 0);
         assert!(early.order < late.order, "{early:?} {late:?}");
-        assert_eq!(early.id, "00000000000003e7");
+        assert_eq!(early.id, "00000000000000ab00000000000003e7");
         // Two waiters of one millisecond get different orders from their random bits.
-        assert_ne!(Ticket::new(7_000, 1).order, Ticket::new(7_000, 2).order);
+        assert_ne!(Ticket::new(CLIENT, 7_000, 1).order, Ticket::new(CLIENT, 7_000, 2).order);
         // Today's epoch times stay exact in a double.
-        let now = Ticket::new(1_800_000_000_000_000, u64::MAX);
+        let now = Ticket::new(CLIENT, 1_800_000_000_000_000, u64::MAX);
         assert_eq!(now.order, 1_800_000_000_000_615);
     }
 
@@ -191,13 +292,14 @@ mod tests {
     fn a_hand_off_wakes_the_waiter_it_names_and_nobody_else() {
         let hub = Hub::default();
         let (first, first_wake) = joined(&hub, 1, &[CHANNEL]);
-        let (_, second_wake) = joined(&hub, 2, &[CHANNEL]);
-        assert!(hub.handed_over(CHANNEL, first.id.as_bytes()));
+        let (second, second_wake) = joined(&hub, 2, &[CHANNEL]);
+        assert!(hub.handed_over(0, CHANNEL, first.id.as_bytes()));
         assert!(woken(&first_wake));
         assert!(!woken(&second_wake));
+        assert_eq!(hub.heard(&second.id), Heard::default());
         // Another client's waiter, or a payload that is no id: nobody here wakes.
-        assert!(!hub.handed_over(CHANNEL, b"00000000000000ff"));
-        assert!(!hub.handed_over(CHANNEL, &[0xff, 0xfe]));
+        assert!(!hub.handed_over(0, CHANNEL, b"00000000000000ab00000000000000ff"));
+        assert!(!hub.handed_over(0, CHANNEL, &[0xff, 0xfe]));
         assert!(!woken(&first_wake) && !woken(&second_wake));
     }
 
@@ -205,48 +307,86 @@ mod tests {
     fn a_hand_off_on_a_channel_the_waiter_does_not_wait_on_wakes_nobody() {
         let hub = Hub::default();
         let (ticket, wake) = joined(&hub, 1, &[CHANNEL]);
-        assert!(!hub.handed_over("other:released", ticket.id.as_bytes()));
+        assert!(!hub.handed_over(0, "other:released:00000000000000ab", ticket.id.as_bytes()));
         assert!(!woken(&wake));
+        assert_eq!(hub.heard(&ticket.id).masters(), 0);
     }
 
     #[test]
-    fn copies_of_one_hand_off_leave_one_notification() {
+    fn a_waiter_has_heard_enough_once_a_quorum_of_masters_handed_over() {
         let hub = Hub::default();
-        let (ticket, wake) = joined(&hub, 1, &[CHANNEL]);
-        for _ in 0..5 {
-            hub.handed_over(CHANNEL, ticket.id.as_bytes());
+        let (ticket, _) = joined(&hub, 1, &[CHANNEL]);
+        let quorum = 3;
+        // Copies from one master count once.
+        for _ in 0..3 {
+            hub.handed_over(4, CHANNEL, ticket.id.as_bytes());
         }
-        assert!(woken(&wake));
-        assert!(!woken(&wake), "five copies, one attempt");
+        hub.handed_over(0, CHANNEL, ticket.id.as_bytes());
+        assert_eq!(hub.heard(&ticket.id).masters(), 2);
+        assert!(!hub.heard(&ticket.id).enough(quorum));
+        hub.handed_over(2, CHANNEL, ticket.id.as_bytes());
+        assert!(hub.heard(&ticket.id).enough(quorum));
+        // Taken as the waiter attempts: the next hand-off is counted afresh.
+        assert_eq!(hub.take_heard(&ticket.id).masters(), 3);
+        assert_eq!(hub.heard(&ticket.id), Heard::default());
+        // A master past the 64th counts as the 64th.
+        hub.handed_over(63, CHANNEL, ticket.id.as_bytes());
+        hub.handed_over(70, CHANNEL, ticket.id.as_bytes());
+        assert_eq!(hub.heard(&ticket.id).masters(), 1);
     }
 
     #[test]
-    fn the_first_confirmation_wakes_every_waiter_once() {
+    fn the_first_confirmation_makes_every_waiter_on_it_attempt_once() {
         let hub = Hub::default();
-        let (_, a) = joined(&hub, 1, &[CHANNEL]);
-        let (_, b) = joined(&hub, 2, &[CHANNEL, "s:released"]);
+        let (a, wake_a) = joined(&hub, 1, &[CHANNEL]);
+        let (b, wake_b) = joined(&hub, 2, &[CHANNEL, "s:released"]);
+        assert!(!hub.is_live(&names(&[CHANNEL])));
         hub.confirmed(CHANNEL);
-        assert!(woken(&a) && woken(&b));
+        assert!(woken(&wake_a) && woken(&wake_b));
+        assert!(hub.take_heard(&a.id).enough(3) && hub.take_heard(&b.id).enough(3));
         hub.confirmed(CHANNEL);
-        assert!(!woken(&a) && !woken(&b), "a second confirmation is no news");
+        assert!(!woken(&wake_a) && !woken(&wake_b), "a second confirmation is no news");
+        assert!(!hub.heard(&a.id).enough(3));
+        assert!(hub.is_live(&names(&[CHANNEL])));
+        assert!(!hub.is_live(&names(&[CHANNEL, "s:released"])), "s is not confirmed");
     }
 
     #[test]
-    fn channels_are_wanted_while_a_waiter_waits_on_them() {
+    fn a_channel_stays_wanted_while_waited_on_and_lingers_after_its_last_waiter() {
         let hub = Hub::default();
+        let t0 = Instant::now();
         assert!(!hub.is_watched());
         let (a, _) = joined(&hub, 1, &[CHANNEL]);
         let (b, _) = joined(&hub, 2, &[CHANNEL, "s:released"]);
-        let mut wanted = hub.wanted();
-        wanted.sort();
-        assert_eq!(wanted, [CHANNEL, "s:released"]);
-        assert!(
-            hub.leave(&b, &[CHANNEL.into(), "s:released".into()]),
-            "s:released lost its last waiter"
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        assert_eq!(sorted(hub.wanted(t0)), [CHANNEL, "s:released"]);
+        hub.leave(&b, &names(&[CHANNEL, "s:released"]), t0);
+        assert!(!hub.handed_over(0, CHANNEL, b.id.as_bytes()), "b has left");
+        // s:released lost its last waiter: it lingers, then goes.
+        assert_eq!(sorted(hub.wanted(t0 + LINGER / 2)), [CHANNEL, "s:released"]);
+        assert_eq!(hub.wanted(t0 + LINGER), [CHANNEL]);
+        hub.leave(&a, &names(&[CHANNEL]), t0 + LINGER);
+        assert!(hub.is_watched(), "lingering");
+        // A waiter that comes back while it lingers keeps it: it needs no new subscription.
+        let (c, _) = joined(&hub, 3, &[CHANNEL]);
+        assert_eq!(hub.wanted(t0 + LINGER * 3), [CHANNEL]);
+        hub.leave(&c, &names(&[CHANNEL]), t0 + LINGER * 3);
+        assert!(hub.wanted(t0 + LINGER * 4).is_empty());
+        assert!(!hub.is_watched());
+    }
+
+    #[test]
+    fn the_grace_is_a_tenth_of_the_node_timeout_and_at_least_a_millisecond() {
+        assert_eq!(
+            hand_off_grace(Duration::from_millis(50)),
+            Duration::from_millis(5)
         );
-        assert_eq!(hub.wanted(), [CHANNEL]);
-        assert!(!hub.handed_over(CHANNEL, b.id.as_bytes()), "b has left");
-        assert!(hub.leave(&a, &[CHANNEL.into()]));
-        assert!(!hub.is_watched() && hub.wanted().is_empty());
+        assert_eq!(
+            hand_off_grace(Duration::from_millis(3)),
+            Duration::from_millis(1)
+        );
     }
 }

@@ -13,8 +13,10 @@
 //! * The holder's release (`lua/release.lua`) does not just delete the key when somebody waits:
 //!   it reserves the key for the head of the line — a value no token can equal, so `SET NX`,
 //!   extend and release treat it as held by somebody else — and publishes the head's id on
-//!   `<key>:released`. Only that waiter attempts: one hand-off per release, however many clients
-//!   wait. A release with nobody in line deletes the key and publishes nothing.
+//!   `<key>:released:<client>`, the channel of the head's own client (a waiter's id starts with
+//!   its client's). Only that waiter attempts, and only its client hears it: one hand-off per
+//!   release, however many clients wait. A release with nobody in line deletes the key and
+//!   publishes nothing.
 //! * A waiter renews its entry with each attempt; while it waits it attempts at least every
 //!   third of its entry lease, and at once when its id is published. It leaves the line when it
 //!   acquires (the granting script removes it), and on giving up, cancellation or drop (in the
@@ -35,10 +37,12 @@
 //! # In this process
 //!
 //! Each client keeps one subscriber connection per master (`subscriber.rs`), subscribed to the
-//! channels its waiters wait on, and a [`Hub`] that wakes the waiter a hand-off names.
-//! `acquire` joins the line only after an attempt met contention, so the uncontended path
-//! neither subscribes nor touches a line. Announcements only shorten a wait; a lost one costs
-//! at most one poll interval.
+//! channels its waiters wait on, and a [`Hub`] that wakes the waiter a hand-off names once a
+//! quorum of masters has announced it (or a short grace after the first announcement; see
+//! `hub.rs`). `acquire` joins the line only after an attempt met contention, so the uncontended
+//! path neither subscribes nor touches a line — unless this client waited on the resource in
+//! the last [`LINGER`](hub::LINGER): its first attempt then takes its place in line at once.
+//! Announcements only shorten a wait; a lost one costs at most one poll interval.
 
 pub(crate) mod hub;
 mod subscriber;
@@ -53,7 +57,7 @@ pub(crate) use hub::Ticket;
 use crate::keys::Keys;
 use crate::node::Node;
 use crate::sync::lock;
-use hub::Hub;
+use hub::{hand_off_grace, Hub};
 
 /// The wake-up side of one client: its hub and its subscriber tasks.
 #[derive(Debug)]
@@ -64,20 +68,14 @@ pub(crate) struct Wakeup {
 #[derive(Debug)]
 struct Shared {
     hub: Arc<Hub>,
+    /// This client's id: the first half of its waiters' ids, and the end of its hand-off
+    /// channels.
+    client: String,
+    /// How many masters must announce a hand-off before its waiter attempts.
+    quorum: usize,
     /// Per node, the signal that tells its subscriber task to bring its subscriptions in line
     /// with the hub's channels; `None`, or closed, while no task runs.
     subscribers: Box<[Mutex<Option<watch::Sender<()>>>]>,
-}
-
-impl Shared {
-    /// Tells every running subscriber task to bring its subscriptions up to date.
-    fn resubscribe(&self) {
-        for slot in self.subscribers.iter() {
-            if let Some(signal) = lock(slot).as_ref() {
-                signal.send_modify(|_| ());
-            }
-        }
-    }
 }
 
 /// A waiter in the line of each of a lock's keys. Dropping it leaves the lines: locally at
@@ -95,6 +93,8 @@ pub(crate) struct Waiter {
     /// How long a key reserved for the next waiter stays reserved.
     reserve: Duration,
     node_timeout: Duration,
+    /// The masters (by index) whose lines a successful attempt left: no need to leave again.
+    granted: Mutex<Vec<usize>>,
 }
 
 impl Wakeup {
@@ -102,6 +102,8 @@ impl Wakeup {
         Wakeup {
             shared: Arc::new(Shared {
                 hub: Arc::new(Hub::default()),
+                client: hub::client_id(rand::random()),
+                quorum: crate::quorum::quorum(node_count),
                 subscribers: (0..node_count).map(|_| Mutex::new(None)).collect(),
             }),
         }
@@ -123,8 +125,8 @@ impl Wakeup {
         let now_us = arrived
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        let ticket = Ticket::new(now_us, rand::random());
-        let channels = keys.channels();
+        let ticket = Ticket::new(&self.shared.client, now_us, rand::random());
+        let channels = keys.channels(&self.shared.client);
         let wake = Arc::new(Notify::new());
         let added = self.shared.hub.join(&ticket, &channels, wake.clone());
         for (index, slot) in self.shared.subscribers.iter().enumerate() {
@@ -158,7 +160,15 @@ impl Wakeup {
             keys: keys.clone(),
             reserve,
             node_timeout,
+            granted: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Whether this client waited on `keys` within the last [`LINGER`](hub::LINGER), its
+    /// subscriptions still live: then a new acquire of them takes its place in line with its
+    /// first attempt, rather than after a plain attempt that the line would refuse anyway.
+    pub(crate) fn waited_lately(&self, keys: &Keys) -> bool {
+        self.shared.hub.is_live(&keys.channels(&self.shared.client))
     }
 }
 
@@ -168,21 +178,46 @@ impl Waiter {
         &self.ticket
     }
 
-    /// Waits until `until`, or until a master hands a key to this waiter; `true` when a
-    /// hand-off cut the wait short (or came during the last attempt).
+    /// Waits until `until`, or until the masters hand the keys to this waiter; `true` when a
+    /// hand-off cut the wait short (or came during the last attempt): a quorum of masters
+    /// announced it, or the grace after the first announcement ran out before `until`.
     pub(crate) async fn wait_until(&self, until: Instant) -> bool {
-        tokio::select! {
-            () = tokio::time::sleep_until(until.into()) => false,
-            () = self.wake.notified() => true,
+        let hub = &self.shared.hub;
+        let until = tokio::time::Instant::from_std(until);
+        let mut end = until;
+        let handed = loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(end) => break end < until,
+                () = self.wake.notified() => {
+                    let heard = hub.heard(&self.ticket.id);
+                    if heard.enough(self.shared.quorum) {
+                        break true;
+                    }
+                    if heard.masters() > 0 && end == until {
+                        let grace = hand_off_grace(self.node_timeout);
+                        end = until.min(tokio::time::Instant::now() + grace);
+                    }
+                }
+            }
+        };
+        if handed {
+            hub.take_heard(&self.ticket.id);
         }
+        handed
+    }
+
+    /// The attempt with this ticket won on `masters` (by index): their scripts took the
+    /// waiter out of their lines.
+    pub(crate) fn granted_by(&self, masters: impl IntoIterator<Item = usize>) {
+        lock(&self.granted).extend(masters);
     }
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        if self.shared.hub.leave(&self.ticket, &self.channels) {
-            self.shared.resubscribe();
-        }
+        self.shared
+            .hub
+            .leave(&self.ticket, &self.channels, Instant::now());
         // The masters' entries: a waiter that acquired is gone from the lines that granted it,
         // but not from the others; one that gave up or was cancelled is in all of them. The
         // entries would lapse by themselves within one entry lease; leaving now spares the
@@ -190,12 +225,18 @@ impl Drop for Waiter {
         let Some(nodes) = self.nodes.upgrade() else {
             return;
         };
+        let granted = std::mem::take(&mut *lock(&self.granted));
+        if granted.len() == nodes.len() {
+            return;
+        }
         let (keys, ticket) = (self.keys.clone(), self.ticket.clone());
         let (reserve, node_timeout) = (self.reserve, self.node_timeout);
         crate::sync::spawn(async move {
             let leaving = nodes
                 .iter()
-                .map(|node| keys.dequeue_on(node, &ticket.id, reserve, node_timeout));
+                .enumerate()
+                .filter(|(index, _)| !granted.contains(index))
+                .map(|(_, node)| keys.dequeue_on(node, &ticket.id, reserve, node_timeout));
             for left in futures::future::join_all(leaving).await {
                 if let Err(e) = left {
                     tracing::debug!(error = %e, "leaving the line failed; the entry lapses by itself");
@@ -217,20 +258,14 @@ impl std::fmt::Debug for Waiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::time::Instant as Virtual;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_hand_off_during_an_attempt_cuts_the_next_wait_short() {
-        let wakeup = Wakeup::new(0);
-        let ticket = Ticket::new(1_000_000, 7);
+    fn waiter(wakeup: &Wakeup) -> Waiter {
+        let ticket = Ticket::new(&wakeup.shared.client, 1_000_000, 7);
         let wake = Arc::new(Notify::new());
-        let channels = vec!["r:released".to_owned()];
+        let channels = Keys::One("r".into()).channels(&wakeup.shared.client);
         wakeup.shared.hub.join(&ticket, &channels, wake.clone());
-        // Handed over while the waiter was busy: kept for the next wait.
-        assert!(wakeup
-            .shared
-            .hub
-            .handed_over("r:released", ticket.id.as_bytes()));
-        let waiter = Waiter {
+        Waiter {
             shared: wakeup.shared.clone(),
             ticket,
             channels,
@@ -239,16 +274,54 @@ mod tests {
             keys: Keys::One("r".into()),
             reserve: Duration::from_secs(1),
             node_timeout: Duration::from_millis(100),
-        };
-        let far = Instant::now() + Duration::from_secs(60);
+            granted: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn hand_over(wakeup: &Wakeup, waiter: &Waiter, masters: &[usize]) {
+        for &master in masters {
+            let (id, channel) = (waiter.ticket.id.as_bytes(), &waiter.channels[0]);
+            assert!(wakeup.shared.hub.handed_over(master, channel, id));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_attempts_once_a_quorum_of_masters_handed_over_even_during_an_attempt() {
+        let wakeup = Wakeup::new(5);
+        let waiter = waiter(&wakeup);
+        // Handed over by three of five while the waiter was busy: kept for the next wait.
+        hand_over(&wakeup, &waiter, &[0, 3, 4]);
+        let far = (Virtual::now() + Duration::from_secs(60)).into_std();
+        let start = Virtual::now();
         assert!(waiter.wait_until(far).await);
+        assert_eq!(start.elapsed(), Duration::ZERO, "no grace with a quorum");
         // Nothing more to answer: the next wait runs to its end.
-        assert!(
-            !waiter
-                .wait_until(Instant::now() + Duration::from_millis(5))
-                .await
-        );
+        let end = Virtual::now() + Duration::from_millis(5);
+        assert!(!waiter.wait_until(end.into_std()).await);
+        assert_eq!(Virtual::now(), end);
         drop(waiter);
-        assert!(!wakeup.shared.hub.is_watched());
+        assert!(wakeup.shared.hub.is_watched(), "the channel lingers");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_that_hears_a_minority_attempts_after_the_grace() {
+        let wakeup = Wakeup::new(5);
+        let waiter = waiter(&wakeup);
+        let far = (Virtual::now() + Duration::from_secs(60)).into_std();
+        let start = Virtual::now();
+        let waiting = waiter.wait_until(far);
+        tokio::pin!(waiting);
+        // Two masters of five announce at 1 ms; the others never do.
+        let early = tokio::time::timeout(Duration::from_millis(1), &mut waiting).await;
+        assert!(early.is_err(), "woken before any hand-off");
+        hand_over(&wakeup, &waiter, &[1, 2]);
+        assert!(waiting.await);
+        let grace = hand_off_grace(Duration::from_millis(100));
+        assert_eq!(start.elapsed(), Duration::from_millis(1) + grace);
+        // The grace never runs past the end of the wait: at the end, no attempt.
+        hand_over(&wakeup, &waiter, &[1]);
+        let end = Virtual::now() + grace / 2;
+        assert!(!waiter.wait_until(end.into_std()).await);
+        assert_eq!(Virtual::now(), end);
     }
 }

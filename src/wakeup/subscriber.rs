@@ -3,13 +3,13 @@
 
 use std::collections::HashSet;
 use std::sync::Weak;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redis::aio::PubSub;
 use tokio::sync::watch;
 
-use super::hub::Hub;
+use super::hub::{Hub, LINGER};
 use crate::node::Node;
 
 /// Bound on one `SUBSCRIBE` / `UNSUBSCRIBE` round trip; past it the connection is replaced.
@@ -67,7 +67,7 @@ pub(crate) async fn subscriber(
             Ok(pubsub) => {
                 tracing::debug!(node, "subscriber connected");
                 backoff = RECONNECT_MIN;
-                if serve(&node, pubsub, &hub, &mut changes).await == Served::Closed {
+                if serve(&node, index, pubsub, &hub, &mut changes).await == Served::Closed {
                     return;
                 }
                 tracing::debug!(node, "subscriber connection lost; reconnecting");
@@ -94,17 +94,20 @@ async fn pause(changes: &mut watch::Receiver<()>, pause: Duration) -> bool {
 }
 
 /// Keeps one connection's subscriptions equal to the wanted channels and forwards its messages
-/// to the waiters.
+/// to the waiters. Channels that lingered past [`LINGER`] are unsubscribed at the next tick.
 async fn serve(
     node: &str,
+    index: usize,
     pubsub: PubSub,
     hub: &Weak<Hub>,
     changes: &mut watch::Receiver<()>,
 ) -> Served {
     let (mut sink, mut messages) = pubsub.split();
     let mut subscribed: HashSet<String> = HashSet::new();
+    let mut tick = tokio::time::interval(LINGER);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let Some(wanted) = hub.upgrade().map(|hub| hub.wanted()) else {
+        let Some(wanted) = hub.upgrade().map(|hub| hub.wanted(Instant::now())) else {
             return Served::Closed;
         };
         let wanted: HashSet<String> = wanted.into_iter().collect();
@@ -143,7 +146,8 @@ async fn serve(
             message = messages.next() => match message {
                 Some(message) => {
                     if let Some(hub) = hub.upgrade() {
-                        hub.handed_over(message.get_channel_name(), message.get_payload_bytes());
+                        let channel = message.get_channel_name();
+                        hub.handed_over(index, channel, message.get_payload_bytes());
                     }
                 }
                 None => return Served::Broken,
@@ -151,6 +155,7 @@ async fn serve(
             changed = changes.changed() => if changed.is_err() {
                 return Served::Closed;
             },
+            _ = tick.tick() => {}
         }
     }
 }
