@@ -28,6 +28,38 @@ pub(crate) struct Outcome<T> {
     pub(crate) refused: Vec<usize>,
 }
 
+impl<T> Outcome<T> {
+    /// Records node `i`'s judged reply, `started` after the fan-out began.
+    fn record(
+        &mut self,
+        inner: &Inner,
+        i: usize,
+        reply: Result<Result<T, NodeErrorKind>, NodeError>,
+        started: Instant,
+    ) -> Vote {
+        let node = inner.node(i).id();
+        match reply {
+            Ok(Ok(value)) => {
+                tracing::debug!(node, elapsed = ?started.elapsed(), "yes");
+                self.yes.push((i, value));
+                Vote::Yes
+            }
+            Ok(Err(kind)) => {
+                tracing::debug!(node, elapsed = ?started.elapsed(), reason = %kind, "no");
+                self.no.push(NodeError::new(node, kind));
+                self.refused.push(i);
+                Vote::No
+            }
+            Err(e) => {
+                tracing::debug!(node, elapsed = ?started.elapsed(), error = %e.kind(), "failed");
+                inner.counters().node_error(i, &e);
+                self.no.push(e);
+                Vote::No
+            }
+        }
+    }
+}
+
 /// Requests still in flight when a fan-out was decided.
 pub(crate) struct Stragglers<F> {
     requests: InFlight<F>,
@@ -65,6 +97,21 @@ where
         let gate = ReleaseGate::new(false, self.requests.in_flight());
         self.spawn(Some((cleanup, gate.clone())));
         Some(gate)
+    }
+
+    /// Waits for every request still in flight (each is bounded by the node timeout) and
+    /// records its answer in `outcome`, whose decision stays as it was. For a failed attempt
+    /// that is going to wait anyway: its rollback then reaches only the nodes that may have set
+    /// the key, instead of every node that had not answered at the decision.
+    pub(crate) async fn hear_out<T>(
+        &mut self,
+        outcome: &mut Outcome<T>,
+        judge: impl Fn(R) -> Result<T, NodeErrorKind>,
+    ) {
+        let started = Instant::now();
+        while let Some((i, reply)) = self.requests.next().await {
+            outcome.record(&self.inner, i, reply.map(&judge), started);
+        }
     }
 
     /// Takes in the requests that have completed by now, without waiting.
@@ -246,26 +293,7 @@ impl Inner {
             let Some((i, reply)) = next else {
                 break;
             };
-            let node = nodes[i].id();
-            let vote = match reply.map(&judge) {
-                Ok(Ok(value)) => {
-                    tracing::debug!(node, elapsed = ?started.elapsed(), "yes");
-                    outcome.yes.push((i, value));
-                    Vote::Yes
-                }
-                Ok(Err(kind)) => {
-                    tracing::debug!(node, elapsed = ?started.elapsed(), reason = %kind, "no");
-                    outcome.no.push(NodeError::new(node, kind));
-                    outcome.refused.push(i);
-                    Vote::No
-                }
-                Err(e) => {
-                    tracing::debug!(node, elapsed = ?started.elapsed(), error = %e.kind(), "failed");
-                    self.counters().node_error(i, &e);
-                    outcome.no.push(e);
-                    Vote::No
-                }
-            };
+            let vote = outcome.record(self, i, reply.map(&judge), started);
             outcome.decision = tally.record(vote);
         }
         let stragglers = Stragglers {

@@ -353,7 +353,11 @@ impl Redlock {
         );
 
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
-        let (outcome, stragglers) = self
+        let judge = |grant| match grant {
+            Acquired::Granted(fences) => Ok(fences),
+            Acquired::Held => Err(NodeErrorKind::Held),
+        };
+        let (mut outcome, mut stragglers) = self
             .inner
             .fan_out(
                 |rl, i| {
@@ -366,13 +370,15 @@ impl Redlock {
                             .await
                     }
                 },
-                |grant| match grant {
-                    Acquired::Granted(fences) => Ok(fences),
-                    Acquired::Held => Err(NodeErrorKind::Held),
-                },
+                judge,
                 None,
             )
             .await;
+        if waiter.is_some() && outcome.decision != Decision::Won {
+            // A waiter that lost is going to wait anyway: hearing every node out first spares
+            // the rollback the nodes that refused (all of them, when the key is held).
+            stragglers.hear_out(&mut outcome, judge).await;
+        }
 
         let failure = match outcome.decision {
             Decision::Won => {
