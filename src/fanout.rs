@@ -8,11 +8,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use tokio::sync::oneshot;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::inner::Inner;
 use crate::keys::{HandOff, Keys};
 use crate::quorum::{Decision, Tally, Vote};
+use crate::sync::lock;
 use crate::token::LockToken;
 
 /// What the nodes that answered a fan-out said, as far as the decision needed.
@@ -171,9 +173,13 @@ where
 /// `SET` — say, one waiting for the node's connection to be re-established — would leave the
 /// key behind until its TTL).
 ///
-/// When the holder releases, it [`close`](ReleaseGate::close)s the gate: it sends its own
-/// release to the nodes whose acquire request has completed, and the straggler task releases
-/// each remaining node as its request completes.
+/// When the holder releases, it closes the gate ([`close_for_release`]): it sends its release
+/// to every node, and for a node whose acquire request is still in flight, only once the
+/// straggler task says that request has completed — so that node's answer counts towards the
+/// release's quorum too. A lock dropped unreleased [`close`](ReleaseGate::close)s it instead,
+/// and the straggler task releases each remaining node as its request completes.
+///
+/// [`close_for_release`]: ReleaseGate::close_for_release
 #[derive(Debug)]
 pub(crate) struct ReleaseGate {
     state: Mutex<GateState>,
@@ -183,32 +189,65 @@ pub(crate) struct ReleaseGate {
 struct GateState {
     closed: bool,
     in_flight: Vec<bool>,
+    /// Per node, the holder's release waiting for its acquire request to complete.
+    releasing: Vec<Option<oneshot::Sender<()>>>,
 }
 
 impl ReleaseGate {
     fn new(closed: bool, in_flight: Vec<bool>) -> Arc<Self> {
+        let releasing = in_flight.iter().map(|_| None).collect();
         Arc::new(ReleaseGate {
-            state: Mutex::new(GateState { closed, in_flight }),
+            state: Mutex::new(GateState {
+                closed,
+                in_flight,
+                releasing,
+            }),
         })
+    }
+
+    /// Closes the gate for the holder's release. Returns, per node whose acquire request is
+    /// still in flight, a signal that completes once that request has: the holder sends its
+    /// release there then. (If the holder gives up waiting, the straggler task releases it.)
+    pub(crate) fn close_for_release(&self) -> Vec<(usize, oneshot::Receiver<()>)> {
+        let mut state = lock(&self.state);
+        state.closed = true;
+        let GateState {
+            in_flight,
+            releasing,
+            ..
+        } = &mut *state;
+        let mut signals = Vec::new();
+        for (i, (flying, slot)) in in_flight.iter().zip(releasing.iter_mut()).enumerate() {
+            if *flying {
+                let (landed, signal) = oneshot::channel();
+                *slot = Some(landed);
+                signals.push((i, signal));
+            }
+        }
+        signals
     }
 
     /// Closes the gate and returns the nodes whose acquire request is still in flight: the
     /// caller leaves those to the straggler task.
     pub(crate) fn close(&self) -> Vec<usize> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = lock(&self.state);
         state.closed = true;
         let in_flight = state.in_flight.iter().enumerate();
         in_flight.filter(|(_, f)| **f).map(|(i, _)| i).collect()
     }
 
-    /// Node `i`'s request has completed; `true` when the gate is closed, so the node must be
-    /// released now.
+    /// Node `i`'s request has completed; `true` when the gate is closed and the holder's
+    /// release is not waiting to go there itself, so the straggler task must release it now.
     fn landed(&self, i: usize) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = lock(&self.state);
         if let Some(f) = state.in_flight.get_mut(i) {
             *f = false;
         }
-        state.closed
+        let holder = state.releasing.get_mut(i).and_then(Option::take);
+        match holder {
+            Some(release) => release.send(()).is_err(),
+            None => state.closed,
+        }
     }
 }
 

@@ -205,9 +205,12 @@ impl Lock {
     ///
     /// If dropped midway, the release is sent again in the background from `Drop`.
     pub async fn release(mut self) -> Result<Released, Error> {
-        // Nodes whose acquire request is still in flight are released behind it, in the
-        // background; this call releases the others.
-        let in_flight = self.close_gate();
+        // Nodes whose acquire request is still in flight are released once it has completed.
+        let behind = self
+            .gate
+            .as_ref()
+            .map(|gate| gate.close_for_release())
+            .unwrap_or_default();
         let span = tracing::debug_span!("release", resource = %self.resource);
         let (released, nodes) = self
             .inner
@@ -216,7 +219,7 @@ impl Lock {
                 &self.token,
                 &HandOff::for_lease(&self.lease),
                 self.lease.node_timeout,
-                &in_flight,
+                behind,
             )
             .instrument(span)
             .await;

@@ -1,14 +1,17 @@
 //! Releases: compare-and-delete on every node, the rollback of a failed attempt (including its
 //! cancellation), and the background releases that outlive the call that started them.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::inner::Inner;
 use crate::keys::{HandOff, Keys};
 use crate::node::Node;
 use crate::retries::Pending;
+use crate::sync::lock;
 use crate::token::LockToken;
 
 /// What the nodes that had answered a release said, when it returned.
@@ -65,25 +68,32 @@ impl Inner {
         (released, failed)
     }
 
-    /// The holder's release: compare-and-delete on every node but those in `skip` (their
-    /// acquire request is still in flight: they are released behind it, in the background),
-    /// handed to the line. Returns as soon as a quorum of the nodes asked has confirmed, or
-    /// enough failed that no quorum can; the releases still in flight finish in the
-    /// background. The skipped nodes confirm nothing: they count as neither.
+    /// The holder's release: compare-and-delete on every node, handed to the line. A node in
+    /// `behind` still has the lock's acquire request in flight: its release is sent once the
+    /// signal says that request has completed, so that it runs after the `SET`. Returns as soon
+    /// as a quorum has confirmed, or enough failed that no quorum can; the releases still in
+    /// flight finish in the background.
     pub(crate) async fn release_at_quorum(
         self: &Arc<Self>,
         keys: &Keys,
         token: &LockToken,
         hand_off: &HandOff,
         node_timeout: Duration,
-        skip: &[usize],
+        behind: Vec<(usize, oneshot::Receiver<()>)>,
     ) -> (Released, Vec<NodeError>) {
+        let behind = Mutex::new(behind);
         let (outcome, stragglers) = self
-            .fan_out_except(
-                skip,
+            .fan_out(
                 |rl, i| {
                     let (keys, token, hand_off) = (keys.clone(), token.clone(), hand_off.clone());
+                    let mut behind = lock(&behind);
+                    let landed = behind.iter().position(|(node, _)| *node == i);
+                    let landed = landed.map(|at| behind.swap_remove(at).1);
                     async move {
+                        if let Some(landed) = landed {
+                            // An error means the straggler task is gone: nothing to wait for.
+                            let _ = landed.await;
+                        }
                         keys.release_on(rl.node(i), token.expose(), &hand_off, node_timeout)
                             .await
                     }

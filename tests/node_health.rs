@@ -326,6 +326,37 @@ async fn a_release_counts_only_the_nodes_that_answered_it() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_release_follows_an_acquire_still_in_flight_and_counts_that_masters_answer() {
+    let nodes = five();
+    let rl = builder(&nodes)
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    rl.connect().await.unwrap();
+    // The SETs to the first two masters are in flight when the other three have granted.
+    for i in [0, 1] {
+        nodes[i].pause().unwrap();
+    }
+    let lock = rl.try_acquire("behind", TTL).await.unwrap();
+    // One of the three that granted stops answering: two confirmations there, one short.
+    nodes[4].pause().unwrap();
+    let release = tokio::spawn(lock.release());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The late SETs run, and the release queued behind each of them confirms too.
+    for i in [0, 1] {
+        nodes[i].resume().unwrap();
+    }
+    let released = tokio::time::timeout(Duration::from_secs(1), release).await;
+    nodes[4].resume().unwrap();
+    let released = released
+        .expect("the release waited for the paused master")
+        .unwrap();
+    // It returns at the quorum: the two that answered at once, and a late one.
+    assert_eq!(released.unwrap().deleted, 3);
+    assert!(eventually(Duration::from_secs(3), || present(&nodes, "behind") == 0).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_probe_that_is_never_polled_again_does_not_keep_a_master_out_for_good() {
     let nodes = RedisNodes::spawn(1).unwrap();
     let rl = Redlock::builder(nodes.urls())

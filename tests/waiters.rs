@@ -138,9 +138,7 @@ async fn waiters_wake_on_release_far_sooner_than_the_retry_delay() {
 
     // Every waiter is gone, and so is every subscription, once it has lingered.
     let unsubscribed = eventually(UNSUBSCRIBED_WITHIN, || {
-        nodes
-            .iter()
-            .all(|s| subscribers(s, "contended") == 0)
+        nodes.iter().all(|s| subscribers(s, "contended") == 0)
     })
     .await;
     assert!(unsubscribed);
@@ -235,13 +233,19 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
         "one attempt that took its place in line, one on the hand-off"
     );
     let after: Vec<u64> = nodes.iter().map(subscribes).collect();
-    assert_eq!(before, after, "no SUBSCRIBE for a wait on a lingering channel");
+    assert_eq!(
+        before, after,
+        "no SUBSCRIBE for a wait on a lingering channel"
+    );
 
     let left = eventually(UNSUBSCRIBED_WITHIN, || {
         nodes.iter().all(|s| subscribers(s, "shared") == 0)
     })
     .await;
-    assert!(left, "unsubscribed once no waiter remains and the channel lingered");
+    assert!(
+        left,
+        "unsubscribed once no waiter remains and the channel lingered"
+    );
 }
 
 /// A channel stays subscribed for 2 s after its last waiter left, and the subscriber drops it at

@@ -19,10 +19,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
+
+use crate::sync::lock;
 
 /// How long a channel stays subscribed after its last waiter left.
 pub(crate) const LINGER: Duration = Duration::from_secs(2);
@@ -127,10 +129,6 @@ struct Waiting {
     heard: Heard,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Hub {
     /// Registers a waiter on `channels`, woken through `wake`. Returns whether a channel was
     /// added (the subscribers then have to subscribe to it).
@@ -220,7 +218,10 @@ impl Hub {
     /// What the waiter `id` has heard since it last [took](Hub::take_heard) it.
     pub(crate) fn heard(&self, id: &str) -> Heard {
         let registry = lock(&self.registry);
-        registry.waiters.get(id).map_or_else(Heard::default, |w| w.heard)
+        registry
+            .waiters
+            .get(id)
+            .map_or_else(Heard::default, |w| w.heard)
     }
 
     /// What the waiter `id` has heard, forgotten as it attempts.
@@ -282,7 +283,10 @@ mod tests {
         assert!(early.order < late.order, "{early:?} {late:?}");
         assert_eq!(early.id, "00000000000000ab00000000000003e7");
         // Two waiters of one millisecond get different orders from their random bits.
-        assert_ne!(Ticket::new(CLIENT, 7_000, 1).order, Ticket::new(CLIENT, 7_000, 2).order);
+        assert_ne!(
+            Ticket::new(CLIENT, 7_000, 1).order,
+            Ticket::new(CLIENT, 7_000, 2).order
+        );
         // Today's epoch times stay exact in a double.
         let now = Ticket::new(CLIENT, 1_800_000_000_000_000, u64::MAX);
         assert_eq!(now.order, 1_800_000_000_000_615);
@@ -345,10 +349,16 @@ mod tests {
         assert!(woken(&wake_a) && woken(&wake_b));
         assert!(hub.take_heard(&a.id).enough(3) && hub.take_heard(&b.id).enough(3));
         hub.confirmed(CHANNEL);
-        assert!(!woken(&wake_a) && !woken(&wake_b), "a second confirmation is no news");
+        assert!(
+            !woken(&wake_a) && !woken(&wake_b),
+            "a second confirmation is no news"
+        );
         assert!(!hub.heard(&a.id).enough(3));
         assert!(hub.is_live(&names(&[CHANNEL])));
-        assert!(!hub.is_live(&names(&[CHANNEL, "s:released"])), "s is not confirmed");
+        assert!(
+            !hub.is_live(&names(&[CHANNEL, "s:released"])),
+            "s is not confirmed"
+        );
     }
 
     #[test]
