@@ -728,6 +728,23 @@ pub(super) fn deaths(ran: &Ran, log: &LineFaults) -> Vec<(String, Instant)> {
     written.chain(lingering).collect()
 }
 
+/// Whether a release of the dead head's resource that a quorum confirmed ran while the head's
+/// entry was live, early enough (by [`SAMPLED_WITHIN`]) for the probe, sampling every 5 ms or
+/// so, to see the reservation it made.
+fn released_while_at_head(ops: &[Op], head: &DeadHead) -> bool {
+    ops.iter().any(|op| {
+        op.kind == OpKind::Release
+            && op.succeeded()
+            && op.resource == head.resource
+            && op.start >= head.written
+            && op.start + SAMPLED_WITHIN <= head.lapses
+    })
+}
+
+/// How long before a dead head's entry lapses a release must start for its reservation to be
+/// sampled: ten probe intervals, as the probe's own requests can take a few milliseconds.
+const SAMPLED_WITHIN: Duration = Duration::from_millis(50);
+
 /// The first acquisition of `resource` that ended after `after`.
 fn next_acquisition(ops: &[Op], resource: &str, after: Instant) -> Option<Instant> {
     ops.iter()
@@ -737,8 +754,10 @@ fn next_acquisition(ops: &[Op], resource: &str, after: Instant) -> Option<Instan
         .min()
 }
 
-/// Each dead head was honoured (the key was reserved for it on a quorum), and once its entry
-/// lapsed (one entry lease after it was written), the line went on within a TTL.
+/// Each dead head was honoured — the key was reserved for it on a quorum, or nobody released
+/// the resource while it was at the head, so there was nothing to reserve (waiters that took
+/// their place in line at once are kept out by it) — and once its entry lapsed (one entry lease
+/// after it was written), the line went on within a TTL.
 pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
     ran: &Ran,
     log: &LineFaults,
@@ -750,7 +769,12 @@ pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
     let heads = &log.dead_heads;
     let ops = ran.history.ops();
     let written_everywhere = heads.iter().filter(|h| h.masters == s.masters).count();
-    let honoured = heads.iter().filter(|h| h.reserved >= quorum).count();
+    let reserved = heads.iter().filter(|h| h.reserved >= quorum).count();
+    let unreleased = heads
+        .iter()
+        .filter(|h| h.reserved < quorum && !released_while_at_head(&ops, h))
+        .count();
+    let honoured = reserved + unreleased;
     let (mut late, mut never) = (0, 0);
     let mut worst = Duration::ZERO;
     for head in heads {
@@ -772,7 +796,7 @@ pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
             && late == 0
             && never == 0,
         format!(
-            "{} dead heads, written on every master {written_everywhere}, key reserved for them on a quorum {honoured}; next acquisition at most {:.0}ms (less stalls) after the entry lease ({:.0}ms) ended (bound {:.0}ms = TTL + {:.0}ms); late {late}; never {never}",
+            "{} dead heads, written on every master {written_everywhere}, key reserved for them on a quorum {reserved}, not released while they headed the line {unreleased}; next acquisition at most {:.0}ms (less stalls) after the entry lease ({:.0}ms) ended (bound {:.0}ms = TTL + {:.0}ms); late {late}; never {never}",
             heads.len(),
             ms(worst),
             ms(lease),
