@@ -229,6 +229,40 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
         .release()
         .await
         .map_err(|e| format!("release after the wait: {e}"))?;
+    // A waiter's attempt that only a minority granted is rolled back there with the script's
+    // source (`EVAL`), which puts it back in its place in line.
+    let foreign = format!("{PREFIX}orders:3");
+    for server in nodes.iter().skip(1) {
+        set(server, &foreign, "someone-else", TTL);
+    }
+    let waiting = {
+        let other = other.clone();
+        tokio::spawn(async move { other.acquire("orders:3", TTL).await })
+    };
+    let line = format!("{foreign}:queue");
+    for _ in 0..100 {
+        let queued: usize = redis::cmd("ZCARD")
+            .arg(&line)
+            .query(&mut direct(&nodes[0]))
+            .unwrap();
+        if queued > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The rollback follows the refusals at once; then the foreign holder goes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for server in nodes.iter().skip(1) {
+        let _: () = redis::cmd("DEL")
+            .arg(&foreign)
+            .query(&mut direct(server))
+            .unwrap();
+    }
+    match waiting.await {
+        Ok(Ok(lock)) => drop(lock.release().await),
+        Ok(Err(e)) => return Err(format!("wait behind a foreign holder: {e}")),
+        Err(e) => return Err(format!("wait behind a foreign holder: {e}")),
+    }
     if linger {
         let subscribed = |server: &RedisServer| {
             let channels: Vec<String> = redis::cmd("PUBSUB")
