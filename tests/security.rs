@@ -175,6 +175,30 @@ fn acl_denials(nodes: &RedisNodes) -> Vec<String> {
     denials
 }
 
+/// `rl` acquiring `resource` in a task, once its place in line is taken on the first master.
+async fn wait_in_line(
+    nodes: &RedisNodes,
+    rl: &Redlock,
+    resource: &'static str,
+) -> tokio::task::JoinHandle<Result<quorumlock::Lock, Error>> {
+    let waiting = {
+        let rl = rl.clone();
+        tokio::spawn(async move { rl.acquire(resource, TTL).await })
+    };
+    let line = format!("{PREFIX}{resource}:queue");
+    for _ in 0..100 {
+        let queued: usize = redis::cmd("ZCARD")
+            .arg(&line)
+            .query(&mut direct(&nodes[0]))
+            .unwrap();
+        if queued > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    waiting
+}
+
 /// The core behaviours, as one client sees them; `Err` names the first that failed.
 /// With `linger`, it also waits for the waiter's client to drop the hand-off channel it kept
 /// subscribed after the wait (2 s, checked every 2 s): the only use of `UNSUBSCRIBE`.
@@ -192,21 +216,7 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
     }
     lock.extend(TTL).await.map_err(|e| format!("extend: {e}"))?;
     // Waiting in line: `other` takes its place, the release hands the lock to it.
-    let waiting = {
-        let other = other.clone();
-        tokio::spawn(async move { other.acquire("orders:1", TTL).await })
-    };
-    let line = format!("{PREFIX}orders:1:queue");
-    for _ in 0..100 {
-        let queued: usize = redis::cmd("ZCARD")
-            .arg(&line)
-            .query(&mut direct(&nodes[0]))
-            .unwrap();
-        if queued > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let waiting = wait_in_line(nodes, &other, "orders:1").await;
     let status = rl
         .inspect("orders:1")
         .await
@@ -235,21 +245,7 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
     for server in nodes.iter().skip(1) {
         set(server, &foreign, "someone-else", TTL);
     }
-    let waiting = {
-        let other = other.clone();
-        tokio::spawn(async move { other.acquire("orders:3", TTL).await })
-    };
-    let line = format!("{foreign}:queue");
-    for _ in 0..100 {
-        let queued: usize = redis::cmd("ZCARD")
-            .arg(&line)
-            .query(&mut direct(&nodes[0]))
-            .unwrap();
-        if queued > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let waiting = wait_in_line(nodes, &other, "orders:3").await;
     // The rollback follows the refusals at once; then the foreign holder goes.
     tokio::time::sleep(Duration::from_millis(200)).await;
     for server in nodes.iter().skip(1) {
