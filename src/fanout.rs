@@ -280,25 +280,8 @@ impl Inner {
         Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
         R: Send + 'static,
     {
-        self.fan_out_except(&[], request, judge, deadline).await
-    }
-
-    /// As [`fan_out`](Self::fan_out), but asks none of the nodes in `skip`: they count against
-    /// the quorum as if they had said no, and appear nowhere in the [`Outcome`].
-    pub(crate) async fn fan_out_except<R, T, Fut>(
-        self: &Arc<Self>,
-        skip: &[usize],
-        request: impl Fn(Arc<Inner>, usize) -> Fut,
-        judge: impl Fn(R) -> Result<T, NodeErrorKind>,
-        deadline: Option<Instant>,
-    ) -> (Outcome<T>, Stragglers<Fut>)
-    where
-        Fut: Future<Output = Result<R, NodeError>> + Send + 'static,
-        R: Send + 'static,
-    {
         let nodes = &self.all_nodes();
-        let asked = |i: &usize| !skip.contains(i);
-        let requests = (0..nodes.len()).map(|i| asked(&i).then(|| request(self.clone(), i)));
+        let requests = (0..nodes.len()).map(|i| Some(request(self.clone(), i)));
         let mut pending = InFlight::new(requests);
         let mut tally = Tally::new(nodes.len());
         let mut outcome = Outcome {
@@ -307,9 +290,6 @@ impl Inner {
             no: Vec::new(),
             refused: Vec::new(),
         };
-        for _ in (0..nodes.len()).filter(|i| !asked(i)) {
-            outcome.decision = tally.record(Vote::No);
-        }
         let started = Instant::now();
         while outcome.decision == Decision::Pending {
             let next = match deadline {

@@ -168,7 +168,9 @@ impl Wakeup {
     /// subscriptions still live: then a new acquire of them takes its place in line with its
     /// first attempt, rather than after a plain attempt that the line would refuse anyway.
     pub(crate) fn waited_lately(&self, keys: &Keys) -> bool {
-        self.shared.hub.is_live(&keys.channels(&self.shared.client))
+        // The uncontended path: nothing subscribed, so neither a lock nor channel names.
+        let hub = &self.shared.hub;
+        hub.is_watched() && hub.is_live(&keys.channels(&self.shared.client))
     }
 }
 
