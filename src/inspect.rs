@@ -70,7 +70,7 @@ pub struct NodeStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueuedWaiter {
-    /// The waiter's random id (16 hex digits; not a token).
+    /// The waiter's id (32 hex digits: its client's random id, then its own; not a token).
     pub id: String,
     /// How long it has waited: from the time its client took its place (the client's clock)
     /// to the node's time now.

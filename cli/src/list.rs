@@ -137,11 +137,11 @@ fn looks_like_token(value: &str) -> bool {
 }
 
 /// A key a release handed over to the first waiter in line: `~queued:` and the waiter's id
-/// (16 hex digits), as `status` shows it.
+/// (32 hex digits: its client's id, then its own), as `status` shows it.
 fn looks_like_reservation(value: &str) -> bool {
     value
         .strip_prefix("~queued:")
-        .is_some_and(|id| id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .is_some_and(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// `text` with SCAN's glob characters escaped, to match it literally.
@@ -243,8 +243,13 @@ mod tests {
         assert!(looks_like_token("0123456789abcdef0123456789abcdef"));
         assert!(!looks_like_token("hello"));
         assert!(!looks_like_token("0123456789abcdef0123456789abcdeg"));
-        assert!(looks_like_reservation("~queued:0123456789abcdef"));
-        assert!(!looks_like_reservation("~queued:0123456789abcdeg"));
+        assert!(looks_like_reservation(
+            "~queued:0123456789abcdef0123456789abcdef"
+        ));
+        assert!(!looks_like_reservation("~queued:0123456789abcdef"));
+        assert!(!looks_like_reservation(
+            "~queued:0123456789abcdef0123456789abcdeg"
+        ));
         assert!(!looks_like_reservation("0123456789abcdef"));
     }
 }
