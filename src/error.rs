@@ -24,6 +24,15 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A semaphore's number of permits is out of range.
+    #[error("invalid number of permits {permits}: it must be between 1 and {max}")]
+    InvalidPermits {
+        /// The number that was asked for.
+        permits: u32,
+        /// The most a semaphore can have.
+        max: u32,
+    },
+
     /// The TTL is unusable with this configuration.
     #[error("invalid TTL {ttl:?}: {reason}")]
     InvalidTtl {
@@ -193,6 +202,7 @@ impl Error {
             }
             Error::Config(_)
             | Error::InvalidResource { .. }
+            | Error::InvalidPermits { .. }
             | Error::InvalidTtl { .. }
             | Error::Expired { .. } => false,
         }

@@ -232,7 +232,7 @@ impl Drop for EndOnDrop<'_> {
 
 /// The timing of one hold, checked against the lease.
 #[derive(Debug, Clone, Copy)]
-struct Plan {
+pub(crate) struct Plan {
     ttl: Duration,
     node_timeout: Duration,
     every: Duration,
@@ -242,7 +242,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(redlock: &Redlock, ttl: Duration, opts: &HoldOptions) -> Result<Plan, Error> {
+    pub(crate) fn new(redlock: &Redlock, ttl: Duration, opts: &HoldOptions) -> Result<Plan, Error> {
         let lease = redlock.inner().lease(ttl)?;
         let every = opts.renew_every.unwrap_or(lease.ttl / 3);
         let margin = opts.loss_margin.unwrap_or(lease.ttl / 10);
@@ -389,7 +389,26 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         let plan = Plan::new(self, ttl, &opts)?;
-        let mut lock = self.acquire(resource, ttl).await?;
+        let lock = self.acquire(resource, ttl).await?;
+        self.hold(lock, plan, body).await
+    }
+
+    /// Holds `lock` while `body` runs, by `plan`: the part of [`with_lock_opts`] after the
+    /// acquire, shared with the other primitives' `with_*` (a permit is a lock on one slot).
+    ///
+    /// [`with_lock_opts`]: Redlock::with_lock_opts
+    pub(crate) async fn hold<F, Fut, T>(
+        &self,
+        mut lock: Lock,
+        plan: Plan,
+        body: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let resource = lock.resource().to_owned();
+        let resource = resource.as_str();
         let acquired = Instant::now();
         let held = Held::new(&lock);
         // Declared after `lock`, so dropped before it: on cancellation the handles end first.

@@ -89,6 +89,7 @@
 //! * [`Lock`] / [`LockToken`] — a held lease: extend, release.
 //! * [`Redlock::with_lock`] / [`Held`] / [`HoldOptions`] — holding with auto-renewal (`hold`).
 //! * [`Redlock::acquire_many`] / [`MultiLock`] — several resources, all or nothing (`many`).
+//! * [`Redlock::semaphore`] / [`Semaphore`] / [`Permit`] — at most K holders (`semaphore`).
 //! * [`Redlock::inspect`] / [`Inspection`] — what every node holds (`inspect`).
 //! * [`Redlock::stats`] / [`Stats`] — counters (`stats`).
 //! * [`Error`] / [`NodeError`] — outcomes, with every node's own.
@@ -104,7 +105,7 @@
 //! | L1 | `scripts`, `node`, `node::health`, `node::link`, `keys` | one master: its connection, its health, the scripts and the requests on a lock's keys |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
-//! | L4 | `hold`, `many`, `inspect` | features built on the client |
+//! | L4 | `hold`, `many`, `inspect`, `semaphore` | features built on the client |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -125,6 +126,7 @@ mod release;
 mod retries;
 mod retry;
 mod scripts;
+mod semaphore;
 mod stats;
 mod sync;
 mod token;
@@ -142,6 +144,7 @@ pub use lock::Lock;
 pub use many::MultiLock;
 pub use redlock::{Health, Redlock};
 pub use release::Released;
+pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use stats::{NodeStats, Stats};
 pub use token::LockToken;
 
