@@ -24,6 +24,25 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// The task that called acquire already holds this resource through the same client. A
+    /// lock is not reentrant: waiting would last until the lock's own TTL ran out.
+    #[error(
+        "{resource:?} is already held by this task through this client (a lock is not \
+         reentrant: share it with Lock::into_reentrant, or take it under an owner id with \
+         acquire_as)"
+    )]
+    AlreadyHeld {
+        /// The resource that was asked for.
+        resource: String,
+    },
+
+    /// The owner id of [`Redlock::acquire_as`](crate::Redlock::acquire_as) cannot be used.
+    #[error("invalid owner id: {reason}")]
+    InvalidOwner {
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+
     /// A semaphore's number of permits is out of range.
     #[error("invalid number of permits {permits}: it must be between 1 and {max}")]
     InvalidPermits {
@@ -203,6 +222,8 @@ impl Error {
             Error::Config(_)
             | Error::InvalidResource { .. }
             | Error::InvalidPermits { .. }
+            | Error::AlreadyHeld { .. }
+            | Error::InvalidOwner { .. }
             | Error::InvalidTtl { .. }
             | Error::Expired { .. } => false,
         }

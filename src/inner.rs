@@ -12,6 +12,7 @@ use crate::quorum::{self, Lease};
 use crate::retries::Retries;
 use crate::retry::RetryPolicy;
 use crate::stats::Counters;
+use crate::task_holds::TaskHolds;
 use crate::wakeup::Wakeup;
 
 /// The state every clone of one client shares.
@@ -23,6 +24,7 @@ pub(crate) struct Inner {
     counters: Counters,
     wakeup: Wakeup,
     retries: Retries,
+    task_holds: TaskHolds,
 }
 
 /// Validated settings, fixed at build time.
@@ -44,6 +46,7 @@ impl Inner {
             counters: Counters::new(nodes.len()),
             wakeup: Wakeup::new(nodes.len()),
             retries: Retries::new(&nodes),
+            task_holds: TaskHolds::default(),
             nodes,
             settings,
         }
@@ -74,6 +77,11 @@ impl Inner {
 
     pub(crate) fn retries(&self) -> &Retries {
         &self.retries
+    }
+
+    /// The locks each task acquired through this client and still holds.
+    pub(crate) fn task_holds(&self) -> &TaskHolds {
+        &self.task_holds
     }
 
     pub(crate) fn counters(&self) -> &Counters {

@@ -11,6 +11,7 @@ use crate::error::NodeError;
 use crate::node::{Grant, Node};
 use crate::quorum::Lease;
 use crate::scripts;
+use crate::token::LockToken;
 use crate::wakeup::hub::Ticket;
 
 /// The keys of one lock.
@@ -20,6 +21,10 @@ pub(crate) enum Keys {
     One(Arc<str>),
     /// Several resources, taken all or nothing by one script per node.
     Many(Arc<[String]>),
+    /// One resource taken under an owner id instead of a fresh token
+    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)): a node where the key already
+    /// holds that id grants by renewing it.
+    Owned { key: Arc<str>, owner: LockToken },
 }
 
 /// What a node said to an acquire request.
@@ -35,7 +40,7 @@ impl Keys {
     /// The keys, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &str> {
         let (one, many) = match self {
-            Keys::One(key) => (Some(&**key), None),
+            Keys::One(key) | Keys::Owned { key, .. } => (Some(&**key), None),
             Keys::Many(keys) => (None, Some(keys.iter().map(String::as_str))),
         };
         one.into_iter().chain(many.into_iter().flatten())
@@ -44,8 +49,16 @@ impl Keys {
     /// How many keys.
     pub(crate) fn len(&self) -> usize {
         match self {
-            Keys::One(_) => 1,
+            Keys::One(_) | Keys::Owned { .. } => 1,
             Keys::Many(keys) => keys.len(),
+        }
+    }
+
+    /// The owner id an acquire of these keys stores, instead of a fresh token.
+    pub(crate) fn owner(&self) -> Option<&LockToken> {
+        match self {
+            Keys::Owned { owner, .. } => Some(owner),
+            Keys::One(_) | Keys::Many(_) => None,
         }
     }
 
@@ -78,6 +91,20 @@ impl Keys {
                 Ok(match grant {
                     Grant::Granted { fence } => Acquired::Granted(fence.into_iter().collect()),
                     Grant::Held => Acquired::Held,
+                })
+            }
+            (Keys::Owned { key, .. }, None) => {
+                let mut call = scripts::ACQUIRE_OWNED.prepare_invoke();
+                call.key(&**key);
+                if fenced {
+                    call.key(fence_key(key));
+                }
+                call.arg(token).arg(ttl_ms);
+                let grant: u64 = node.invoke(call, timeout).await?;
+                Ok(match grant {
+                    0 => Acquired::Held,
+                    fence if fenced => Acquired::Granted(vec![fence]),
+                    _ => Acquired::Granted(Vec::new()),
                 })
             }
             (Keys::Many(keys), None) => {
@@ -179,7 +206,9 @@ impl Keys {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         match self {
-            Keys::One(key) => node.extend(key, token, ttl_ms, timeout).await,
+            Keys::One(key) | Keys::Owned { key, .. } => {
+                node.extend(key, token, ttl_ms, timeout).await
+            }
             Keys::Many(keys) => {
                 let mut call = scripts::EXTEND.prepare_invoke();
                 for key in keys.iter() {
@@ -202,7 +231,7 @@ impl Keys {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         match (self, fences) {
-            (Keys::One(key), [fence]) => {
+            (Keys::One(key) | Keys::Owned { key, .. }, [fence]) => {
                 node.raise_fence(key, &fence_key(key), token, *fence, timeout)
                     .await
             }

@@ -89,6 +89,8 @@
 //! * [`Lock`] / [`LockToken`] — a held lease: extend, release.
 //! * [`Redlock::with_lock`] / [`Held`] / [`HoldOptions`] — holding with auto-renewal (`hold`).
 //! * [`Redlock::acquire_many`] / [`MultiLock`] — several resources, all or nothing (`many`).
+//! * [`Lock::into_reentrant`] / [`ReentrantLock`] / [`Redlock::acquire_as`] — nested holds, and
+//!   a lock an owner id can take again (`reentrant`).
 //! * [`Redlock::semaphore`] / [`Semaphore`] / [`Permit`] — at most K holders (`semaphore`).
 //! * [`Redlock::inspect`] / [`Inspection`] — what every node holds (`inspect`).
 //! * [`Redlock::stats`] / [`Stats`] — counters (`stats`).
@@ -101,11 +103,11 @@
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, who a hand-off wakes |
+//! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, who a hand-off wakes |
 //! | L1 | `scripts`, `node`, `node::health`, `node::link`, `keys` | one master: its connection, its health, the scripts and the requests on a lock's keys |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
-//! | L4 | `hold`, `many`, `inspect`, `semaphore` | features built on the client |
+//! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant` | features built on the client |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -122,6 +124,7 @@ mod many;
 mod node;
 mod quorum;
 mod redlock;
+mod reentrant;
 mod release;
 mod retries;
 mod retry;
@@ -129,6 +132,7 @@ mod scripts;
 mod semaphore;
 mod stats;
 mod sync;
+mod task_holds;
 mod token;
 mod wakeup;
 
@@ -143,6 +147,7 @@ pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
 pub use lock::Lock;
 pub use many::MultiLock;
 pub use redlock::{Health, Redlock};
+pub use reentrant::{ReentrantLock, MAX_OWNER_LEN};
 pub use release::Released;
 pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use stats::{NodeStats, Stats};

@@ -16,6 +16,7 @@ use crate::quorum::{self, Decision};
 use crate::release::spawn_release;
 use crate::release::Released;
 use crate::stats::Counters;
+use crate::task_holds::HoldMark;
 use crate::token::LockToken;
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
@@ -51,6 +52,9 @@ pub struct Lock {
     /// Set once [`release`](Lock::release) has heard from a quorum, so that `Drop` sends the
     /// release again only when it was cancelled midway.
     pub(crate) release_done: bool,
+    /// The task that acquired the lock, noted in the client's `TaskHolds` until the lock is
+    /// released or dropped (none for a lock taken under an owner id).
+    pub(crate) task: Option<HoldMark>,
 }
 
 impl fmt::Debug for Lock {
@@ -150,6 +154,7 @@ impl Lock {
         // `ttl` to live on the node's clock.
         if let Some(bound) = start.checked_add(lease.ttl.saturating_sub(lease.drift)) {
             self.deadline = self.deadline.min(bound);
+            self.renew_task();
         }
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         // Confirmations that arrive after the current deadline do not count: by then another
@@ -178,6 +183,7 @@ impl Lock {
             if let Some(validity) = quorum::validity(lease.ttl, elapsed, lease.drift) {
                 self.lease = lease;
                 self.deadline = start + elapsed + validity;
+                self.renew_task();
                 Counters::bump(&self.inner.counters().renewals);
                 span.in_scope(|| tracing::debug!(?elapsed, ?validity, "extended"));
                 return Ok(());
@@ -205,6 +211,7 @@ impl Lock {
     ///
     /// If dropped midway, the release is sent again in the background from `Drop`.
     pub async fn release(mut self) -> Result<Released, Error> {
+        self.leave_task();
         // Nodes whose acquire request is still in flight are released once it has completed.
         let behind = self
             .gate
@@ -238,6 +245,21 @@ impl Lock {
         }
     }
 
+    /// Takes the lock out of its task's holds: from now on that task may acquire it again
+    /// (and wait for it).
+    fn leave_task(&mut self) {
+        if let Some(mark) = self.task.take() {
+            self.inner.task_holds().leave(mark);
+        }
+    }
+
+    /// Tells the client's task holds the new deadline.
+    fn renew_task(&self) {
+        if let Some(mark) = self.task {
+            self.inner.task_holds().renew(mark, self.deadline);
+        }
+    }
+
     /// Closes the gate to the background task finishing the acquire requests still in flight,
     /// and returns those nodes: the task releases each once its request has completed.
     fn close_gate(&self) -> Vec<usize> {
@@ -250,6 +272,7 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
+        self.leave_task();
         // Always: a late acquire request must not leave its key behind, valid or not.
         let in_flight = self.close_gate();
         if !self.release_done && self.is_valid() {

@@ -15,6 +15,7 @@ use crate::quorum::{self, Decision, Lease};
 use crate::release::Rollback;
 use crate::retry::DEFAULT_ACQUIRE_TIMEOUT;
 use crate::stats::{Counters, Stats};
+use crate::task_holds::TaskId;
 use crate::token::LockToken;
 use crate::wakeup::Waiter;
 
@@ -227,6 +228,10 @@ impl Redlock {
         // A waiter's place in line is its arrival, not the end of its first attempt.
         let arrived = SystemTime::now();
         async move {
+            if retry {
+                // (A single attempt cannot wait for itself: it reports the contention.)
+                self.not_held_by_this_task(label, keys)?;
+            }
             let policy = self.inner.settings().retry;
             let wait = self
                 .inner
@@ -303,6 +308,23 @@ impl Redlock {
         .await
     }
 
+    /// Refuses an acquire of a key this very task already holds through this client: it would
+    /// wait for a release that only the waiting task could send. (Another task's acquire
+    /// waits as usual; a lock taken under an owner id is reentrant by that id.)
+    fn not_held_by_this_task(&self, label: &str, keys: &Keys) -> Result<(), Error> {
+        if keys.owner().is_some() {
+            return Ok(());
+        }
+        let task = TaskId::current();
+        let holds = self.inner.task_holds();
+        match keys.iter().any(|key| holds.holds(key, task)) {
+            true => Err(Error::AlreadyHeld {
+                resource: label.to_owned(),
+            }),
+            false => Ok(()),
+        }
+    }
+
     pub(crate) fn give_up(&self, resource: &str, failure: Failure, attempts: u32) -> Error {
         match failure {
             Failure::NotGranted { granted, nodes } => Error::NotAcquired {
@@ -331,7 +353,7 @@ impl Redlock {
         waiter: Option<&Waiter>,
     ) -> Result<Lock, Failure> {
         let in_line = waiter.map(Waiter::ticket);
-        let token = LockToken::generate();
+        let token = keys.owner().cloned().unwrap_or_else(LockToken::generate);
         let fenced = self.inner.settings().fencing;
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
@@ -393,6 +415,12 @@ impl Redlock {
                 match (fences, quorum::validity(lease.ttl, elapsed, lease.drift)) {
                     (Ok(fences), Some(validity)) => {
                         rollback.disarm();
+                        let deadline = start + elapsed + validity;
+                        // A lock under an owner id is reentrant by that id: no task owns it.
+                        let task = keys
+                            .owner()
+                            .is_none()
+                            .then(|| self.inner.task_holds().enter(keys.iter(), deadline));
                         if let Some(waiter) = waiter {
                             waiter.granted_by(outcome.yes.iter().map(|(index, _)| *index));
                         }
@@ -411,10 +439,11 @@ impl Redlock {
                             keys: keys.clone(),
                             token,
                             lease: *lease,
-                            deadline: start + elapsed + validity,
+                            deadline,
                             fences,
                             gate,
                             release_done: false,
+                            task,
                         });
                     }
                     (Err(nodes), _) => Failure::NotGranted {

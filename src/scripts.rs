@@ -41,6 +41,11 @@ pub(crate) static EXTEND: LazyLock<Script> =
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/acquire_fenced.lua")));
 
+/// Set a key, or renew it where it already holds the same owner id (`Redlock::acquire_as`),
+/// plus the fencing counter when fencing is on.
+pub(crate) static ACQUIRE_OWNED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/acquire_owned.lua")));
+
 /// Raise the fencing counters of one or more keys where the token is still held.
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/raise_fence.lua")));

@@ -126,7 +126,8 @@ impl Semaphore {
     ///
     /// It makes one attempt on each slot, from a random one, and returns the first it gets. If
     /// every slot is held, it waits in every slot's line and takes the first slot handed to it;
-    /// waiting is bounded by the client's
+    /// if masters are down or too slow, it tries again by the client's
+    /// [retry policy](crate::RedlockBuilder::retry_count). Waiting is bounded by the client's
     /// [acquire timeout](crate::RedlockBuilder::acquire_timeout), as for
     /// [`Redlock::acquire`].
     ///
@@ -140,10 +141,19 @@ impl Semaphore {
     /// As [`Redlock::acquire`]: a dropped future releases what it had taken and leaves every
     /// line in the background.
     pub async fn acquire(&self, ttl: Duration) -> Result<Permit, Error> {
-        match self.try_each(ttl).await {
-            Ok(permit) => Ok(permit),
-            Err(e) if e.is_contention() => self.wait_in_every_line(ttl).await,
-            Err(e) => Err(e),
+        let policy = self.rl.inner().settings().retry;
+        let mut failures = 0;
+        loop {
+            match self.try_each(ttl).await {
+                Err(e) if e.is_contention() => return self.wait_in_every_line(ttl).await,
+                // Masters down or slow: the retry policy of any acquire, before giving up.
+                Err(e) if e.is_retriable() && failures + 1 < policy.attempts() => {
+                    failures += 1;
+                    let delay = policy.delay(&mut rand::rng());
+                    tokio::time::sleep(delay).await;
+                }
+                done => return done,
+            }
         }
     }
 

@@ -17,7 +17,14 @@ impl LockToken {
         LockToken(uuid::Uuid::new_v4().simple().to_string().into())
     }
 
-    /// The token as stored in Redis (32 hex digits). Treat it as a secret: whoever has it can
+    /// An owner id used as the token ([`Redlock::acquire_as`](crate::Redlock::acquire_as)),
+    /// already checked.
+    pub(crate) fn owner(id: &str) -> Self {
+        LockToken(id.into())
+    }
+
+    /// The token as stored in Redis: 32 hex digits, or the owner id of
+    /// [`Redlock::acquire_as`](crate::Redlock::acquire_as). Treat it as a secret: whoever has it can
     /// release or extend the lock.
     pub fn expose(&self) -> &str {
         &self.0

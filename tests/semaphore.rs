@@ -190,7 +190,11 @@ async fn separate_clients_never_hold_more_than_k_permits_and_use_all_k() {
     let most = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..CLIENTS {
-        let rl = client(&nodes);
+        // A node timeout that a loaded machine cannot miss: this test is about the count.
+        let rl = builder(&nodes)
+            .node_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
         let (inside, most) = (inside.clone(), most.clone());
         tasks.push(tokio::spawn(async move {
             let sem = rl.semaphore("pool", K).unwrap();
@@ -198,7 +202,7 @@ async fn separate_clients_never_hold_more_than_k_permits_and_use_all_k() {
                 let permit = sem.acquire(TTL).await.unwrap();
                 let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
                 permit.release().await.unwrap();
             }
@@ -249,6 +253,19 @@ async fn masters_down_fail_at_the_first_slot_instead_of_trying_every_one() {
     assert_eq!(rl.stats().attempts, 1, "{:?}", rl.stats());
     let e = sem.acquire(TTL).await.unwrap_err();
     assert!(e.is_unavailable(), "{e}");
+    // No retry configured: one more attempt, on one slot.
+    assert_eq!(rl.stats().attempts, 2, "{:?}", rl.stats());
+
+    // With retries, acquire tries again by the retry policy, one slot per try.
+    let retrying = builder(&nodes).retry_count(2).build().unwrap();
+    let e = retrying
+        .semaphore("down", 8)
+        .unwrap()
+        .acquire(TTL)
+        .await
+        .unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+    assert_eq!(retrying.stats().attempts, 3, "{:?}", retrying.stats());
 }
 
 #[test]

@@ -17,7 +17,9 @@ for i = 1, n do
   drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
-  if value ~= reserved and (value or redis.call('ZRANGE', line, 0, 0)[1] ~= me) then
+  -- A key that holds this very token is this attempt's own (an owner id, `acquire_as`).
+  if value ~= reserved and value ~= ARGV[1]
+      and (value or redis.call('ZRANGE', line, 0, 0)[1] ~= me) then
     granted = false
   end
 end

@@ -220,6 +220,7 @@ async fn load_scripts(conn: &MultiplexedConnection) {
         &*scripts::INSPECT,
         &*scripts::ACQUIRE_QUEUED,
         &*scripts::DEQUEUE,
+        &*scripts::ACQUIRE_OWNED,
     ];
     let loads = scripts.map(|script| {
         let mut conn = conn.clone();
