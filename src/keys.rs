@@ -25,6 +25,17 @@ pub(crate) enum Keys {
     /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)): a node where the key already
     /// holds that id grants by renewing it.
     Owned { key: Arc<str>, owner: LockToken },
+    /// A reader's hold of a read-write lock ([`RwLock`](crate::RwLock)): the token in the
+    /// sorted set `<key>:readers`, refused while a writer holds `key` or waits for it.
+    Read(Arc<str>),
+    /// A writer's hold of a read-write lock: `key` itself, taken only while no reader holds
+    /// it. Every refused attempt notes `writer` in `<key>:writers` for `wait`, which holds new
+    /// readers back.
+    Write {
+        key: Arc<str>,
+        writer: Arc<str>,
+        wait: Duration,
+    },
 }
 
 /// What a node said to an acquire request.
@@ -40,7 +51,10 @@ impl Keys {
     /// The keys, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &str> {
         let (one, many) = match self {
-            Keys::One(key) | Keys::Owned { key, .. } => (Some(&**key), None),
+            Keys::One(key)
+            | Keys::Owned { key, .. }
+            | Keys::Read(key)
+            | Keys::Write { key, .. } => (Some(&**key), None),
             Keys::Many(keys) => (None, Some(keys.iter().map(String::as_str))),
         };
         one.into_iter().chain(many.into_iter().flatten())
@@ -49,7 +63,7 @@ impl Keys {
     /// How many keys.
     pub(crate) fn len(&self) -> usize {
         match self {
-            Keys::One(_) | Keys::Owned { .. } => 1,
+            Keys::One(_) | Keys::Owned { .. } | Keys::Read(_) | Keys::Write { .. } => 1,
             Keys::Many(keys) => keys.len(),
         }
     }
@@ -58,8 +72,19 @@ impl Keys {
     pub(crate) fn owner(&self) -> Option<&LockToken> {
         match self {
             Keys::Owned { owner, .. } => Some(owner),
-            Keys::One(_) | Keys::Many(_) => None,
+            _ => None,
         }
+    }
+
+    /// Whether an acquire of these keys may wait in their line (see `wakeup`). The line's
+    /// scripts know nothing of readers: the holds of a read-write lock wait by retrying.
+    pub(crate) fn waits_in_line(&self) -> bool {
+        !matches!(self, Keys::Read(_) | Keys::Write { .. })
+    }
+
+    /// Whether an acquire advances fencing counters: not a reader's, which shares the resource.
+    pub(crate) fn fenceable(&self) -> bool {
+        !matches!(self, Keys::Read(_))
     }
 
     /// The channels hand-offs of these keys to the client `client`'s waiters are announced on.
@@ -100,6 +125,33 @@ impl Keys {
                     call.key(fence_key(key));
                 }
                 call.arg(token).arg(ttl_ms);
+                let grant: u64 = node.invoke(call, timeout).await?;
+                Ok(match grant {
+                    0 => Acquired::Held,
+                    fence if fenced => Acquired::Granted(vec![fence]),
+                    _ => Acquired::Granted(Vec::new()),
+                })
+            }
+            (Keys::Read(key), _) => {
+                let mut call = scripts::ACQUIRE_READ.prepare_invoke();
+                call.key(&**key).key(readers_key(key)).key(writers_key(key));
+                call.arg(token).arg(ttl_ms);
+                let granted: i64 = node.invoke(call, timeout).await?;
+                Ok(match granted {
+                    1 => Acquired::Granted(Vec::new()),
+                    _ => Acquired::Held,
+                })
+            }
+            (Keys::Write { key, writer, wait }, _) => {
+                let mut call = scripts::ACQUIRE_WRITE.prepare_invoke();
+                call.key(&**key).key(readers_key(key)).key(writers_key(key));
+                if fenced {
+                    call.key(fence_key(key));
+                }
+                call.arg(token)
+                    .arg(ttl_ms)
+                    .arg(&**writer)
+                    .arg(millis(*wait));
                 let grant: u64 = node.invoke(call, timeout).await?;
                 Ok(match grant {
                     0 => Acquired::Held,
@@ -179,6 +231,12 @@ impl Keys {
         hand_off: &HandOff,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
+        if let Keys::Read(key) = self {
+            let mut call = scripts::RELEASE_READ.prepare_invoke();
+            call.key(readers_key(key)).arg(token);
+            let released: i64 = node.invoke(call, timeout).await?;
+            return Ok(released == 1);
+        }
         let mut keys = Vec::with_capacity(3 * self.len());
         keys.extend(self.iter().map(str::to_owned));
         keys.extend(self.iter().map(line_key));
@@ -206,8 +264,14 @@ impl Keys {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         match self {
-            Keys::One(key) | Keys::Owned { key, .. } => {
+            Keys::One(key) | Keys::Owned { key, .. } | Keys::Write { key, .. } => {
                 node.extend(key, token, ttl_ms, timeout).await
+            }
+            Keys::Read(key) => {
+                let mut call = scripts::EXTEND_READ.prepare_invoke();
+                call.key(readers_key(key)).arg(token).arg(ttl_ms);
+                let renewed: i64 = node.invoke(call, timeout).await?;
+                Ok(renewed == 1)
             }
             Keys::Many(keys) => {
                 let mut call = scripts::EXTEND.prepare_invoke();
@@ -231,7 +295,7 @@ impl Keys {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         match (self, fences) {
-            (Keys::One(key) | Keys::Owned { key, .. }, [fence]) => {
+            (Keys::One(key) | Keys::Owned { key, .. } | Keys::Write { key, .. }, [fence]) => {
                 node.raise_fence(key, &fence_key(key), token, *fence, timeout)
                     .await
             }
@@ -294,6 +358,16 @@ pub(crate) fn fence_key(key: &str) -> String {
     format!("{key}:fence")
 }
 
+/// The Redis key of a read-write lock's readers: tokens scored by when their hold expires.
+pub(crate) fn readers_key(key: &str) -> String {
+    format!("{key}:readers")
+}
+
+/// The Redis key of a read-write lock's waiting writers: ids scored by when the note lapses.
+pub(crate) fn writers_key(key: &str) -> String {
+    format!("{key}:writers")
+}
+
 /// The Redis key of a resource's line of waiters: a sorted set of waiter ids by order.
 pub(crate) fn line_key(key: &str) -> String {
     format!("{key}:queue")
@@ -311,7 +385,7 @@ pub(crate) fn leases_key(key: &str) -> String {
 /// the fencing counter of `x`: acquiring it would overwrite the counter and releasing it would
 /// delete it. Refusing these names keeps every existing key where it is, so masters in use keep
 /// their counters.
-pub(crate) const RESERVED_SUFFIXES: [(&str, &str); 5] = [
+pub(crate) const RESERVED_SUFFIXES: [(&str, &str); 7] = [
     (
         ":fence",
         "it ends with \":fence\", reserved for the fencing counter of the resource it extends",
@@ -327,6 +401,14 @@ pub(crate) const RESERVED_SUFFIXES: [(&str, &str); 5] = [
     (
         ":leases",
         "it ends with \":leases\", reserved for the wait queue's leases of the resource it extends",
+    ),
+    (
+        ":readers",
+        "it ends with \":readers\", reserved for the readers of the read-write lock it extends",
+    ),
+    (
+        ":writers",
+        "it ends with \":writers\", reserved for the waiting writers of the read-write lock it extends",
     ),
     (
         ":holder",

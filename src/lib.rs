@@ -91,6 +91,7 @@
 //! * [`Redlock::acquire_many`] / [`MultiLock`] — several resources, all or nothing (`many`).
 //! * [`Lock::into_reentrant`] / [`ReentrantLock`] / [`Redlock::acquire_as`] — nested holds, and
 //!   a lock an owner id can take again (`reentrant`).
+//! * [`Redlock::rw_lock`] / [`RwLock`] — many readers or one writer (`rwlock`).
 //! * [`Redlock::semaphore`] / [`Semaphore`] / [`Permit`] — at most K holders (`semaphore`).
 //! * [`Redlock::inspect`] / [`Inspection`] — what every node holds (`inspect`).
 //! * [`Redlock::stats`] / [`Stats`] — counters (`stats`).
@@ -107,7 +108,7 @@
 //! | L1 | `scripts`, `node`, `node::health`, `node::link`, `keys` | one master: its connection, its health, the scripts and the requests on a lock's keys |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
-//! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant` | features built on the client |
+//! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant`, `rwlock` | features built on the client |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -128,6 +129,7 @@ mod reentrant;
 mod release;
 mod retries;
 mod retry;
+mod rwlock;
 mod scripts;
 mod semaphore;
 mod stats;
@@ -149,6 +151,7 @@ pub use many::MultiLock;
 pub use redlock::{Health, Redlock};
 pub use reentrant::{ReentrantLock, MAX_OWNER_LEN};
 pub use release::Released;
+pub use rwlock::RwLock;
 pub use semaphore::{Permit, Semaphore, MAX_PERMITS};
 pub use stats::{NodeStats, Stats};
 pub use token::LockToken;

@@ -252,7 +252,7 @@ impl Redlock {
             // A resource this client waited on lately is likely contended again: the first
             // attempt takes the place in line, instead of a plain attempt the line refuses.
             let mut waiter: Option<Waiter> = None;
-            if retry && self.inner.wakeup().waited_lately(keys) {
+            if retry && keys.waits_in_line() && self.inner.wakeup().waited_lately(keys) {
                 waiter = enlist();
             }
             loop {
@@ -273,7 +273,7 @@ impl Redlock {
                 if deadline.is_some_and(|d| now >= d) {
                     return Err(self.give_up(label, failure, attempts));
                 }
-                if in_the_way && waiter.is_none() {
+                if in_the_way && waiter.is_none() && keys.waits_in_line() {
                     waiter = enlist();
                     if waiter.is_some() {
                         // Take the place in line now: the holder may have released already.
@@ -354,7 +354,7 @@ impl Redlock {
     ) -> Result<Lock, Failure> {
         let in_line = waiter.map(Waiter::ticket);
         let token = keys.owner().cloned().unwrap_or_else(LockToken::generate);
-        let fenced = self.inner.settings().fencing;
+        let fenced = self.inner.settings().fencing && keys.fenceable();
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
         Counters::bump(&self.inner.counters().attempts);

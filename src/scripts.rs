@@ -46,6 +46,22 @@ pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
 pub(crate) static ACQUIRE_OWNED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/acquire_owned.lua")));
 
+/// A reader's attempt on a read-write lock.
+pub(crate) static ACQUIRE_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/acquire_read.lua"))));
+
+/// A writer's attempt on a read-write lock.
+pub(crate) static ACQUIRE_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/acquire_write.lua"))));
+
+/// Renew a reader's hold.
+pub(crate) static EXTEND_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/extend_read.lua"))));
+
+/// End a reader's hold.
+pub(crate) static RELEASE_READ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/release_read.lua")));
+
 /// Raise the fencing counters of one or more keys where the token is still held.
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/raise_fence.lua")));

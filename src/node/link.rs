@@ -221,6 +221,10 @@ async fn load_scripts(conn: &MultiplexedConnection) {
         &*scripts::ACQUIRE_QUEUED,
         &*scripts::DEQUEUE,
         &*scripts::ACQUIRE_OWNED,
+        &*scripts::ACQUIRE_READ,
+        &*scripts::ACQUIRE_WRITE,
+        &*scripts::EXTEND_READ,
+        &*scripts::RELEASE_READ,
     ];
     let loads = scripts.map(|script| {
         let mut conn = conn.clone();

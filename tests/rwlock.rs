@@ -1,0 +1,292 @@
+//! The read-write lock against five real masters: readers share, a writer is alone, and a
+//! waiting writer holds new readers back.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use quorumlock::{Error, Redlock};
+use quorumlock_testkit::{RedisNodes, RedisServer};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// The live reader entries of `key` on `server`.
+fn readers(server: &RedisServer, key: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(format!("{key}:readers"))
+        .query(&mut direct(server))
+        .unwrap()
+}
+
+fn readers_everywhere(nodes: &RedisNodes, key: &str) -> usize {
+    nodes.iter().map(|s| readers(s, key)).sum()
+}
+
+/// A client that retries often: holds of a read-write lock wait by retrying.
+fn quick(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .retry_delay(Duration::from_millis(10))
+        .retry_jitter(Duration::from_millis(5))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readers_share_the_resource_and_keep_a_writer_out_until_the_last_one_leaves() {
+    let nodes = five();
+    let clients: Vec<Redlock> = (0..4).map(|_| client(&nodes)).collect();
+    let mut reads = Vec::new();
+    for rl in &clients[..3] {
+        reads.push(rl.rw_lock("catalog").unwrap().try_read(TTL).await.unwrap());
+    }
+    assert!(reads.iter().all(|r| r.fencing_token().is_none()));
+    assert!(
+        eventually(Duration::from_secs(2), || readers_everywhere(
+            &nodes, "catalog"
+        ) == 15)
+        .await
+    );
+    assert_eq!(
+        present(&nodes, "catalog"),
+        0,
+        "readers leave the key itself alone"
+    );
+
+    let writer = clients[3].rw_lock("catalog").unwrap();
+    for reader in reads {
+        let refused = writer.try_write(TTL).await.unwrap_err();
+        assert!(refused.is_contention(), "{refused}");
+        reader.release().await.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(2), || readers_everywhere(
+            &nodes, "catalog"
+        ) == 0)
+        .await
+    );
+    let writing = writer.try_write(TTL).await.unwrap();
+    writing.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_is_alone_and_gets_a_fencing_token_that_grows() {
+    let nodes = five();
+    let fenced = || builder(&nodes).fencing(true).build().unwrap();
+    let (a, b) = (fenced(), fenced());
+    let (rw_a, rw_b) = (a.rw_lock("doc").unwrap(), b.rw_lock("doc").unwrap());
+    let first = rw_a.try_write(TTL).await.unwrap();
+    let fence = first.fencing_token().unwrap();
+    assert!(rw_b.try_write(TTL).await.unwrap_err().is_contention());
+    assert!(rw_b.try_read(TTL).await.unwrap_err().is_contention());
+    first.release().await.unwrap();
+    let second = rw_b.try_write(TTL).await.unwrap();
+    assert!(second.fencing_token().unwrap() > fence);
+    second.release().await.unwrap();
+    // (The note of b's refused attempt holds readers back until it lapses: read waits.)
+    let read = rw_a.read(TTL).await.unwrap();
+    assert_eq!(read.fencing_token(), None, "a reader gets no fence");
+    read.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_writer_holds_new_readers_back_and_goes_next() {
+    let nodes = five();
+    let first_reader = quick(&nodes);
+    let reading = first_reader
+        .rw_lock("feed")
+        .unwrap()
+        .read(TTL)
+        .await
+        .unwrap();
+    let writer = quick(&nodes);
+    let writing = tokio::spawn(async move {
+        let lock = writer.rw_lock("feed").unwrap().write(TTL).await.unwrap();
+        let fence_free = lock.fencing_token().is_none();
+        (lock, fence_free)
+    });
+    let noted = eventually(Duration::from_secs(5), || {
+        nodes.iter().all(|s| {
+            let waiting: usize = redis::cmd("ZCARD")
+                .arg("feed:writers")
+                .query(&mut direct(s))
+                .unwrap();
+            waiting == 1
+        })
+    })
+    .await;
+    assert!(noted, "the writer never noted itself as waiting");
+
+    // Only a reader holds the resource, yet a new reader waits behind the writer.
+    let late = quick(&nodes);
+    let refused = late
+        .rw_lock("feed")
+        .unwrap()
+        .try_read(TTL)
+        .await
+        .unwrap_err();
+    assert!(refused.is_contention(), "{refused}");
+
+    reading.release().await.unwrap();
+    let (lock, fence_free) = tokio::time::timeout(Duration::from_secs(10), writing)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(fence_free, "no fencing configured");
+    let late_rw = late.rw_lock("feed").unwrap();
+    let late_read = tokio::spawn(async move { late_rw.read(TTL).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !late_read.is_finished(),
+        "a reader got in beside the writer"
+    );
+    lock.release().await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(10), late_read)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    read.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_that_dies_or_a_writer_that_gives_up_blocks_nobody_for_long() {
+    let nodes = five();
+    let rl = quick(&nodes);
+    let rw = rl.rw_lock("cache").unwrap();
+    // A reader that never releases: its entry expires with its TTL.
+    let reader = rw.read(Duration::from_millis(300)).await.unwrap();
+    std::mem::forget(reader);
+    let other = quick(&nodes);
+    let lock = other.rw_lock("cache").unwrap().write(TTL).await.unwrap();
+    lock.release().await.unwrap();
+
+    // A writer that gives up after one refused attempt: its note lapses within a few retry
+    // delays plus a node timeout (3 × 15 ms + 100 ms here), then readers get in again.
+    let held = rw.read(TTL).await.unwrap();
+    assert!(other
+        .rw_lock("cache")
+        .unwrap()
+        .try_write(TTL)
+        .await
+        .is_err());
+    let third = quick(&nodes).rw_lock("cache").unwrap();
+    assert!(third.try_read(TTL).await.unwrap_err().is_contention());
+    let reader = third.read(TTL).await.unwrap();
+    held.release().await.unwrap();
+    reader.release().await.unwrap();
+
+    // The same task reading again while a writer may wait would wait for itself: refused.
+    let held = rw.read(TTL).await.unwrap();
+    assert!(matches!(rw.read(TTL).await, Err(Error::AlreadyHeld { .. })));
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_extends_its_hold_and_keeps_a_writer_out_past_its_first_ttl() {
+    let nodes = five();
+    let rl = quick(&nodes);
+    let mut reading = rl
+        .rw_lock("report")
+        .unwrap()
+        .read(Duration::from_millis(400))
+        .await
+        .unwrap();
+    reading.extend(TTL).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other = client(&nodes);
+    assert!(other
+        .rw_lock("report")
+        .unwrap()
+        .try_write(TTL)
+        .await
+        .unwrap_err()
+        .is_contention());
+    reading.release().await.unwrap();
+    // A released reader cannot be extended again.
+    assert!(other
+        .rw_lock("report")
+        .unwrap()
+        .try_write(TTL)
+        .await
+        .is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn separate_clients_never_write_beside_anyone_and_read_together() {
+    const CLIENTS: usize = 8;
+    const ROUNDS: usize = 30;
+    let nodes = five();
+    let readers_in = Arc::new(AtomicUsize::new(0));
+    let writers_in = Arc::new(AtomicUsize::new(0));
+    let most_readers = Arc::new(AtomicUsize::new(0));
+    let violations = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let rl = builder(&nodes)
+            .node_timeout(Duration::from_millis(500))
+            .retry_delay(Duration::from_millis(5))
+            .retry_jitter(Duration::from_millis(3))
+            .build()
+            .unwrap();
+        let (r, w, most, bad) = (
+            readers_in.clone(),
+            writers_in.clone(),
+            most_readers.clone(),
+            violations.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let rw = rl.rw_lock("shared").unwrap();
+            for round in 0..ROUNDS {
+                // One write in ten.
+                if (c + round) % 10 == 0 {
+                    let lock = rw.write(TTL).await.unwrap();
+                    let alone = w.fetch_add(1, Ordering::SeqCst) == 0;
+                    if !alone || r.load(Ordering::SeqCst) != 0 {
+                        bad.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    w.fetch_sub(1, Ordering::SeqCst);
+                    lock.release().await.unwrap();
+                } else {
+                    let lock = rw.read(TTL).await.unwrap();
+                    let now = r.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    if w.load(Ordering::SeqCst) != 0 {
+                        bad.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    r.fetch_sub(1, Ordering::SeqCst);
+                    lock.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    assert!(
+        most_readers.load(Ordering::SeqCst) > 1,
+        "readers never shared"
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || readers_everywhere(
+            &nodes, "shared"
+        ) == 0)
+        .await
+    );
+}
+
+#[test]
+fn the_names_a_read_write_lock_keeps_beside_a_resource_cannot_be_locked() {
+    let rl = Redlock::builder(["redis://127.0.0.1:1"]).build().unwrap();
+    for bad in ["x:readers", "x:writers"] {
+        assert!(matches!(
+            rl.rw_lock(bad),
+            Err(Error::InvalidResource { .. })
+        ));
+    }
+}
