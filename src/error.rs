@@ -43,6 +43,15 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// The value a candidate announces is too long.
+    #[error("the leader value is {len} bytes long; at most {max} are kept")]
+    InvalidLeaderValue {
+        /// Its length in bytes.
+        len: usize,
+        /// The most an election keeps.
+        max: usize,
+    },
+
     /// A semaphore's number of permits is out of range.
     #[error("invalid number of permits {permits}: it must be between 1 and {max}")]
     InvalidPermits {
@@ -224,6 +233,7 @@ impl Error {
             | Error::InvalidPermits { .. }
             | Error::AlreadyHeld { .. }
             | Error::InvalidOwner { .. }
+            | Error::InvalidLeaderValue { .. }
             | Error::InvalidTtl { .. }
             | Error::Expired { .. } => false,
         }

@@ -24,7 +24,13 @@ pub(crate) enum Keys {
     /// One resource taken under an owner id instead of a fresh token
     /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)): a node where the key already
     /// holds that id grants by renewing it.
-    Owned { key: Arc<str>, owner: LockToken },
+    /// With `always_fenced`, every grant advances the fencing counter whatever the client's
+    /// setting: a leader's fence is its term (see `election`).
+    Owned {
+        key: Arc<str>,
+        owner: LockToken,
+        always_fenced: bool,
+    },
     /// A reader's hold of a read-write lock ([`RwLock`](crate::RwLock)): the token in the
     /// sorted set `<key>:readers`, refused while a writer holds `key` or waits for it.
     Read(Arc<str>),
@@ -82,9 +88,14 @@ impl Keys {
         !matches!(self, Keys::Read(_) | Keys::Write { .. })
     }
 
-    /// Whether an acquire advances fencing counters: not a reader's, which shares the resource.
-    pub(crate) fn fenceable(&self) -> bool {
-        !matches!(self, Keys::Read(_))
+    /// Whether an acquire advances the fencing counters, the client's setting being
+    /// `configured`: never for a reader, which shares the resource; always for a leader.
+    pub(crate) fn fenced(&self, configured: bool) -> bool {
+        match self {
+            Keys::Read(_) => false,
+            Keys::Owned { always_fenced, .. } => configured || *always_fenced,
+            _ => configured,
+        }
     }
 
     /// The channels hand-offs of these keys to the client `client`'s waiters are announced on.

@@ -92,6 +92,8 @@
 //! * [`Lock::into_reentrant`] / [`ReentrantLock`] / [`Redlock::acquire_as`] — nested holds, and
 //!   a lock an owner id can take again (`reentrant`).
 //! * [`Redlock::rw_lock`] / [`RwLock`] — many readers or one writer (`rwlock`).
+//! * [`Redlock::campaign`] / [`Redlock::leader`] / [`Redlock::observe`] — leader election
+//!   (`election`).
 //! * [`Redlock::semaphore`] / [`Semaphore`] / [`Permit`] — at most K holders (`semaphore`).
 //! * [`Redlock::inspect`] / [`Inspection`] — what every node holds (`inspect`).
 //! * [`Redlock::stats`] / [`Stats`] — counters (`stats`).
@@ -108,12 +110,13 @@
 //! | L1 | `scripts`, `node`, `node::health`, `node::link`, `keys` | one master: its connection, its health, the scripts and the requests on a lock's keys |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
-//! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant`, `rwlock` | features built on the client |
+//! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant`, `rwlock`, `election` | features built on the client |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod builder;
+mod election;
 mod error;
 mod fanout;
 mod hold;
@@ -143,6 +146,7 @@ pub use builder::{
     DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR, DEFAULT_RETRY_COUNT,
     DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER,
 };
+pub use election::{Leader, MAX_LEADER_VALUE};
 pub use error::{ConfigError, Error, LossReason, NodeError, NodeErrorKind};
 pub use hold::{Held, HoldOptions};
 pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};

@@ -354,7 +354,7 @@ impl Redlock {
     ) -> Result<Lock, Failure> {
         let in_line = waiter.map(Waiter::ticket);
         let token = keys.owner().cloned().unwrap_or_else(LockToken::generate);
-        let fenced = self.inner.settings().fencing && keys.fenceable();
+        let fenced = keys.fenced(self.inner.settings().fencing);
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
         Counters::bump(&self.inner.counters().attempts);

@@ -186,6 +186,7 @@ impl Redlock {
         let keys = Keys::Owned {
             key: self.inner().key(resource)?,
             owner: LockToken::owner(owner),
+            always_fenced: false,
         };
         self.acquire_keys(resource, &keys, &lease, true).await
     }

@@ -70,6 +70,10 @@ pub(crate) static RAISE_FENCE: LazyLock<Script> =
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/acquire_many.lua")));
 
+/// An election's key and PTTL, read together (see `election`).
+pub(crate) static READ_LEADER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/read_leader.lua")));
+
 /// A key's value and PTTL, read together.
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/inspect.lua")));

@@ -225,6 +225,7 @@ async fn load_scripts(conn: &MultiplexedConnection) {
         &*scripts::ACQUIRE_WRITE,
         &*scripts::EXTEND_READ,
         &*scripts::RELEASE_READ,
+        &*scripts::READ_LEADER,
     ];
     let loads = scripts.map(|script| {
         let mut conn = conn.clone();

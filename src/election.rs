@@ -1,0 +1,229 @@
+//! Leader election over the quorum: a campaign is a lock that waits for as long as it takes,
+//! held with auto-renewal; its fencing token is the leader's term.
+//!
+//! The leader's key holds its token followed by the value it announces (`<token>:<value>`), so
+//! a quorum read of that one key tells who leads, with no second key that could disagree.
+//! Candidates wait in the key's line: a leader that resigns hands leadership to the candidate
+//! that waited longest; one that dies leaves it when its lease runs out.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::Stream;
+
+use crate::error::{Error, NodeError};
+use crate::hold::{Held, HoldOptions, Plan};
+use crate::keys::Keys;
+use crate::redlock::Redlock;
+use crate::scripts;
+use crate::token::{fingerprint, LockToken};
+
+/// The longest value a leader can announce, in bytes.
+pub const MAX_LEADER_VALUE: usize = 4096;
+
+/// Who leads an election, as a quorum of masters says ([`Redlock::leader`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The value the leader announced when it campaigned (an address, a host name).
+    pub value: String,
+    /// The fingerprint of the leader's token: it changes with every term, even when the same
+    /// value is elected again.
+    pub fingerprint: String,
+    /// The shortest time its key has left on the masters that agree, when they tell.
+    pub ttl: Option<Duration>,
+}
+
+impl Redlock {
+    /// Campaigns for leadership of `name`, announcing `value`, and runs `body` while leader:
+    /// as [`with_lock`](Redlock::with_lock), the lease renewed every `ttl / 3`, the body's
+    /// [`Held::lost`] signal fired before the lease's deadline if renewals fail, and the body
+    /// dropped then.
+    ///
+    /// It waits in line for as long as it takes to be elected (wrap it in
+    /// `tokio::time::timeout` to bound that): the client's acquire timeout only paces the
+    /// retries. **The term** is [`Held::fencing_token`]: strictly greater than every earlier
+    /// leader's, whatever the client's fencing setting; pass it to what the leader writes to.
+    ///
+    /// To resign, return from the body: the lock is released and the candidate that waited
+    /// longest becomes leader at once.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # async fn run(rl: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// rl.campaign("scheduler", Duration::from_secs(10), "host-a:8080", |held| async move {
+    ///     let term = held.fencing_token();
+    ///     println!("leading in term {term:?}");
+    ///     held.lost().await; // lead until leadership is lost (or return to resign)
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidLeaderValue`] for a value longer than [`MAX_LEADER_VALUE`];
+    /// [`Error::InvalidResource`] / [`Error::InvalidTtl`] for bad input; [`Error::Lost`] when
+    /// leadership was lost before the body finished. Contention and unavailable masters are
+    /// not errors: the campaign goes on.
+    ///
+    /// # Panics
+    ///
+    /// A panic in the body propagates after the release, as with `with_lock`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops campaigning, leaves the line, and releases leadership if it
+    /// was won.
+    pub async fn campaign<F, Fut, T>(
+        &self,
+        name: &str,
+        ttl: Duration,
+        value: &str,
+        body: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        if value.len() > MAX_LEADER_VALUE {
+            return Err(Error::InvalidLeaderValue {
+                len: value.len(),
+                max: MAX_LEADER_VALUE,
+            });
+        }
+        let plan = Plan::new(self, ttl, &HoldOptions::default())?;
+        let lease = self.inner().lease(ttl)?;
+        let key = self.inner().key(name)?;
+        let lock = loop {
+            // A fresh token for each term, carrying the announced value.
+            let token = format!("{}:{value}", LockToken::generate().expose());
+            let keys = Keys::Owned {
+                key: key.clone(),
+                owner: LockToken::owner(&token),
+                always_fenced: true,
+            };
+            match self.acquire_keys(name, &keys, &lease, true).await {
+                Ok(lock) => break lock,
+                Err(e) if e.is_retriable() => {
+                    tracing::debug!(election = name, error = %e, "not elected yet; campaigning on");
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        tracing::info!(election = name, term = ?lock.fencing_token(), "elected");
+        self.hold(lock, plan, body).await
+    }
+
+    /// Who leads `name` now: the value on a quorum of masters, or `None` when no value is on a
+    /// quorum (no leader, or a campaign in progress). One master alone can show a stale or
+    /// minority holder; this never reports one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidResource`] for a bad name; [`Error::Unavailable`] when fewer than a
+    /// quorum of masters answered, so that no answer can be trusted.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    pub async fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+        let key = self.inner().key(name)?;
+        let timeout = self
+            .inner()
+            .settings()
+            .node_timeout
+            .unwrap_or(crate::DEFAULT_MAX_NODE_TIMEOUT);
+        let replies = futures::future::join_all(self.inner().all_nodes().iter().map(|node| {
+            let mut call = scripts::READ_LEADER.prepare_invoke();
+            call.key(&*key);
+            node.invoke::<(Option<String>, i64)>(call, timeout)
+        }))
+        .await;
+        let mut values: Vec<(String, i64)> = Vec::new();
+        let mut unreachable: Vec<NodeError> = Vec::new();
+        let mut answered = 0;
+        for reply in replies {
+            match reply {
+                Ok((value, pttl)) => {
+                    answered += 1;
+                    if let Some(value) = value {
+                        values.push((value, pttl));
+                    }
+                }
+                Err(e) => unreachable.push(e),
+            }
+        }
+        let quorum = self.quorum();
+        if answered < quorum {
+            return Err(Error::Unavailable {
+                reachable: answered,
+                quorum,
+                nodes: unreachable,
+            });
+        }
+        let agreed = values
+            .iter()
+            .find(|(v, _)| values.iter().filter(|(w, _)| w == v).count() >= quorum);
+        Ok(agreed.and_then(|(token, _)| {
+            let (_, value) = token.split_once(':')?;
+            let ttl = values
+                .iter()
+                .filter(|(v, _)| v == token)
+                .filter_map(|(_, pttl)| u64::try_from(*pttl).ok())
+                .min()
+                .map(Duration::from_millis);
+            Some(Leader {
+                value: value.to_owned(),
+                fingerprint: fingerprint(token),
+                ttl,
+            })
+        }))
+    }
+
+    /// The leaders of `name` as they change: the current one first (`None` for no leader),
+    /// then each change, found by a quorum read every `every`. A change shorter than `every`
+    /// can be missed; a read that fails (no quorum answering) is skipped, not reported.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use futures::StreamExt;
+    ///
+    /// # async fn run(rl: quorumlock::Redlock) {
+    /// let mut leaders = std::pin::pin!(rl.observe("scheduler", Duration::from_millis(250)));
+    /// while let Some(leader) = leaders.next().await {
+    ///     println!("leader now: {:?}", leader.map(|l| l.value));
+    /// }
+    /// # }
+    /// ```
+    pub fn observe(
+        &self,
+        name: &str,
+        every: Duration,
+    ) -> impl Stream<Item = Option<Leader>> + Send + 'static {
+        let rl = self.clone();
+        let name = name.to_owned();
+        let every = every.max(Duration::from_millis(1));
+        // `None` before the first reading; then the fingerprint last reported.
+        futures::stream::unfold(None::<Option<String>>, move |last| {
+            let (rl, name) = (rl.clone(), name.clone());
+            async move {
+                let mut first = last.is_none();
+                loop {
+                    if !first {
+                        tokio::time::sleep(every).await;
+                    }
+                    first = false;
+                    let Ok(leader) = rl.leader(&name).await else {
+                        continue;
+                    };
+                    let now = leader.as_ref().map(|l| l.fingerprint.clone());
+                    if last.as_ref() != Some(&now) {
+                        return Some((leader, Some(now)));
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,218 @@
+//! Leader election against five real masters: one leader at a time, terms that only grow, a
+//! quorum read of who leads, and failover when a leader is cut off.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures::StreamExt;
+use quorumlock::{Error, Redlock, MAX_LEADER_VALUE};
+use quorumlock_testkit::FaultProxy;
+
+const TTL: Duration = Duration::from_secs(3);
+
+/// Each leadership as `(candidate, term, elected at, stepped down at)`.
+type Terms = Arc<Mutex<Vec<(usize, u64, Instant, Instant)>>>;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn candidates_lead_one_at_a_time_with_terms_that_only_grow() {
+    const CANDIDATES: usize = 4;
+    let nodes = five();
+    let terms: Terms = Arc::default();
+    let mut tasks = Vec::new();
+    for c in 0..CANDIDATES {
+        let rl = client(&nodes);
+        let terms = terms.clone();
+        tasks.push(tokio::spawn(async move {
+            rl.campaign(
+                "scheduler",
+                TTL,
+                &format!("candidate-{c}"),
+                |held| async move {
+                    let elected = Instant::now();
+                    let term = held.fencing_token().expect("a leader always has a term");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    terms
+                        .lock()
+                        .unwrap()
+                        .push((c, term, elected, Instant::now()));
+                },
+            )
+            .await
+            .unwrap();
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let mut terms = terms.lock().unwrap().clone();
+    assert_eq!(
+        terms.len(),
+        CANDIDATES,
+        "every candidate led once: {terms:?}"
+    );
+    terms.sort_by_key(|t| t.2);
+    for pair in terms.windows(2) {
+        assert!(pair[0].1 < pair[1].1, "terms went backwards: {terms:?}");
+        assert!(pair[0].3 <= pair[1].2, "two leaders at once: {terms:?}");
+    }
+    assert!(eventually(Duration::from_secs(2), || present(&nodes, "scheduler") == 0).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leader_reads_a_quorum_and_never_reports_a_minority_holder() {
+    let nodes = five();
+    let rl = client(&nodes);
+    let reader = client(&nodes);
+    assert_eq!(reader.leader("db").await.unwrap(), None);
+
+    // A value on two masters only (a stale or partial write) is no leader.
+    set(
+        &nodes[0],
+        "db",
+        "0123456789abcdef0123456789abcdef:ghost",
+        TTL,
+    );
+    set(
+        &nodes[1],
+        "db",
+        "0123456789abcdef0123456789abcdef:ghost",
+        TTL,
+    );
+    assert_eq!(reader.leader("db").await.unwrap(), None);
+    del(&nodes[0], "db");
+    del(&nodes[1], "db");
+
+    let (elected, told) = tokio::sync::oneshot::channel();
+    let (resign, resigned) = tokio::sync::oneshot::channel::<()>();
+    let leading = tokio::spawn(async move {
+        rl.campaign("db", TTL, "10.0.0.7:5432", |_held| async move {
+            let _ = elected.send(());
+            let _ = resigned.await;
+        })
+        .await
+        .unwrap();
+    });
+    told.await.unwrap();
+    let leader = reader.leader("db").await.unwrap().expect("a leader");
+    assert_eq!(leader.value, "10.0.0.7:5432");
+    assert!(leader.ttl.is_some_and(|t| t <= TTL), "{leader:?}");
+    resign.send(()).unwrap();
+    leading.await.unwrap();
+    assert!(eventually(Duration::from_secs(2), || present(&nodes, "db") == 0).await);
+    assert_eq!(reader.leader("db").await.unwrap(), None);
+
+    // With fewer than a quorum answering, no answer is given.
+    let mut nodes = nodes;
+    for i in 0..3 {
+        nodes[i].kill().unwrap();
+    }
+    let e = reader.leader("db").await.unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+}
+
+/// The next change an observer reports, within 5 s.
+async fn next<S: futures::Stream<Item = Option<quorumlock::Leader>> + Unpin>(
+    changes: &mut S,
+) -> Option<quorumlock::Leader> {
+    tokio::time::timeout(Duration::from_secs(5), changes.next())
+        .await
+        .expect("no change reported")
+        .expect("the stream never ends")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn observe_reports_each_change_of_leader() {
+    let nodes = five();
+    let watcher = client(&nodes);
+    let mut changes = Box::pin(watcher.observe("cron", Duration::from_millis(20)));
+    assert_eq!(next(&mut changes).await, None, "no leader at first");
+
+    let mut leaders = Vec::new();
+    for value in ["a", "b"] {
+        let rl = client(&nodes);
+        let (resign, resigned) = tokio::sync::oneshot::channel::<()>();
+        leaders.push(resign);
+        tokio::spawn(async move {
+            rl.campaign("cron", TTL, value, |_| async move {
+                let _ = resigned.await;
+            })
+            .await
+            .unwrap();
+        });
+        let seen = next(&mut changes).await;
+        assert_eq!(seen.map(|l| l.value).as_deref(), Some(value));
+        // Resign "a" only once "b" is campaigning: "b" takes over without a gap.
+        if value == "b" {
+            break;
+        }
+        let _ = leaders.remove(0).send(());
+        if next(&mut changes).await.is_some() {
+            panic!("a leader appeared before the next candidate campaigned");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_cut_off_from_every_master_steps_down_before_the_next_is_elected() {
+    let nodes = five();
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|s| FaultProxy::start(s.addr()).unwrap())
+        .collect();
+    let cut_off = Redlock::builder(proxies.iter().map(FaultProxy::url))
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let ttl = Duration::from_secs(1);
+    let (elected, told) = tokio::sync::oneshot::channel();
+    let first = tokio::spawn(async move {
+        let e = cut_off
+            .campaign("leader", ttl, "first", |held| async move {
+                let _ = elected.send(held.fencing_token());
+                held.lost().await;
+                Instant::now()
+            })
+            .await;
+        // The body was dropped at the loss: with_lock returns Lost.
+        (e, Instant::now())
+    });
+    let first_term = told.await.unwrap().unwrap();
+
+    let second = client(&nodes);
+    let next = tokio::spawn(async move {
+        second
+            .campaign("leader", ttl, "second", |held| async move {
+                (Instant::now(), held.fencing_token())
+            })
+            .await
+            .unwrap()
+    });
+    let cut = Instant::now();
+    for p in &proxies {
+        p.blackhole();
+    }
+    let (lost, stepped_down) = first.await.unwrap();
+    assert!(matches!(lost, Err(Error::Lost { .. })), "{lost:?}");
+    let (elected_at, term) = next.await.unwrap();
+    assert!(term.unwrap() > first_term, "{term:?} after {first_term}");
+    assert!(
+        stepped_down <= elected_at,
+        "the next leader was elected before the first stepped down"
+    );
+    let failover = elected_at - cut;
+    assert!(failover < Duration::from_secs(5), "{failover:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_value_too_long_is_refused_before_any_master_is_contacted() {
+    let rl = Redlock::builder(["redis://127.0.0.1:1"]).build().unwrap();
+    let long = "v".repeat(MAX_LEADER_VALUE + 1);
+    let e = rl
+        .campaign("x", TTL, &long, |_| async {})
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidLeaderValue { .. }), "{e:?}");
+}
