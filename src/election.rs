@@ -14,6 +14,7 @@ use futures::Stream;
 use crate::error::{Error, NodeError};
 use crate::hold::{Held, HoldOptions, Plan};
 use crate::keys::Keys;
+use crate::lock::Lock;
 use crate::redlock::Redlock;
 use crate::scripts;
 use crate::token::{fingerprint, LockToken};
@@ -87,16 +88,33 @@ impl Redlock {
         F: FnOnce(Held) -> Fut,
         Fut: Future<Output = T>,
     {
+        let plan = Plan::new(self, ttl, &HoldOptions::default())?;
+        let lock = self.elect(name, ttl, value).await?;
+        self.hold_by_plan(lock, plan, body).await
+    }
+
+    /// The campaign of [`campaign`](Redlock::campaign) alone: waits until elected, and returns
+    /// the term's lock, which the caller renews (with [`Redlock::hold`], say) and releases to
+    /// resign. Its [`fencing_token`](crate::Lock::fencing_token) is the term.
+    ///
+    /// # Errors
+    ///
+    /// As [`campaign`](Redlock::campaign), before the body.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops campaigning and leaves the line; a term won in that instant
+    /// is released in the background.
+    pub async fn elect(&self, name: &str, ttl: Duration, value: &str) -> Result<Lock, Error> {
         if value.len() > MAX_LEADER_VALUE {
             return Err(Error::InvalidLeaderValue {
                 len: value.len(),
                 max: MAX_LEADER_VALUE,
             });
         }
-        let plan = Plan::new(self, ttl, &HoldOptions::default())?;
         let lease = self.inner().lease(ttl)?;
         let key = self.inner().key(name)?;
-        let lock = loop {
+        loop {
             // A fresh token for each term, carrying the announced value.
             let token = format!("{}:{value}", LockToken::generate().expose());
             let keys = Keys::Owned {
@@ -105,15 +123,16 @@ impl Redlock {
                 always_fenced: true,
             };
             match self.acquire_keys(name, &keys, &lease, true).await {
-                Ok(lock) => break lock,
+                Ok(lock) => {
+                    tracing::info!(election = name, term = ?lock.fencing_token(), "elected");
+                    return Ok(lock);
+                }
                 Err(e) if e.is_retriable() => {
                     tracing::debug!(election = name, error = %e, "not elected yet; campaigning on");
                 }
                 Err(e) => return Err(e),
             }
-        };
-        tracing::info!(election = name, term = ?lock.fencing_token(), "elected");
-        self.hold(lock, plan, body).await
+        }
     }
 
     /// Who leads `name` now: the value on a quorum of masters, or `None` when no value is on a

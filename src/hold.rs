@@ -390,14 +390,47 @@ impl Redlock {
     {
         let plan = Plan::new(self, ttl, &opts)?;
         let lock = self.acquire(resource, ttl).await?;
-        self.hold(lock, plan, body).await
+        self.hold_by_plan(lock, plan, body).await
+    }
+
+    /// Holds a lock already acquired — a mutex, a [`Permit`](crate::Permit) turned
+    /// [`into_lock`](crate::Permit::into_lock), a read or write hold of an
+    /// [`RwLock`](crate::RwLock), a leader's term — while `body` runs, by `opts`: what
+    /// [`with_lock_opts`](Redlock::with_lock_opts) does once it has acquired. The lease is
+    /// renewed for the lock's TTL.
+    ///
+    /// # Errors
+    ///
+    /// As [`with_lock_opts`](Redlock::with_lock_opts) once the lock is held; when the options
+    /// leave no time to renew, [`Error::InvalidTtl`] after the lock is released.
+    ///
+    /// # Panics
+    ///
+    /// A panic in the body propagates after the release.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`with_lock`](Redlock::with_lock).
+    pub async fn hold<F, Fut, T>(&self, lock: Lock, opts: HoldOptions, body: F) -> Result<T, Error>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let plan = match Plan::new(self, lock.ttl(), &opts) {
+            Ok(plan) => plan,
+            Err(e) => {
+                release_quietly(lock, &tracing::Span::current()).await;
+                return Err(e);
+            }
+        };
+        self.hold_by_plan(lock, plan, body).await
     }
 
     /// Holds `lock` while `body` runs, by `plan`: the part of [`with_lock_opts`] after the
     /// acquire, shared with the other primitives' `with_*` (a permit is a lock on one slot).
     ///
     /// [`with_lock_opts`]: Redlock::with_lock_opts
-    pub(crate) async fn hold<F, Fut, T>(
+    pub(crate) async fn hold_by_plan<F, Fut, T>(
         &self,
         mut lock: Lock,
         plan: Plan,

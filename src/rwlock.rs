@@ -181,7 +181,7 @@ impl RwLock {
     {
         let plan = Plan::new(&self.rl, ttl, &HoldOptions::default())?;
         let lock = self.read(ttl).await?;
-        self.rl.hold(lock, plan, body).await
+        self.rl.hold_by_plan(lock, plan, body).await
     }
 
     /// Runs `body` under the write hold, renewed meanwhile: as [`Redlock::with_lock`].
@@ -204,7 +204,7 @@ impl RwLock {
     {
         let plan = Plan::new(&self.rl, ttl, &HoldOptions::default())?;
         let lock = self.write(ttl).await?;
-        self.rl.hold(lock, plan, body).await
+        self.rl.hold_by_plan(lock, plan, body).await
     }
 
     /// A writer's keys, with an id of its own for the note it leaves while waiting.

@@ -206,7 +206,7 @@ impl Semaphore {
     {
         let plan = Plan::new(&self.rl, ttl, &HoldOptions::default())?;
         let permit = self.acquire(ttl).await?;
-        self.rl.hold(permit.lock, plan, body).await
+        self.rl.hold_by_plan(permit.lock, plan, body).await
     }
 
     /// One plain attempt per slot, from a random one; the first permit, or the last error.
@@ -306,6 +306,11 @@ impl Permit {
     /// As [`Lock::extend`].
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         self.lock.extend(ttl).await
+    }
+
+    /// The permit as the lock on its slot: to hold it with [`Redlock::hold`], say.
+    pub fn into_lock(self) -> Lock {
+        self.lock
     }
 
     /// Gives the permit back: [`Lock::release`] on its slot, which hands the slot to the first

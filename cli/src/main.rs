@@ -6,6 +6,7 @@
 //! # Layout
 //!
 //! * `exec` — run a command under the lock: its process group, signals, the watchdog.
+//! * `elect` — run a command while leader (`exec`, campaigning instead of locking).
 //! * `status`, `list`, `unlock` — look at and break locks; `holder` — who holds one.
 //! * `nodes` — the `--nodes` option and the checks run before touching a lock.
 //! * `masters` — plain Redis connections, for what the lock itself does not cover.
@@ -18,6 +19,7 @@
 mod bench;
 mod demo;
 mod duration;
+mod elect;
 mod exec;
 mod exit;
 mod holder;
@@ -54,6 +56,9 @@ enum Command {
     /// Run a command while holding a lock on a quorum of masters (a distributed flock).
     #[command(after_help = exec::EXAMPLES)]
     Exec(exec::ExecArgs),
+    /// Run a command while this process is the elected leader; stop it when leadership is lost.
+    #[command(after_help = elect::EXAMPLES)]
+    Elect(elect::ElectArgs),
     /// Measure acquire/release latency and throughput against your own masters.
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::BenchArgs),
@@ -107,7 +112,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => demo::run(args).await,
-            Command::Exec(args) => exec::run(args).await,
+            Command::Exec(args) => exec::run(&args).await,
+            Command::Elect(args) => elect::run(args).await,
             Command::Status(args) => status::run(args).await,
             Command::List(args) => list::run(args).await,
             Command::Unlock(args) => unlock::run(args).await,

@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use quorumlock::{Error, HoldOptions, Redlock};
+use quorumlock::{Error, HoldOptions, Lock, Redlock};
 
 use crate::duration::{self, Wait};
 use crate::exit;
@@ -42,7 +42,15 @@ Examples:
   # Hold the lock without a command (like etcdctl lock) until stdin closes or a signal.
   quorumlock exec --resource maintenance --wait forever
 
-The command gets QUORUMLOCK_RESOURCE (and QUORUMLOCK_FENCE with --fencing) in its environment.
+  # At most 4 exports at a time across every machine (a semaphore, like consul lock -n 4).
+  quorumlock exec --resource exports --permits 4 -w 10m -- ./export.sh
+
+  # Many readers or one writer.
+  quorumlock exec --resource catalog --read -w 1m -- ./read-catalog.sh
+  quorumlock exec --resource catalog --write -w 1m -- ./rebuild-catalog.sh
+
+The command gets QUORUMLOCK_RESOURCE (and QUORUMLOCK_FENCE with --fencing) in its environment;
+with --permits, QUORUMLOCK_RESOURCE names the slot it holds (<resource>:permit:<i>).
 It runs in a process group of its own; the lock is released only once every process of that
 group has exited. SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to quorumlock are passed to the
 group, then SIGKILL follows after --grace (at once on a second signal). At a terminal the
@@ -77,6 +85,17 @@ pub(crate) struct ExecArgs {
     /// Give the command a fencing token in QUORUMLOCK_FENCE (masters need AOF).
     #[arg(long)]
     fencing: bool,
+    /// A semaphore: at most K commands hold the resource at a time (like `consul lock -n`).
+    /// Every process must pass the same K.
+    #[arg(long, value_name = "K", conflicts_with_all = ["read", "write"])]
+    permits: Option<u32>,
+    /// A read hold of a read-write lock: runs beside other readers, never beside a writer.
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+    /// The write hold of a read-write lock: runs alone; new readers wait behind a waiting
+    /// writer.
+    #[arg(long)]
+    write: bool,
     /// Exit code when the lock is busy and not acquired within --wait (like `flock -E`).
     #[arg(short = 'E', long, default_value_t = exit::BUSY)]
     conflict_exit_code: u8,
@@ -96,14 +115,62 @@ pub(crate) struct ExecArgs {
     /// until stdin closes or a signal arrives.
     #[arg(last = true, value_name = "COMMAND")]
     argv: Vec<String>,
+    /// `quorumlock elect`: campaign for leadership announcing this value, instead of locking.
+    #[arg(skip)]
+    elect: Option<String>,
 }
 
 impl ExecArgs {
+    /// The options of `quorumlock elect`: campaign for `name` and run the command while leader.
+    pub(crate) fn elect(
+        nodes: NodesArg,
+        name: String,
+        value: String,
+        ttl: Duration,
+        grace: Duration,
+        shell_command: Option<String>,
+        argv: Vec<String>,
+    ) -> ExecArgs {
+        ExecArgs {
+            nodes,
+            resource: name,
+            ttl,
+            wait: Wait::Forever,
+            no_wait: false,
+            fencing: false,
+            permits: None,
+            read: false,
+            write: false,
+            conflict_exit_code: exit::BUSY,
+            grace,
+            shell_command,
+            argv,
+            elect: Some(value),
+        }
+    }
+
     fn work(&self) -> Work {
         match &self.shell_command {
             Some(script) => Work::Command(vec!["sh".into(), "-c".into(), script.clone()]),
             None if self.argv.is_empty() => Work::Hold,
             None => Work::Command(self.argv.clone()),
+        }
+    }
+
+    /// Takes what the options ask for: the mutex, a permit, a read or the write hold.
+    async fn acquire(&self, rl: &Redlock) -> Result<Lock, Error> {
+        let (resource, ttl) = (self.resource.as_str(), self.ttl);
+        if let Some(value) = &self.elect {
+            return rl.elect(resource, ttl, value).await;
+        }
+        if let Some(permits) = self.permits {
+            let permit = rl.semaphore(resource, permits)?.acquire(ttl).await?;
+            return Ok(permit.into_lock());
+        }
+        match (self.read, self.write) {
+            (true, _) => rl.rw_lock(resource)?.read(ttl).await,
+            (_, true) => rl.rw_lock(resource)?.write(ttl).await,
+            _ => rl.acquire(resource, ttl).await,
         }
     }
 
@@ -122,7 +189,7 @@ impl ExecArgs {
 ///
 /// Configuration errors (exit 1) and fewer than a quorum of masters answering (exit 69, see
 /// [`crate::exit::code_of`]). Every other outcome is an exit code.
-pub(crate) async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     let work = args.work();
     let mut builder = args.nodes.builder().fencing(args.fencing);
     // While the lock is held, `acquire` waits in line for as long as its acquire timeout;
@@ -146,18 +213,24 @@ pub(crate) async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         plan,
         signals: signals.clone(),
         masters: args.nodes.masters(&rl),
-        lock_key: args.nodes.key(&args.resource),
+        // Readers share the resource: none of them is its holder.
+        announce_under: (!args.read).then(|| args.nodes.key_prefix().to_owned()),
     };
 
     // A signal that arrives while waiting for the lock ends the wait; once the lock is held,
     // the body handles signals (it starts by checking for one that came just before).
     let holding = Cell::new(false);
-    let token = std::cell::RefCell::new(None);
-    let hold = rl.with_lock_opts(&args.resource, args.ttl, opts, |held| {
-        holding.set(true);
-        *token.borrow_mut() = Some(held.token().fingerprint());
-        supervise::run(held, context)
-    });
+    // The key held (a permit's slot, say) and its token, to see the release through.
+    let held_as = std::cell::RefCell::new(None);
+    let hold = async {
+        let lock = args.acquire(&rl).await?;
+        rl.hold(lock, opts, |held| {
+            holding.set(true);
+            *held_as.borrow_mut() = Some((held.resource().to_owned(), held.token().fingerprint()));
+            supervise::run(held, context)
+        })
+        .await
+    };
     let mut waiting = signals;
     let outcome = tokio::select! {
         outcome = hold => outcome,
@@ -175,8 +248,8 @@ pub(crate) async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         }
     };
 
-    if let Some(token) = token.into_inner() {
-        released_everywhere(&rl, &args.resource, &token).await;
+    if let Some((resource, token)) = held_as.into_inner() {
+        released_everywhere(&rl, &resource, &token).await;
     }
 
     Ok(ExitCode::from(match outcome {

@@ -88,7 +88,9 @@ pub(crate) struct Context<'a> {
     pub(crate) plan: Plan,
     pub(crate) signals: Termination,
     pub(crate) masters: Vec<Master>,
-    pub(crate) lock_key: String,
+    /// The key prefix under which the holder is described beside the key it holds (see
+    /// `holder`); `None` when the hold is shared (a reader's) and nobody is its holder.
+    pub(crate) announce_under: Option<String>,
 }
 
 /// The body run under the lock.
@@ -109,12 +111,17 @@ pub(crate) async fn run(held: Held, cx: Context<'_>) -> anyhow::Result<Outcome> 
         Work::Hold => None,
     };
     let holder = Holder::me(command, held.token().fingerprint());
-    let announcement = Announcement::start(cx.masters, cx.lock_key, holder, cx.plan.ttl);
+    let announcement = cx.announce_under.map(|prefix| {
+        let key = format!("{prefix}{}", held.resource());
+        Announcement::start(cx.masters, key, holder, cx.plan.ttl)
+    });
     let outcome = match command {
         Some(argv) => run_command(argv, &held, cx.signals, cx.plan).await,
         None => hold(&held, cx.signals).await,
     };
-    announcement.withdraw().await;
+    if let Some(announcement) = announcement {
+        announcement.withdraw().await;
+    }
     outcome
 }
 

@@ -1,0 +1,170 @@
+//! `exec --permits`, `exec --read` / `--write` and `elect`, as separate processes against real
+//! masters: the log the commands append to shows how many ran at once, and in which terms.
+
+mod common;
+
+use std::process::Child;
+use std::time::Duration;
+
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use quorumlock_testkit::RedisNodes;
+
+/// A command that logs `start <tag>`, works `secs`, and logs `end <tag>`.
+fn job(witness: &Witness, tag: &str, secs: &str) -> String {
+    let log = witness.log();
+    format!(
+        "echo \"start {tag}\" >> {log}; sleep {secs}; echo \"end {tag}\" >> {log}",
+        log = log.display()
+    )
+}
+
+/// The most commands running at once, from the log's start/end lines.
+fn most_at_once(lines: &[String]) -> usize {
+    let (mut now, mut most) = (0usize, 0usize);
+    for line in lines {
+        if line.starts_with("start") {
+            now += 1;
+            most = most.max(now);
+        } else if line.starts_with("end") {
+            now = now.saturating_sub(1);
+        }
+    }
+    most
+}
+
+fn wait_all(children: &mut [Child]) -> Vec<i32> {
+    children
+        .iter_mut()
+        .map(|c| c.wait().unwrap().code().unwrap_or(-1))
+        .collect()
+}
+
+#[test]
+fn exec_with_permits_runs_at_most_k_commands_at_once() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let mut children: Vec<Child> = (0..5)
+        .map(|i| {
+            exec(
+                &nodes,
+                &["--resource", "exports", "--permits", "2", "-w", "30s"],
+                &job(&witness, &i.to_string(), "0.3"),
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(wait_all(&mut children), [0; 5]);
+    let lines = witness.lines();
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    assert_eq!(most_at_once(&lines), 2, "{lines:?}");
+}
+
+#[test]
+fn exec_read_runs_beside_readers_and_write_runs_alone() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let mut readers: Vec<Child> = (0..3)
+        .map(|i| {
+            exec(
+                &nodes,
+                &["--resource", "catalog", "--read", "-w", "30s"],
+                &job(&witness, &format!("read{i}"), "0.5"),
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || witness
+        .lines()
+        .iter()
+        .filter(|l| l.starts_with("start read"))
+        .count()
+        == 3));
+    let writer = exec(
+        &nodes,
+        &["--resource", "catalog", "--write", "-w", "30s"],
+        &job(&witness, "write", "0.2"),
+    )
+    .output()
+    .unwrap();
+    assert_eq!(writer.status.code(), Some(0), "{}", text(&writer));
+    assert_eq!(wait_all(&mut readers), [0; 3]);
+    let lines = witness.lines();
+    assert_eq!(most_at_once(&lines[..6]), 3, "readers share: {lines:?}");
+    assert_eq!(
+        &lines[6..],
+        ["start write", "end write"],
+        "the writer ran after every reader: {lines:?}"
+    );
+    let both = quorumlock(&nodes)
+        .args(["exec", "--resource", "x", "--read", "--write", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+}
+
+#[test]
+fn elect_runs_one_leader_at_a_time_with_growing_terms_and_stops_on_sigterm() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let log = witness.log();
+    let leader = |value: &str| {
+        let mut cmd = quorumlock(&nodes);
+        cmd.args(["elect", "--name", "sched", "--value", value, "--ttl", "3s", "--"])
+            .args([
+                "sh",
+                "-c",
+                &format!(
+                    "echo \"start $QUORUMLOCK_FENCE\" >> {log}; sleep 0.3; echo \"end $QUORUMLOCK_FENCE\" >> {log}",
+                    log = log.display()
+                ),
+            ]);
+        cmd
+    };
+    let mut children: Vec<Child> = ["a", "b", "c"]
+        .iter()
+        .map(|v| leader(v).spawn().unwrap())
+        .collect();
+    assert_eq!(wait_all(&mut children), [0; 3]);
+    let lines = witness.lines();
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert_eq!(most_at_once(&lines), 1, "{lines:?}");
+    let terms: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("start "))
+        .map(|t| t.parse().unwrap())
+        .collect();
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+
+    // A restarting candidate leads again and again until it is told to stop.
+    let mut restarting = quorumlock(&nodes)
+        .args(["elect", "--name", "loop", "--ttl", "3s", "--restart", "-c"])
+        .arg(format!(
+            "echo lead >> {}; sleep 0.1",
+            witness.path("loop").display()
+        ))
+        .spawn()
+        .unwrap();
+    let led = |n: usize| {
+        std::fs::read_to_string(witness.path("loop"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= n
+    };
+    assert!(wait_until(Duration::from_secs(10), || led(3)));
+    kill(
+        Pid::from_raw(i32::try_from(restarting.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(restarting.wait().unwrap().code(), Some(143));
+    let status = quorumlock(&nodes)
+        .args(["status", "loop"])
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(0), "resigned: {}", text(&status));
+}
