@@ -49,6 +49,14 @@ pub enum Verdict {
         /// How many nodes reserved it.
         nodes: usize,
     },
+    /// The key is free on a quorum, and readers of a read-write lock
+    /// ([`RwLock`](crate::RwLock)) hold the resource on a quorum: a writer waits.
+    Reading {
+        /// At least this many readers' holds are live on each of a quorum of nodes.
+        readers: usize,
+        /// How many nodes have a live reader.
+        nodes: usize,
+    },
     /// Fewer than a quorum of nodes answered.
     Unknown,
 }
@@ -64,6 +72,11 @@ pub struct NodeStatus {
     /// The live waiters in the resource's line on this node, first to last (empty when the
     /// node did not answer).
     pub queue: Vec<QueuedWaiter>,
+    /// Live readers' holds of the resource as a read-write lock on this node.
+    pub readers: usize,
+    /// Writers waiting for the resource as a read-write lock on this node (their notes hold
+    /// new readers back).
+    pub writers_waiting: usize,
 }
 
 /// One waiter in a resource's line on one node, inside [`NodeStatus`].
@@ -174,7 +187,9 @@ impl Redlock {
             let mut call = scripts::INSPECT.prepare_invoke();
             call.key(&*key)
                 .key(keys::line_key(&key))
-                .key(keys::leases_key(&key));
+                .key(keys::leases_key(&key))
+                .key(keys::readers_key(&key))
+                .key(keys::writers_key(&key));
             self.inner().node(i).invoke::<NodeReply>(call, timeout)
         }))
         .await;
@@ -182,7 +197,7 @@ impl Redlock {
             .nodes()
             .zip(replies)
             .map(|(node, reply)| match reply {
-                Ok((value, pttl, now_ms, line)) => NodeStatus {
+                Ok((value, pttl, now_ms, line, readers, writers_waiting)) => NodeStatus {
                     node: node.to_owned(),
                     state: node_state(value, pttl),
                     queue: line
@@ -193,11 +208,15 @@ impl Redlock {
                             lapses_in: Duration::from_millis(lapses_in_ms),
                         })
                         .collect(),
+                    readers,
+                    writers_waiting,
                 },
                 Err(e) => NodeStatus {
                     node: node.to_owned(),
                     state: NodeState::Unreachable(e),
                     queue: Vec::new(),
+                    readers: 0,
+                    writers_waiting: 0,
                 },
             })
             .collect();
@@ -210,9 +229,16 @@ impl Redlock {
     }
 }
 
-/// One node's answer to `lua/inspect.lua`: the key's value and PTTL, the node's time in ms, and
-/// the live waiters as (id, order, ms until the entry lapses).
-type NodeReply = (Option<String>, i64, u64, Vec<(String, u64, u64)>);
+/// One node's answer to `lua/inspect.lua`: the key's value and PTTL, the node's time in ms, the
+/// live waiters as (id, order, ms until the entry lapses), live readers, waiting writers.
+type NodeReply = (
+    Option<String>,
+    i64,
+    u64,
+    Vec<(String, u64, u64)>,
+    usize,
+    usize,
+);
 
 /// What a node holds, from the key's value and PTTL.
 fn node_state(value: Option<String>, pttl: i64) -> NodeState {
@@ -246,7 +272,17 @@ fn verdict(quorum: usize, nodes: &[NodeStatus]) -> Verdict {
         .filter(|n| matches!(n.state, NodeState::Free))
         .count();
     if free >= quorum {
-        return Verdict::Free;
+        // Readers leave the key alone: a quorum with live readers is a read hold.
+        let mut readers: Vec<usize> = nodes.iter().map(|n| n.readers).collect();
+        readers.sort_unstable_by(|a, b| b.cmp(a));
+        let reading = readers.iter().filter(|r| **r > 0).count();
+        return match readers.get(quorum - 1) {
+            Some(&at_least) if at_least > 0 => Verdict::Reading {
+                readers: at_least,
+                nodes: reading,
+            },
+            _ => Verdict::Free,
+        };
     }
     if let Some((print, nodes)) = agreed(quorum, nodes.iter().filter_map(NodeStatus::fingerprint)) {
         return Verdict::Held {
@@ -288,6 +324,8 @@ mod tests {
                 ttl: Some(Duration::from_secs(1)),
             },
             queue: Vec::new(),
+            readers: 0,
+            writers_waiting: 0,
         }
     }
 
@@ -296,6 +334,8 @@ mod tests {
             node: "n".into(),
             state: NodeState::Free,
             queue: Vec::new(),
+            readers: 0,
+            writers_waiting: 0,
         }
     }
 
@@ -305,6 +345,8 @@ mod tests {
             node: "n".into(),
             state: NodeState::Unreachable(e),
             queue: Vec::new(),
+            readers: 0,
+            writers_waiting: 0,
         }
     }
 
@@ -345,9 +387,8 @@ mod tests {
         let reserved = || node_state(Some("~queued:00000000000000ab".into()), 800);
         let nodes: Vec<NodeStatus> = (0..3)
             .map(|_| NodeStatus {
-                node: "n".into(),
                 state: reserved(),
-                queue: Vec::new(),
+                ..free()
             })
             .chain([free(), held("a")])
             .collect();
@@ -360,6 +401,25 @@ mod tests {
                 nodes: 3
             }
         );
+    }
+
+    #[test]
+    fn readers_on_a_quorum_of_free_keys_are_reading_and_on_a_minority_free() {
+        let reading = |readers| NodeStatus { readers, ..free() };
+        assert_eq!(
+            verdict(3, &[reading(2), reading(1), reading(3), free(), down()]),
+            Verdict::Reading {
+                readers: 1,
+                nodes: 3
+            }
+        );
+        assert_eq!(
+            verdict(3, &[reading(2), reading(1), free(), free(), free()]),
+            Verdict::Free
+        );
+        // A writer's key wins over leftover readers' entries.
+        let nodes = [held("w"), held("w"), held("w"), reading(1), reading(1)];
+        assert!(matches!(verdict(3, &nodes), Verdict::Held { .. }));
     }
 
     #[test]

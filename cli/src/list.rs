@@ -132,8 +132,12 @@ async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String
     Ok(locks)
 }
 
+/// A token (32 hex digits), or a leader's: a token, `:` and the value it announced.
 fn looks_like_token(value: &str) -> bool {
-    value.len() == 32 && value.bytes().all(|b| b.is_ascii_hexdigit())
+    let (token, rest) = value.split_at_checked(32).unwrap_or((value, ""));
+    token.len() == 32
+        && token.bytes().all(|b| b.is_ascii_hexdigit())
+        && (rest.is_empty() || rest.starts_with(':'))
 }
 
 /// A key a release handed over to the first waiter in line: `~queued:` and the waiter's id
@@ -165,6 +169,7 @@ fn summary(status: &Inspection) -> (&'static str, usize, Option<Duration>) {
         Verdict::HandedOver { .. } => "handed-over",
         Verdict::Split => "split",
         Verdict::Free => "leftover",
+        Verdict::Reading { .. } => "reading",
         _ => "unknown",
     };
     (state, present, ttl)
@@ -242,6 +247,10 @@ mod tests {
     fn only_token_shaped_values_count_as_locks() {
         assert!(looks_like_token("0123456789abcdef0123456789abcdef"));
         assert!(!looks_like_token("hello"));
+        assert!(looks_like_token(
+            "0123456789abcdef0123456789abcdef:host-a:80"
+        ));
+        assert!(!looks_like_token("0123456789abcdef0123456789abcdefx"));
         assert!(!looks_like_token("0123456789abcdef0123456789abcdeg"));
         assert!(looks_like_reservation(
             "~queued:0123456789abcdef0123456789abcdef"

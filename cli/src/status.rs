@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use quorumlock::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
+use quorumlock::{Inspection, Leader, NodeState, NodeStatus, QueuedWaiter, Redlock, Verdict};
 use serde_json::{json, Value};
 
 use crate::exit;
@@ -20,13 +20,18 @@ Examples:
   QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 quorumlock status nightly-report
   quorumlock status --json nightly-report | jq .holder
   quorumlock status --json nightly-report | jq '.nodes[0].queue'
+  quorumlock status --permits 4 exports
+  quorumlock status scheduler          # an election: shows the leader
 
 Each master's line lists the waiters (`exec --wait`, `acquire`) first to last: how long each has
 waited and when its entry lapses unless renewed. A release hands the lock to the first of them:
 until that waiter takes it, the masters show the key reserved for it (`handed over`).
 
-Exit codes: 0 free, 75 held, handed over to a waiter, or split between holders (not acquirable
-now), 69 fewer than a quorum of masters answered.";
+A read-write lock's readers and waiting writers are listed per master, and an election's key
+shows its leader. `--permits K` shows each slot of a semaphore (`exec --permits K`).
+
+Exit codes: 0 free (with --permits: a permit is free), 75 held, read, handed over to a waiter,
+or split between holders (not acquirable now), 69 fewer than a quorum of masters answered.";
 
 /// Options of `quorumlock status`.
 #[derive(Debug, clap::Args)]
@@ -36,6 +41,9 @@ pub(crate) struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// The resource is a semaphore with K permits (`exec --permits K`): show each slot.
+    #[arg(long, value_name = "K")]
+    permits: Option<u32>,
     /// The resource to inspect.
     resource: String,
 }
@@ -52,25 +60,94 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(()) | Err(quorumlock::Error::Unavailable { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    let status = rl.inspect(&args.resource).await?;
-    // A key handed over to a waiter has no holder yet: the last one deleted its description
-    // before its release.
-    let holder = if matches!(status.verdict, Verdict::Held { .. } | Verdict::Split) {
-        holder::read(&args.nodes.masters(&rl), &args.nodes.key(&args.resource)).await
-    } else {
-        None
-    };
+    if let Some(permits) = args.permits {
+        return slots(&rl, &args, permits).await;
+    }
+    let (status, holder, leader) = look(&rl, &args.nodes, &args.resource).await?;
     if args.json {
-        out!("{}", report(&status, holder.as_ref()))?;
+        out!("{}", report(&status, holder.as_ref(), leader.as_ref()))?;
     } else {
-        for line in table(&status, holder.as_ref()) {
+        for line in table(&status, holder.as_ref(), leader.as_ref()) {
             out!("{line}")?;
         }
     }
-    Ok(ExitCode::from(match status.verdict {
+    Ok(ExitCode::from(code(&status.verdict)))
+}
+
+/// The exit code of a verdict: 0 free, 69 unknown, 75 anything that keeps an acquire out.
+fn code(verdict: &Verdict) -> u8 {
+    match verdict {
         Verdict::Free => 0,
         Verdict::Unknown => exit::NO_QUORUM,
         _ => exit::BUSY,
+    }
+}
+
+/// What the masters hold for `resource`, its holder's description, and the election's leader
+/// when the key is a leader's.
+async fn look(
+    rl: &Redlock,
+    nodes: &NodesArg,
+    resource: &str,
+) -> anyhow::Result<(Inspection, Option<Holder>, Option<Leader>)> {
+    let status = rl.inspect(resource).await?;
+    // A key handed over to a waiter has no holder yet: the last one deleted its description
+    // before its release.
+    let held = matches!(status.verdict, Verdict::Held { .. } | Verdict::Split);
+    let holder = match held {
+        true => holder::read(&nodes.masters(rl), &nodes.key(resource)).await,
+        false => None,
+    };
+    let leader = match &status.verdict {
+        Verdict::Held { fingerprint, .. } => rl
+            .leader(resource)
+            .await
+            .ok()
+            .flatten()
+            .filter(|l| l.fingerprint == *fingerprint),
+        _ => None,
+    };
+    Ok((status, holder, leader))
+}
+
+/// `status --permits K`: each slot's verdict and holder; exit 0 while a permit is free.
+async fn slots(rl: &Redlock, args: &StatusArgs, permits: u32) -> anyhow::Result<ExitCode> {
+    let semaphore = rl.semaphore(&args.resource, permits)?;
+    let mut looks = Vec::new();
+    for slot in 0..semaphore.permits() {
+        let name = format!("{}:permit:{slot}", args.resource);
+        looks.push(look(rl, &args.nodes, &name).await?);
+    }
+    let free = looks
+        .iter()
+        .filter(|(s, _, _)| s.verdict == Verdict::Free)
+        .count();
+    let unknown = looks.iter().any(|(s, _, _)| s.verdict == Verdict::Unknown);
+    if args.json {
+        let slots: Vec<Value> = looks
+            .iter()
+            .map(|(s, h, l)| report(s, h.as_ref(), l.as_ref()))
+            .collect();
+        out!(
+            "{}",
+            json!({
+                "resource": args.resource,
+                "permits": permits,
+                "free": free,
+                "slots": slots,
+            })
+        )?;
+    } else {
+        for (status, holder, _) in &looks {
+            let holder = holder.as_ref().map_or(String::new(), |h| format!("  {h}"));
+            out!("{}: {}{holder}", status.resource, verdict_text(status))?;
+        }
+        out!("{:?}: {free}/{permits} permits free", args.resource)?;
+    }
+    Ok(ExitCode::from(match (free, unknown) {
+        (_, true) => exit::NO_QUORUM,
+        (0, false) => exit::BUSY,
+        _ => 0,
     }))
 }
 
@@ -109,6 +186,9 @@ fn verdict_text(status: &Inspection) -> String {
             format!("handed over to waiter {waiter} on {nodes}/{of} nodes")
         }
         Verdict::Free => "free".to_owned(),
+        Verdict::Reading { readers, nodes } => {
+            format!("read by {readers}+ reader(s), on {nodes}/{of} nodes")
+        }
         Verdict::Split => "split: no token on a quorum, fewer than a quorum free".to_owned(),
         Verdict::Unknown => format!("unknown: fewer than {} nodes answered", status.quorum),
         other => format!("{other:?}"),
@@ -116,7 +196,7 @@ fn verdict_text(status: &Inspection) -> String {
 }
 
 /// The table: a row per node, the verdict, the holder, then each node's line, first to last.
-fn table(status: &Inspection, holder: Option<&Holder>) -> Vec<String> {
+fn table(status: &Inspection, holder: Option<&Holder>, leader: Option<&Leader>) -> Vec<String> {
     let rows: Vec<_> = status.nodes.iter().map(|n| (n, row(n))).collect();
     let width = rows
         .iter()
@@ -150,6 +230,24 @@ fn table(status: &Inspection, holder: Option<&Holder>) -> Vec<String> {
     if let Some(holder) = holder {
         lines.push(format!("holder {}: {holder}", holder.lock));
     }
+    if let Some(leader) = leader {
+        lines.push(format!("leader: {}", leader.value));
+    }
+    let readers: Vec<String> = status
+        .nodes
+        .iter()
+        .filter(|n| n.readers + n.writers_waiting > 0)
+        .map(|n| {
+            format!(
+                "{}: {} reader(s), {} writer(s) waiting",
+                n.node, n.readers, n.writers_waiting
+            )
+        })
+        .collect();
+    if !readers.is_empty() {
+        lines.push("read-write lock:".to_owned());
+        lines.extend(readers.into_iter().map(|r| format!("  {r}")));
+    }
     for node in status.nodes.iter().filter(|n| !n.queue.is_empty()) {
         lines.push(format!("line on {}, first to last:", node.node));
         let place_width = node.queue.len().to_string().len();
@@ -177,6 +275,15 @@ fn waiter_json(waiter: &QueuedWaiter) -> Value {
 
 /// One node, as JSON: `queue` is its line first to last, `null` when it did not answer.
 fn node_json(node: &NodeStatus) -> Value {
+    let mut json = node_state_json(node);
+    if let Some(fields) = json.as_object_mut() {
+        fields.insert("readers".into(), node.readers.into());
+        fields.insert("writers_waiting".into(), node.writers_waiting.into());
+    }
+    json
+}
+
+fn node_state_json(node: &NodeStatus) -> Value {
     let queue: Vec<Value> = node.queue.iter().map(waiter_json).collect();
     match &node.state {
         NodeState::Held { fingerprint, ttl } => json!({
@@ -206,13 +313,14 @@ fn node_json(node: &NodeStatus) -> Value {
 
 /// The JSON report: the verdict (`held`, `handed_over`, `free`, `split`, `unknown`), the
 /// holder's token or the waiter the key was handed to, and how many nodes agree on it.
-fn report(status: &Inspection, holder: Option<&Holder>) -> Value {
+fn report(status: &Inspection, holder: Option<&Holder>, leader: Option<&Leader>) -> Value {
     let (verdict, token, waiter, holding) = match &status.verdict {
         Verdict::Held { fingerprint, nodes } => ("held", Some(fingerprint.as_str()), None, *nodes),
         Verdict::HandedOver { waiter, nodes } => {
             ("handed_over", None, Some(waiter.as_str()), *nodes)
         }
         Verdict::Free => ("free", None, None, 0),
+        Verdict::Reading { nodes, .. } => ("reading", None, None, *nodes),
         Verdict::Split => ("split", None, None, 0),
         _ => ("unknown", None, None, 0),
     };
@@ -224,6 +332,7 @@ fn report(status: &Inspection, holder: Option<&Holder>) -> Value {
         "holding": holding,
         "quorum": status.quorum,
         "holder": holder,
+        "leader": leader.map(|l| l.value.as_str()),
         "nodes": status.nodes.iter().map(node_json).collect::<Vec<_>>(),
     })
 }

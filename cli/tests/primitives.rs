@@ -168,3 +168,89 @@ fn elect_runs_one_leader_at_a_time_with_growing_terms_and_stops_on_sigterm() {
         .unwrap();
     assert_eq!(status.status.code(), Some(0), "resigned: {}", text(&status));
 }
+
+#[test]
+fn status_shows_permits_readers_and_the_leader() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let done = witness.path("done");
+    // Each holder marks that it runs, then holds until `done` exists.
+    let until_done = |mark: &str| {
+        format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            witness.path(mark).display(),
+            done.display()
+        )
+    };
+    let mut holders = vec![
+        exec(
+            &nodes,
+            &["--resource", "exports", "--permits", "2"],
+            &until_done("permit"),
+        )
+        .spawn()
+        .unwrap(),
+        exec(
+            &nodes,
+            &["--resource", "catalog", "--read"],
+            &until_done("read"),
+        )
+        .spawn()
+        .unwrap(),
+    ];
+    let mut elect = quorumlock(&nodes);
+    elect
+        .args(["elect", "--name", "sched", "--value", "host-a:80", "-c"])
+        .arg(until_done("leader"));
+    holders.push(elect.spawn().unwrap());
+    for mark in ["permit", "read", "leader"] {
+        assert!(
+            wait_for_file(&witness.path(mark), Duration::from_secs(10)),
+            "{mark}"
+        );
+    }
+
+    let status = |args: &[&str]| {
+        let out = quorumlock(&nodes)
+            .arg("status")
+            .args(args)
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.status.code(), shown, text(&out))
+    };
+    let (code, shown, all) = status(&["--permits", "2", "exports"]);
+    assert_eq!(code, Some(0), "{all}");
+    assert!(shown.contains("\"exports\": 1/2 permits free"), "{all}");
+    assert_eq!(shown.matches(": held by ").count(), 1, "{all}");
+    let (code, shown, all) = status(&["--permits", "2", "--json", "exports"]);
+    assert_eq!(code, Some(0), "{all}");
+    let json: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(json["free"], 1, "{json:#}");
+    assert_eq!(json["slots"].as_array().unwrap().len(), 2, "{json:#}");
+
+    let (code, shown, all) = status(&["catalog"]);
+    assert_eq!(code, Some(75), "{all}");
+    assert!(
+        shown.contains("read by 1+ reader(s), on 3/3 nodes"),
+        "{all}"
+    );
+    let (_, shown, _) = status(&["--json", "catalog"]);
+    let json: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(json["verdict"], "reading", "{json:#}");
+    assert_eq!(json["nodes"][0]["readers"], 1, "{json:#}");
+
+    let (code, shown, all) = status(&["sched"]);
+    assert_eq!(code, Some(75), "{all}");
+    assert!(shown.contains("leader: host-a:80"), "{all}");
+    let (_, shown, _) = status(&["--json", "sched"]);
+    let json: serde_json::Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(json["leader"], "host-a:80", "{json:#}");
+
+    std::fs::write(&done, "").unwrap();
+    assert_eq!(wait_all(&mut holders), [0; 3]);
+    let (code, _, all) = status(&["--permits", "2", "exports"]);
+    assert_eq!(code, Some(0), "{all}");
+    let (code, _, all) = status(&["catalog"]);
+    assert_eq!(code, Some(0), "{all}");
+}

@@ -1,7 +1,9 @@
 -- What one node holds for a lock key, read atomically: its value (nil when absent), its PTTL in ms
 -- (-2 when absent, -1 with no expiry), the node's time in ms, and the live waiters in the key's
 -- line, first to last, as {id, order, ms until the entry lapses} triples.
--- KEYS[1] lock key; KEYS[2] its line; KEYS[3] the line's leases.
+-- Then, for a read-write lock, how many readers' holds and waiting writers' notes are live.
+-- KEYS[1] lock key; KEYS[2] its line; KEYS[3] the line's leases; KEYS[4] its readers; KEYS[5] its
+-- waiting writers.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local line = {}
@@ -12,4 +14,6 @@ for i = 1, #entries, 2 do
     table.insert(line, {entries[i], entries[i + 1], lapses - now})
   end
 end
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), now, line}
+local readers = redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf')
+local writers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), now, line, readers, writers}
