@@ -122,6 +122,11 @@ async fn s17_a_minority_paused_while_waiters_are_queued_then_resumed() {
     survives(Scenario::LineMinorityPaused).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn s18_separate_clients_share_a_semaphore_never_more_than_its_permits_at_once() {
+    survives(Scenario::Semaphore).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Negative controls: the checker must see a violation where the documented assumptions are broken,
 // and none where they hold. The interleaving is driven step by step, not left to chance.

@@ -15,6 +15,7 @@
 //! * [`failover`] — failover evidence: one master + replica against N independent masters.
 //! * [`figures`] — percentiles by one definition, and digit grouping, for every printed figure.
 //! * [`mutex`] — mutex access that survives a panic in another task.
+//! * [`naive_semaphore`] — the **unsafe** per-master-count semaphore, a negative control only.
 //!
 //! The names used most are also at the crate root, grouped below by the module that defines them.
 
@@ -25,6 +26,7 @@ pub mod failover;
 pub mod figures;
 pub mod history;
 pub mod mutex;
+pub mod naive_semaphore;
 pub mod proxy;
 pub mod server;
 
@@ -42,7 +44,9 @@ pub use history::{Fault, FaultId, History, Op, OpKind, Outcome, Releasing, Token
 
 // Protocol-level checkers.
 #[doc(no_inline)]
-pub use history::{check_fence_order, check_overlaps, Acquisition, Lease};
+pub use history::{
+    check_fence_order, check_max_holders, check_overlaps, Acquisition, Lease, PermitLease,
+};
 
 // Effect-level witnesses.
 #[doc(no_inline)]

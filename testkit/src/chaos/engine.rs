@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{oneshot, Barrier};
 
 use super::line::{self, HeadKill, Probe};
+use super::semaphore;
 use crate::mutex;
 use crate::{
     FaultId, FaultProxy, FencedRegister, History, LostUpdateRegister, OccupancyWitness, Op, OpKind,
@@ -119,6 +120,9 @@ pub(super) struct Setup {
     pub(super) simultaneous_group: usize,
     /// Attempts each client makes per simultaneous round.
     pub(super) round_attempts: u32,
+    /// The clients share one semaphore with this many permits instead of locking `resources`
+    /// (which must then equal the permits: one witness and register per slot).
+    pub(super) semaphore: Option<u32>,
     /// Stop once this many acquisitions succeeded ...
     pub(super) target: usize,
     /// ... or after this long, whichever comes first.
@@ -147,6 +151,7 @@ impl Default for Setup {
             head_kill_chance: 0.0,
             simultaneous_group: 0,
             round_attempts: 6,
+            semaphore: None,
             target: 2_000,
             time_limit: Duration::from_secs(40),
         }
@@ -173,6 +178,14 @@ impl Setup {
 
     pub(super) fn resource(i: usize) -> String {
         format!("r{i}")
+    }
+
+    /// The name resource `r` is locked by: `r<i>`, or the semaphore's slot `r`.
+    pub(super) fn lock_name(&self, r: usize) -> String {
+        match self.semaphore {
+            Some(_) => semaphore::slot_name(r),
+            None => Self::resource(r),
+        }
     }
 
     /// How long a waiter's place in line lasts without renewal, as the library documents it:
@@ -424,19 +437,26 @@ pub(super) struct Ran {
     pub(super) finished_at: Instant,
     /// When the runtime could not run its tasks on time.
     pub(super) stalls: Stalls,
+    /// The semaphore's witness, which admits as many clients as it has permits.
+    pub(super) capacity: Option<OccupancyWitness>,
 }
 
 /// Shared by every client task of a run.
-struct Shared {
-    setup: Setup,
+pub(super) struct Shared {
+    pub(super) setup: Setup,
     urls: Vec<String>,
-    history: History,
-    witnesses: Vec<OccupancyWitness>,
-    registers: Vec<LostUpdateRegister>,
-    fenced: Vec<FencedRegister>,
-    successes: AtomicUsize,
+    pub(super) history: History,
+    /// Per resource (or semaphore slot): who is inside, ...
+    pub(super) witnesses: Vec<OccupancyWitness>,
+    /// ... a read–sleep–write counter, ...
+    pub(super) registers: Vec<LostUpdateRegister>,
+    /// ... and fenced storage, when fencing is on.
+    pub(super) fenced: Vec<FencedRegister>,
+    /// The semaphore's own witness, when the clients share one.
+    pub(super) capacity: Option<OccupancyWitness>,
+    pub(super) successes: AtomicUsize,
     stop: Arc<AtomicBool>,
-    latencies: Mutex<Vec<Duration>>,
+    pub(super) latencies: Mutex<Vec<Duration>>,
     stale: Mutex<StaleStats>,
     kills: Mutex<Vec<(String, Instant)>>,
     /// Reads the masters' lines, for the acquires watched to be killed at the head of one.
@@ -468,18 +488,23 @@ where
         urls: cluster.urls.clone(),
         history: history.clone(),
         witnesses: (0..resources)
-            .map(|r| history.occupancy_witness(Setup::resource(r)))
+            .map(|r| history.occupancy_witness(setup.lock_name(r)))
             .collect(),
         registers: (0..resources)
-            .map(|r| history.lost_update_register(Setup::resource(r)))
+            .map(|r| history.lost_update_register(setup.lock_name(r)))
             .collect(),
         fenced: if setup.fencing {
             (0..resources)
-                .map(|r| history.fenced_register(Setup::resource(r)))
+                .map(|r| history.fenced_register(setup.lock_name(r)))
                 .collect()
         } else {
             Vec::new()
         },
+        capacity: setup.semaphore.map(|permits| {
+            let permits = permits as usize;
+            history.watch_semaphore(semaphore::SEMAPHORE, permits);
+            history.capacity_witness(semaphore::SEMAPHORE, permits)
+        }),
         setup: setup.clone(),
         successes: AtomicUsize::new(0),
         stop: Arc::new(AtomicBool::new(false)),
@@ -536,11 +561,11 @@ where
         }
     } else {
         for client in 0..setup.clients {
-            clients.push(tokio::spawn(free_client(
-                Arc::clone(&shared),
-                client,
-                client_rng(seed, client),
-            )));
+            let (shared, rng) = (Arc::clone(&shared), client_rng(seed, client));
+            clients.push(match setup.semaphore {
+                Some(_) => tokio::spawn(semaphore::client(shared, client, rng)),
+                None => tokio::spawn(free_client(shared, client, rng)),
+            });
         }
     }
 
@@ -577,6 +602,7 @@ where
         head_kills.push(followed.await.map_err(io::Error::other)?);
     }
     let rounds = std::mem::take(&mut *mutex::lock(&rounds));
+    let capacity = shared.capacity.clone();
     Ok(Ran {
         setup,
         history,
@@ -592,6 +618,7 @@ where
         stopped_at,
         finished_at,
         stalls,
+        capacity,
     })
 }
 
@@ -646,11 +673,11 @@ return bad";
 }
 
 impl Shared {
-    fn stopped(&self) -> bool {
+    pub(super) fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
 
-    fn redlock(&self) -> Redlock {
+    pub(super) fn redlock(&self) -> Redlock {
         // The configuration is fixed and valid: a failure here is a bug in the scenario.
         match self.setup.redlock(&self.urls) {
             Ok(rl) => rl,

@@ -3,11 +3,12 @@
 //!
 //! One [`Scenario`] per fault pattern of the safety issue (baseline, kills, pauses, restarts,
 //! latency, held replies, resets, partitions, simultaneous starts, stale holders, killed holders)
-//! plus fenced crash/restart over AOF masters, and the faults of the wait line: waiters that die
-//! at the head of the line, masters that lose their lines, masters paused with waiters queued. [`run`] drives one of them for a [`Length`] and
-//! returns a [`ChaosRun`]: the figures (acquisitions, failures, violations, acquire latency), the
-//! [`Report`] and the checks. Nothing here prints; the tests assert and `examples/chaos.rs`
-//! prints the table.
+//! plus fenced crash/restart over AOF masters, the faults of the wait line (waiters that die at
+//! the head of the line, masters that lose their lines, masters paused with waiters queued), and
+//! a counting semaphore shared by separate clients under every kind of fault. [`run`] drives one
+//! of them for a [`Length`] and returns a [`ChaosRun`]: the figures (acquisitions, failures,
+//! violations, acquire latency), the [`Report`] and the checks. Nothing here prints; the tests
+//! assert and `examples/chaos.rs` prints the table.
 //!
 //! Every run is driven by a seed: which masters fail, when, for how long, and every client's
 //! choices. [`seed`] reads it from [`CHAOS_SEED_ENV`] or falls back to the scenario's fixed
@@ -31,6 +32,7 @@
 mod engine;
 mod line;
 mod scenarios;
+mod semaphore;
 
 pub(crate) use engine::direct_query as direct;
 
@@ -93,11 +95,16 @@ pub enum Scenario {
     /// 17. Separate clients waiting in line while two masters at a time are paused (`SIGSTOP`)
     ///     with waiters queued, then resumed.
     LineMinorityPaused,
+    /// 18. Separate clients share one counting semaphore of 3 permits
+    ///     ([`quorumlock::Semaphore`]) while masters are killed and restarted empty after a TTL,
+    ///     paused, partitioned away (minority and majority) and slowed down, one fault at a time:
+    ///     never more than 3 holders at once, never two on one slot.
+    Semaphore,
 }
 
 impl Scenario {
     /// Every scenario, in the issue's order.
-    pub const ALL: [Scenario; 17] = [
+    pub const ALL: [Scenario; 18] = [
         Scenario::Baseline,
         Scenario::MinorityKilled,
         Scenario::MajorityKilled,
@@ -115,9 +122,11 @@ impl Scenario {
         Scenario::WaiterKilledAtHead,
         Scenario::LineMasterRestarted,
         Scenario::LineMinorityPaused,
+        Scenario::Semaphore,
     ];
 
-    /// The scenario's number in the issue (14: the fencing figure; 15–17: the wait line).
+    /// The scenario's number in the issue (14: the fencing figure; 15–17: the wait line; 18: the
+    /// semaphore).
     pub fn number(self) -> u32 {
         match self {
             Scenario::Baseline => 1,
@@ -137,6 +146,7 @@ impl Scenario {
             Scenario::WaiterKilledAtHead => 15,
             Scenario::LineMasterRestarted => 16,
             Scenario::LineMinorityPaused => 17,
+            Scenario::Semaphore => 18,
         }
     }
 
@@ -160,6 +170,7 @@ impl Scenario {
             Scenario::WaiterKilledAtHead => "waiter-killed-at-head",
             Scenario::LineMasterRestarted => "line-master-restarted",
             Scenario::LineMinorityPaused => "line-minority-paused",
+            Scenario::Semaphore => "semaphore",
         }
     }
 

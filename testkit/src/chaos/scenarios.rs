@@ -9,6 +9,7 @@ use rand::Rng;
 
 use super::engine::{self, Ctl, Ran, Setup, KEY_PREFIX};
 use super::line::{self, LineFaults};
+use super::semaphore;
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::mutex;
 use crate::{Fault, Op, OpKind};
@@ -243,6 +244,27 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             ];
             (ran, checks)
         }
+        Scenario::Semaphore => {
+            // Separate clients, more than the permits, waiting in every slot's line. Empty
+            // restarts reset the fencing counters (see FencedAofRestarts for fences).
+            let setup = Setup {
+                semaphore: Some(semaphore::PERMITS),
+                resources: semaphore::PERMITS as usize,
+                clients: SEMAPHORE_CLIENTS,
+                fencing: false,
+                acquire_timeout: Some(SEMAPHORE_ACQUIRE_TIMEOUT),
+                critical_section: SEMAPHORE_CRITICAL_SECTION,
+                ..proxied
+            };
+            let ran = engine::run(setup, seed, semaphore::mixed_faults).await?;
+            let checks = vec![
+                semaphore::every_client_got_permits(&ran),
+                semaphore::the_semaphore_filled_up(&ran),
+                semaphore::every_kind_of_fault_struck(&ran),
+                no_success_inside_majority_faults(&ran),
+            ];
+            (ran, checks)
+        }
     };
     Ok(finish(scenario, length, seed, ran, checks))
 }
@@ -368,6 +390,15 @@ async fn restart_after_ttl(mut ctl: Ctl) -> io::Result<()> {
         ctl.heal(id);
     }
 }
+
+/// Clients of the semaphore scenario: each its own `Redlock`, more of them than permits.
+const SEMAPHORE_CLIENTS: usize = 8;
+
+/// How long a semaphore client waits in the slots' lines before `acquire` gives up.
+const SEMAPHORE_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Longest sleep inside a permit's critical section.
+const SEMAPHORE_CRITICAL_SECTION: Duration = Duration::from_millis(5);
 
 /// How long a client of the wait-line scenarios waits in line before `acquire` gives up.
 const LINE_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);

@@ -93,6 +93,29 @@ fn token_leases(ops: &[&Op]) -> Vec<Lease> {
     leases
 }
 
+/// Every lease of `ops`, by the rules of [`check_overlaps`], with its resource and token, ordered
+/// by resource, then token, then start.
+pub(super) fn leases<'a>(ops: impl Iterator<Item = &'a Op>) -> Vec<(&'a str, &'a str, Lease)> {
+    let mut by_token: BTreeMap<(&str, &str), Vec<&Op>> = BTreeMap::new();
+    for op in ops {
+        by_token
+            .entry((op.resource.as_str(), op.token.as_str()))
+            .or_default()
+            .push(op);
+    }
+    let mut leases = Vec::new();
+    for ((resource, token), mut token_ops) in by_token {
+        // At equal starts an acquire comes before an extend before a release.
+        token_ops.sort_by_key(|op| (op.start, op.kind));
+        leases.extend(
+            token_leases(&token_ops)
+                .into_iter()
+                .map(|lease| (resource, token, lease)),
+        );
+    }
+    leases
+}
+
 /// Checks that, per resource, the leases of different tokens never overlap.
 ///
 /// A lease is the protocol-level holding period of a successful acquire: from the acquire's end to
@@ -109,24 +132,12 @@ fn token_leases(ops: &[&Op]) -> Vec<Lease> {
 ///
 /// Returns one [`Violation::Overlap`] per overlapping pair of tokens, the earlier lease first.
 pub fn check_overlaps(ops: &[Op]) -> Vec<Violation> {
-    let mut by_token: BTreeMap<(&str, &str), Vec<&Op>> = BTreeMap::new();
-    for op in ops {
-        by_token
-            .entry((op.resource.as_str(), op.token.as_str()))
-            .or_default()
-            .push(op);
-    }
-
     let mut by_resource: BTreeMap<&str, Vec<(&str, Lease)>> = BTreeMap::new();
-    for ((resource, token), mut token_ops) in by_token {
-        // At equal starts an acquire comes before an extend before a release.
-        token_ops.sort_by_key(|op| (op.start, op.kind));
-        let leases = by_resource.entry(resource).or_default();
-        leases.extend(
-            token_leases(&token_ops)
-                .into_iter()
-                .map(|lease| (token, lease)),
-        );
+    for (resource, token, lease) in leases(ops.iter()) {
+        by_resource
+            .entry(resource)
+            .or_default()
+            .push((token, lease));
     }
 
     let mut violations = Vec::new();

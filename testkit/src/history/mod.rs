@@ -9,10 +9,12 @@
 //! Two kinds of evidence are checked:
 //!
 //! * **Protocol level**, from the clients' own timestamps and reported validities:
-//!   [`check_overlaps`] (two holders' leases on one resource never overlap) and
-//!   [`check_fence_order`] (fencing tokens increase in real-time order).
+//!   [`check_overlaps`] (two holders' leases on one resource never overlap),
+//!   [`check_fence_order`] (fencing tokens increase in real-time order) and, for a semaphore,
+//!   [`check_max_holders`] (never more holders of its permits at once than it has permits).
 //! * **Effect level**, from witnesses the clients call inside their critical sections, which trust
-//!   no client timestamp: [`OccupancyWitness`] (never two holders inside at once),
+//!   no client timestamp: [`OccupancyWitness`] (never two holders inside at once; never more than
+//!   a semaphore's permits, [made with a capacity](OccupancyWitness::with_capacity)),
 //!   [`LostUpdateRegister`] (a read–sleep–write counter that loses updates when two holders
 //!   interleave) and [`FencedRegister`] (storage that rejects stale fencing tokens).
 //!
@@ -24,10 +26,12 @@
 //! * this module — the [`History`] recorder;
 //! * `record` — what is recorded: [`Op`], [`Fault`] and their parts;
 //! * `checks` — the protocol-level checkers;
+//! * `capacity` — the semaphore checker, [`check_max_holders`];
 //! * `witness` — the effect-level witnesses;
 //! * `violation` — [`Violation`], what every checker and witness reports;
 //! * `report` — [`Report`], the verdict on a whole history.
 
+mod capacity;
 mod checks;
 mod record;
 mod report;
@@ -36,6 +40,7 @@ mod testing;
 mod violation;
 mod witness;
 
+pub use capacity::{check_max_holders, is_permit_of, peak_holders, PermitLease};
 pub use checks::{check_fence_order, check_overlaps, Acquisition, Lease};
 pub use record::{Fault, FaultId, Op, OpKind, Outcome, Releasing, TokenFingerprint};
 pub use report::{OpCounts, Report};
@@ -102,6 +107,8 @@ struct Recorded {
     ops: Vec<Op>,
     faults: Vec<Fault>,
     witnesses: Vec<Witness>,
+    /// Semaphores whose permits [`check_max_holders`] counts: name and permits.
+    semaphores: Vec<(String, usize)>,
 }
 
 /// A witness created through a [`History`], so that [`History::check`] includes its verdict.
@@ -179,6 +186,27 @@ impl History {
         witness
     }
 
+    /// A new [`OccupancyWitness`] for the semaphore `resource`, which admits `capacity` clients
+    /// at once (see [`OccupancyWitness::with_capacity`]); [`check`](History::check) reports its
+    /// violations.
+    pub fn capacity_witness(
+        &self,
+        resource: impl Into<String>,
+        capacity: usize,
+    ) -> OccupancyWitness {
+        let witness = OccupancyWitness::with_capacity(resource, capacity);
+        self.include(Witness::Occupancy(witness.clone()));
+        witness
+    }
+
+    /// Has [`check`](History::check) run [`check_max_holders`] on the semaphore `semaphore` with
+    /// `permits` permits: over the ops on its slots (`<semaphore>:permit:<i>`) and on its name.
+    pub fn watch_semaphore(&self, semaphore: impl Into<String>, permits: usize) {
+        lock(&self.inner)
+            .semaphores
+            .push((semaphore.into(), permits));
+    }
+
     /// A new [`LostUpdateRegister`] for `resource`; [`check`](History::check) runs
     /// [`LostUpdateRegister::check`] on it with its own [`commits`](LostUpdateRegister::commits)
     /// as the expected count.
@@ -202,20 +230,25 @@ impl History {
     }
 
     /// Runs every checker over what has been recorded so far — [`check_overlaps`],
-    /// [`check_fence_order`] and the witnesses created through this history — and returns the
-    /// report.
+    /// [`check_fence_order`], [`check_max_holders`] on every
+    /// [watched semaphore](History::watch_semaphore) and the witnesses created through this
+    /// history — and returns the report.
     pub fn check(&self) -> Report {
-        let (ops, faults, witnesses) = {
+        let (ops, faults, witnesses, semaphores) = {
             let recorded = lock(&self.inner);
             (
                 recorded.ops.clone(),
                 recorded.faults.clone(),
                 recorded.witnesses.clone(),
+                recorded.semaphores.clone(),
             )
         };
         let mut report = Report::new(self.origin, &ops, faults);
         report.add_violations(check_overlaps(&ops));
         report.add_violations(check_fence_order(&ops));
+        for (semaphore, permits) in &semaphores {
+            report.add_violations(check_max_holders(semaphore, &ops, *permits));
+        }
         for witness in &witnesses {
             match witness {
                 Witness::Occupancy(witness) => report.add_violations(witness.violations()),
@@ -283,6 +316,33 @@ mod tests {
         let text = report.to_string();
         assert!(text.contains("two holders inside"), "{text}");
         assert!(text.contains("1 accepted, 1 rejected"), "{text}");
+    }
+
+    #[test]
+    fn check_counts_the_holders_of_a_watched_semaphore() {
+        let history = History::new();
+        let c = Clock(history.origin());
+        for (i, token) in ["tok-a", "tok-b", "tok-c"].into_iter().enumerate() {
+            let mut op = c.acquire(i, token, (i as u64, 5), 100, None);
+            op.resource = format!("jobs:permit:{i}");
+            history.record(op);
+        }
+        let witness = history.capacity_witness("jobs", 3);
+        let inside: Vec<OccupancyGuard> = (0..3).map(|i| witness.enter(i)).collect();
+        drop(inside);
+        assert!(history.check().is_clean(), "{}", history.check());
+
+        history.watch_semaphore("jobs", 2);
+        let report = history.check();
+        assert_eq!(report.violations.len(), 1, "{report}");
+        assert!(matches!(
+            &report.violations[0],
+            Violation::TooManyHolders { permits: 2, holders, .. } if holders.len() == 3
+        ));
+        assert!(
+            report.to_string().contains("more than its 2 permits"),
+            "{report}"
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Instant;
 
-use quorumlock::Lock;
+use quorumlock::{Lock, Permit};
 
 /// Identifies a fault recorded by [`History::fault`](crate::History::fault).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,6 +90,16 @@ impl Releasing {
         }
     }
 
+    /// Notes `permit`'s slot, token and fence, and that its release starts now.
+    pub fn start_permit(permit: &Permit) -> Self {
+        Releasing {
+            resource: permit.resource().to_owned(),
+            token: permit.token().expose().to_owned(),
+            fence: permit.fencing_token(),
+            start: Instant::now(),
+        }
+    }
+
     /// The release by `client`, ended now with `result`. A failed release is recorded too: it
     /// still ends the holder's lease (its keys expire at their TTL).
     pub fn finished<T, E: fmt::Display>(self, client: usize, result: &Result<T, E>) -> Op {
@@ -126,6 +136,24 @@ impl Op {
                 valid_until: Some(lock.deadline()),
             },
             fence: lock.fencing_token(),
+        }
+    }
+
+    /// A successful acquire of a semaphore's `permit` by `client`, attempted from `start` to
+    /// `end`: recorded on the permit's slot (`<semaphore>:permit:<i>`), with its token, deadline
+    /// and the slot's fencing token.
+    pub fn permit_acquired(client: usize, start: Instant, end: Instant, permit: &Permit) -> Op {
+        Op {
+            client,
+            resource: permit.resource().to_owned(),
+            token: permit.token().expose().to_owned(),
+            kind: OpKind::Acquire,
+            start,
+            end,
+            outcome: Outcome::Ok {
+                valid_until: Some(permit.deadline()),
+            },
+            fence: permit.fencing_token(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! [`Violation`]: what a checker or a witness found, and how it is printed.
 
-use super::{Acquisition, Lease, Occupant};
+use super::{Acquisition, Lease, Occupant, PermitLease};
 use std::fmt;
 use std::time::Instant;
 
@@ -45,6 +45,32 @@ pub enum Violation {
         holders: Vec<Occupant>,
         /// Who entered.
         intruder: Occupant,
+    },
+    /// A client entered a critical section that already held as many clients as it admits
+    /// ([`OccupancyWitness::with_capacity`](crate::OccupancyWitness::with_capacity)).
+    OverCapacity {
+        /// The resource (a semaphore).
+        resource: String,
+        /// How many clients may be inside at once.
+        capacity: usize,
+        /// Who was inside.
+        holders: Vec<Occupant>,
+        /// Who entered.
+        intruder: Occupant,
+    },
+    /// More holders of a semaphore's permits held a lease at once than it has permits
+    /// ([`check_max_holders`](crate::history::check_max_holders)).
+    TooManyHolders {
+        /// The semaphore.
+        resource: String,
+        /// How many permits it has.
+        permits: usize,
+        /// Every lease open when the stretch was most crowded, in the order they started.
+        holders: Vec<PermitLease>,
+        /// When a lease too many started.
+        from: Instant,
+        /// When the count fell back to `permits`; `None` if it never did.
+        until: Option<Instant>,
     },
     /// A write did not raise a [`LostUpdateRegister`](crate::LostUpdateRegister): its writer read
     /// before another critical section committed.
@@ -92,6 +118,8 @@ impl Violation {
             Violation::Overlap { resource, .. }
             | Violation::FenceOrder { resource, .. }
             | Violation::DoubleOccupancy { resource, .. }
+            | Violation::OverCapacity { resource, .. }
+            | Violation::TooManyHolders { resource, .. }
             | Violation::StaleWrite { resource, .. }
             | Violation::LostUpdate { resource, .. }
             | Violation::SharedFence { resource, .. } => resource,
@@ -102,7 +130,7 @@ impl Violation {
     /// `None` when it is a whole-run verdict ([`Violation::LostUpdate`]). The window's end is
     /// `None` when it runs to the end of the run.
     ///
-    /// Overlap: the overlap itself. Fence order: from the earlier acquire's start to the later one's
+    /// Overlap and too many holders: the stretch itself. Fence order: from the earlier acquire's start to the later one's
     /// end. Double occupancy: from the first holder's entry to the intruder's. Stale write and
     /// shared fence: the instant of the offending write.
     pub fn window(&self) -> Option<(Instant, Option<Instant>)> {
@@ -113,6 +141,9 @@ impl Violation {
             }
             Violation::DoubleOccupancy {
                 holders, intruder, ..
+            }
+            | Violation::OverCapacity {
+                holders, intruder, ..
             } => {
                 let first = holders
                     .iter()
@@ -121,6 +152,7 @@ impl Violation {
                     .map_or(intruder.entered, |e| e.min(intruder.entered));
                 Some((first, Some(intruder.entered)))
             }
+            Violation::TooManyHolders { from, until, .. } => Some((*from, *until)),
             Violation::StaleWrite { at, .. } | Violation::SharedFence { at, .. } => {
                 Some((*at, Some(*at)))
             }
@@ -132,6 +164,13 @@ impl Violation {
     fn first_instant(&self) -> Option<Instant> {
         match self {
             Violation::Overlap { first, second, .. } => Some(first.start.min(second.start)),
+            Violation::TooManyHolders { holders, from, .. } => Some(
+                holders
+                    .iter()
+                    .map(|h| h.lease.start)
+                    .min()
+                    .map_or(*from, |start| start.min(*from)),
+            ),
             _ => self.window().map(|(from, _)| from),
         }
     }
@@ -187,18 +226,47 @@ impl Violation {
                     intruder.client,
                     at(intruder.entered)
                 )?;
+                write_occupants(f, holders, origin)?;
+                f.write_str(" was inside")
+            }
+            Violation::OverCapacity {
+                resource,
+                capacity,
+                holders,
+                intruder,
+            } => {
+                write!(
+                    f,
+                    "{} holders inside {resource:?}, which admits {capacity}: client {} entered at {} while ",
+                    holders.len() + 1,
+                    intruder.client,
+                    at(intruder.entered)
+                )?;
+                write_occupants(f, holders, origin)?;
+                f.write_str(" were inside")
+            }
+            Violation::TooManyHolders {
+                resource,
+                permits,
+                holders,
+                from,
+                until: end,
+            } => {
+                write!(
+                    f,
+                    "{} holders of {resource:?} at once, more than its {permits} permits: ",
+                    holders.len()
+                )?;
                 for (i, holder) in holders.iter().enumerate() {
                     if i > 0 {
                         f.write_str(", ")?;
                     }
-                    write!(
-                        f,
-                        "client {} (entered at {})",
-                        holder.client,
-                        at(holder.entered)
-                    )?;
+                    if holder.resource != *resource {
+                        write!(f, "{:?}: ", holder.resource)?;
+                    }
+                    write_lease(f, &holder.lease, origin)?;
                 }
-                f.write_str(" was inside")
+                write!(f, "; too many [{}, {})", at(*from), until(origin, *end))
             }
             Violation::StaleWrite {
                 resource,
@@ -235,6 +303,25 @@ impl Violation {
             ),
         }
     }
+}
+
+fn write_occupants(
+    f: &mut fmt::Formatter<'_>,
+    holders: &[Occupant],
+    origin: Instant,
+) -> fmt::Result {
+    for (i, holder) in holders.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(
+            f,
+            "client {} (entered at {})",
+            holder.client,
+            ms(origin, holder.entered)
+        )?;
+    }
+    Ok(())
 }
 
 fn write_lease(f: &mut fmt::Formatter<'_>, lease: &Lease, origin: Instant) -> fmt::Result {

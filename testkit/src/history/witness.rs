@@ -40,7 +40,9 @@ pub struct Occupant {
 }
 
 /// Counts the clients inside the critical section of one resource and records a violation
-/// whenever a client enters while another is still inside. Trusts no client timestamp.
+/// whenever a client enters while another is still inside (or, for a semaphore's witness made
+/// [`with_capacity`](OccupancyWitness::with_capacity), while as many as it admits are inside).
+/// Trusts no client timestamp.
 ///
 /// Clients call [`enter`](OccupancyWitness::enter) right after acquiring and keep the returned
 /// guard until just before releasing. Cheap to clone; clones share the count.
@@ -56,9 +58,13 @@ pub struct OccupancyWitness {
 
 #[derive(Debug, Default)]
 struct OccupancyState {
+    /// How many may be inside at once; 0 stands for 1 (a mutex), the default.
+    capacity: usize,
     next_id: u64,
     entries: u64,
     inside: Vec<(u64, Occupant)>,
+    /// The most inside at once.
+    peak: usize,
     violations: Vec<Violation>,
 }
 
@@ -72,13 +78,30 @@ impl OccupancyWitness {
         }
     }
 
+    /// A witness for the critical section of a semaphore `resource` that admits `capacity`
+    /// clients at once (its permits), with nobody inside. Use
+    /// [`History::capacity_witness`](crate::History::capacity_witness) to have
+    /// [`History::check`](crate::History::check) include its verdict.
+    pub fn with_capacity(resource: impl Into<String>, capacity: usize) -> Self {
+        let witness = Self::new(resource);
+        witness.inner.state().capacity = capacity.max(1);
+        witness
+    }
+
     /// The resource this witness watches.
     pub fn resource(&self) -> &str {
         &self.inner.resource
     }
 
+    /// How many clients may be inside at once: 1 unless made
+    /// [`with_capacity`](OccupancyWitness::with_capacity).
+    pub fn capacity(&self) -> usize {
+        self.inner.state().capacity.max(1)
+    }
+
     /// `client` enters the critical section; it leaves when the returned guard is dropped. If
-    /// anybody is already inside, a [`Violation::DoubleOccupancy`] naming them is recorded.
+    /// anybody is already inside, a [`Violation::DoubleOccupancy`] naming them is recorded; for a
+    /// witness with a capacity above 1, a [`Violation::OverCapacity`] when that many are inside.
     pub fn enter(&self, client: usize) -> OccupancyGuard {
         let entered = Instant::now();
         let mut state = self.inner.state();
@@ -86,15 +109,28 @@ impl OccupancyWitness {
         state.next_id += 1;
         state.entries += 1;
         let intruder = Occupant { client, entered };
-        if !state.inside.is_empty() {
+        let capacity = state.capacity.max(1);
+        if state.inside.len() >= capacity {
             let holders = state.inside.iter().map(|(_, o)| o.clone()).collect();
-            state.violations.push(Violation::DoubleOccupancy {
-                resource: self.inner.resource.clone(),
-                holders,
-                intruder: intruder.clone(),
+            let resource = self.inner.resource.clone();
+            let intruder = intruder.clone();
+            state.violations.push(if capacity == 1 {
+                Violation::DoubleOccupancy {
+                    resource,
+                    holders,
+                    intruder,
+                }
+            } else {
+                Violation::OverCapacity {
+                    resource,
+                    capacity,
+                    holders,
+                    intruder,
+                }
             });
         }
         state.inside.push((id, intruder));
+        state.peak = state.peak.max(state.inside.len());
         OccupancyGuard {
             inner: Arc::clone(&self.inner),
             id,
@@ -109,6 +145,11 @@ impl OccupancyWitness {
     /// How many times a client entered.
     pub fn entries(&self) -> u64 {
         self.inner.state().entries
+    }
+
+    /// The most clients that were inside at once.
+    pub fn peak(&self) -> usize {
+        self.inner.state().peak
     }
 
     /// Every double occupancy seen so far.
@@ -413,6 +454,37 @@ mod tests {
         b.join().unwrap();
         assert_eq!(witness.violations(), vec![]);
         assert_eq!(witness.entries(), 2);
+    }
+
+    #[test]
+    fn a_witness_with_capacity_admits_that_many_and_reports_one_more() {
+        let witness = OccupancyWitness::with_capacity("jobs", 2);
+        assert_eq!(witness.capacity(), 2);
+        let a = witness.enter(0);
+        let b = witness.enter(1);
+        assert_eq!(witness.violations(), vec![]);
+        drop(witness.enter(2));
+        drop((a, b));
+        let _d = witness.enter(3);
+        assert_eq!((witness.peak(), witness.occupants()), (3, 1));
+        let violations = witness.violations();
+        assert_eq!(violations.len(), 1, "{violations:?}");
+        let Violation::OverCapacity {
+            capacity,
+            holders,
+            intruder,
+            ..
+        } = &violations[0]
+        else {
+            panic!("not over capacity: {violations:?}");
+        };
+        assert_eq!((*capacity, holders.len(), intruder.client), (2, 2, 2));
+        let text = violations[0].to_string();
+        assert!(
+            text.contains("3 holders inside \"jobs\", which admits 2"),
+            "{text}"
+        );
+        assert_eq!(OccupancyWitness::new("r").capacity(), 1);
     }
 
     #[test]

@@ -1,0 +1,342 @@
+//! Scenario 18: separate clients, each its own `Redlock`, share one counting semaphore
+//! ([`quorumlock::Semaphore`]) while masters are killed and restarted empty after a TTL, paused,
+//! partitioned away, and slowed down.
+//!
+//! Each permit is recorded on its slot, `<semaphore>:permit:<i>`, so the history checks both
+//! properties: per slot, the ordinary lock checks (leases never overlap; a witness and a
+//! read–sleep–write register per slot); over the semaphore,
+//! [`check_max_holders`](crate::history::check_max_holders) (never more leases open at once than
+//! permits) and a witness that admits as many clients as there are permits.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorumlock::{Error, Permit, Semaphore};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+use super::engine::{Ctl, Ran, Shared};
+use super::Check;
+use crate::history::peak_holders;
+use crate::mutex;
+use crate::{Op, OpKind, Outcome, Releasing};
+
+/// The semaphore the clients share.
+pub(super) const SEMAPHORE: &str = "sem";
+
+/// Its permits.
+pub(super) const PERMITS: u32 = 3;
+
+/// Chance that a client makes one attempt on each slot (`try_acquire`) instead of waiting in
+/// every slot's line (`acquire`).
+const TRY_CHANCE: f64 = 0.25;
+
+/// Chance that a holder lets its permit lapse at its deadline instead of releasing it.
+const LAPSE_CHANCE: f64 = 0.02;
+
+/// The resource name of the semaphore's slot `slot`, as the library names it.
+pub(super) fn slot_name(slot: usize) -> String {
+    format!("{SEMAPHORE}:permit:{slot}")
+}
+
+/// A client of the semaphore: takes a permit (waiting, or with one attempt per slot), does its
+/// critical section on the permit's slot, and releases it (or lets it lapse), until the run
+/// stops.
+pub(super) async fn client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
+    let rl = shared.redlock();
+    let permits = shared.setup.semaphore.unwrap_or(PERMITS);
+    // The name and count are fixed and valid: a failure here is a bug in the scenario.
+    let semaphore = match rl.semaphore(SEMAPHORE, permits) {
+        Ok(semaphore) => semaphore,
+        Err(e) => panic!("invalid chaos semaphore: {e}"),
+    };
+    while !shared.stopped() {
+        let once = rng.random_bool(TRY_CHANCE);
+        let Some(mut permit) = shared.acquire_permit(&semaphore, client, once).await else {
+            if once {
+                // Every slot held, or the masters unreachable: back off as the retry policy would.
+                let s = &shared.setup;
+                let low = s.retry_delay.saturating_sub(s.retry_jitter);
+                tokio::time::sleep(rng.random_range(low..=s.retry_delay + s.retry_jitter)).await;
+            }
+            continue;
+        };
+        shared.permit_section(client, &mut permit, &mut rng).await;
+        if rng.random_bool(LAPSE_CHANCE) {
+            // Keep it to its deadline and walk away: the slot frees itself when its keys expire.
+            tokio::time::sleep_until(permit.deadline().into()).await;
+            std::mem::forget(permit);
+            continue;
+        }
+        let _ = shared.release_permit(client, permit).await;
+    }
+}
+
+impl Shared {
+    /// Takes a permit of `semaphore` and records the attempt on the slot it got (or on the
+    /// semaphore's name, when it got none).
+    async fn acquire_permit(
+        &self,
+        semaphore: &Semaphore,
+        client: usize,
+        once: bool,
+    ) -> Option<Permit> {
+        let start = Instant::now();
+        let result = if once {
+            semaphore.try_acquire(self.setup.ttl).await
+        } else {
+            semaphore.acquire(self.setup.ttl).await
+        };
+        let end = Instant::now();
+        match result {
+            Ok(permit) => {
+                self.history
+                    .record(Op::permit_acquired(client, start, end, &permit));
+                self.successes.fetch_add(1, Ordering::SeqCst);
+                mutex::lock(&self.latencies).push(end - start);
+                Some(permit)
+            }
+            Err(e) => {
+                self.history
+                    .record(Op::acquire_failed(client, SEMAPHORE, start, end, e));
+                None
+            }
+        }
+    }
+
+    async fn extend_permit(&self, client: usize, permit: &mut Permit) -> Result<(), Error> {
+        let start = Instant::now();
+        let result = permit.extend(self.setup.ttl).await;
+        self.history.record(Op {
+            client,
+            resource: permit.resource().to_owned(),
+            token: permit.token().expose().to_owned(),
+            kind: OpKind::Extend,
+            start,
+            end: Instant::now(),
+            outcome: match &result {
+                Ok(()) => Outcome::Ok {
+                    valid_until: Some(permit.deadline()),
+                },
+                Err(e) => Outcome::Failed {
+                    reason: e.to_string(),
+                },
+            },
+            fence: permit.fencing_token(),
+        });
+        result
+    }
+
+    async fn release_permit(
+        &self,
+        client: usize,
+        permit: Permit,
+    ) -> Result<quorumlock::Released, Error> {
+        let releasing = Releasing::start_permit(&permit);
+        let result = permit.release().await;
+        self.history.record(releasing.finished(client, &result));
+        result
+    }
+
+    /// The critical section on the permit's slot: enter the semaphore's witness and the slot's,
+    /// read–sleep–write the slot's registers while the lease has a safety margin left, maybe
+    /// extend, leave before the deadline.
+    async fn permit_section(&self, client: usize, permit: &mut Permit, rng: &mut StdRng) {
+        let margin = self.setup.ttl / 10;
+        let slot = permit.slot() as usize;
+        let among_the_holders = self.capacity.as_ref().map(|w| w.enter(client));
+        let alone_on_the_slot = self.witnesses[slot].enter(client);
+        let value = self.registers[slot].read();
+        let nap = rng.random_range(Duration::ZERO..=self.setup.critical_section);
+        tokio::time::sleep(nap).await;
+        if rng.random_bool(self.setup.extend_chance) && permit.remaining() > margin {
+            let _ = self.extend_permit(client, permit).await;
+        }
+        if permit.remaining() > margin {
+            self.registers[slot].write(value + 1);
+            if let (Some(fenced), Some(fence)) = (self.fenced.get(slot), permit.fencing_token()) {
+                let _ = fenced.write(fence, client);
+            }
+        }
+        drop(alone_on_the_slot);
+        drop(among_the_holders);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fault driver.
+
+/// The least and most latency added each way while the masters are slow (below the node
+/// timeout).
+const LATENCY_MS: (u64, u64) = (2, 5);
+
+/// One fault at a time, chosen at random, with calm spells in between: one or two masters killed
+/// and restarted empty after more than a TTL, two paused, two or three partitioned away, or
+/// every master slowed down.
+pub(super) async fn mixed_faults(mut ctl: Ctl) -> io::Result<()> {
+    let masters = ctl.cluster.addrs().len();
+    let ttl = ctl.setup.ttl;
+    ctl.go();
+    loop {
+        if !ctl.sleep_ms(50, 250).await {
+            return Ok(());
+        }
+        let go_on = match ctl.rng.random_range(0..5) {
+            0 => {
+                let victims = ctl.pick_up_to(2);
+                for &i in &victims {
+                    ctl.kill(i).await?;
+                }
+                let id = ctl.fault(format!(
+                    "masters {victims:?} killed, restarted empty after a TTL"
+                ));
+                let down = ttl + ctl.ms(20, 100);
+                tokio::time::sleep(down).await;
+                for &i in &victims {
+                    ctl.restart(i).await?;
+                }
+                ctl.heal(id);
+                true
+            }
+            1 => {
+                let victims = ctl.pick(2);
+                for &i in &victims {
+                    ctl.pause(i)?;
+                }
+                let id = ctl.fault(format!("masters {victims:?} paused"));
+                let go_on = ctl.sleep_ms(50, 200).await;
+                ctl.heal(id);
+                for &i in &victims {
+                    ctl.resume(i)?;
+                }
+                go_on
+            }
+            k @ (2 | 3) => {
+                let victims = ctl.pick(k);
+                for &i in &victims {
+                    ctl.proxy(i)?.blackhole();
+                }
+                let side = if k == 3 { "majority" } else { "minority" };
+                let id = ctl.fault(format!("masters {victims:?} partitioned away ({side})"));
+                let go_on = ctl.sleep_ms(50, 200).await;
+                ctl.heal(id);
+                for &i in &victims {
+                    ctl.proxy(i)?.heal();
+                }
+                go_on
+            }
+            _ => {
+                let mut delays = Vec::new();
+                for i in 0..masters {
+                    let (lo, hi) = LATENCY_MS;
+                    let (up, down) = (ctl.ms(lo, hi), ctl.ms(lo, hi));
+                    ctl.proxy(i)?.delay(up, down, Duration::from_millis(1));
+                    delays.push(format!("{}+{}", up.as_millis(), down.as_millis()));
+                }
+                let id = ctl.fault(format!(
+                    "latency (up+down ms, ±1 ms each) {}",
+                    delays.join(" ")
+                ));
+                let go_on = ctl.sleep_ms(200, 500).await;
+                ctl.heal(id);
+                for i in 0..masters {
+                    ctl.proxy(i)?.pass();
+                }
+                go_on
+            }
+        };
+        if !go_on {
+            return Ok(());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks.
+
+/// Every client, each with its own `Redlock`, got permits.
+pub(super) fn every_client_got_permits(ran: &Ran) -> Check {
+    let mut got = vec![0usize; ran.setup.clients];
+    for op in ran.history.ops() {
+        if op.kind == OpKind::Acquire && op.succeeded() {
+            if let Some(n) = got.get_mut(op.client) {
+                *n += 1;
+            }
+        }
+    }
+    let without = got.iter().filter(|n| **n == 0).count();
+    Check::new(
+        "every separate client got permits",
+        !got.is_empty() && without == 0,
+        format!(
+            "{} clients, each its own Redlock; permits per client {}; {without} got none",
+            got.len(),
+            got.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    )
+}
+
+/// The semaphore was full at times: as many leases open at once as it has permits (so the run
+/// tests K holders, not one), and every slot taken.
+pub(super) fn the_semaphore_filled_up(ran: &Ran) -> Check {
+    let permits = ran.setup.semaphore.unwrap_or(PERMITS) as usize;
+    let ops = ran.history.ops();
+    let peak = peak_holders(SEMAPHORE, &ops);
+    let inside = ran.capacity.as_ref().map_or(0, |w| w.peak());
+    let per_slot: Vec<usize> = (0..permits)
+        .map(|slot| {
+            let name = slot_name(slot);
+            ops.iter()
+                .filter(|op| op.kind == OpKind::Acquire && op.succeeded() && op.resource == name)
+                .count()
+        })
+        .collect();
+    Check::new(
+        format!("the semaphore was full: {permits} holders at once, every slot taken"),
+        peak == permits && per_slot.iter().all(|n| *n > 0),
+        format!(
+            "most leases open at once {peak}, most clients inside at once {inside}; acquisitions per slot {}",
+            per_slot
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    )
+}
+
+/// Every kind of fault struck at least once.
+pub(super) fn every_kind_of_fault_struck(ran: &Ran) -> Check {
+    let faults = ran.history.faults();
+    let kinds = [
+        ("killed", "kills"),
+        ("paused", "pauses"),
+        ("(minority)", "minority partitions"),
+        ("(majority)", "majority partitions"),
+        ("latency", "slowdowns"),
+    ];
+    let counts: Vec<(usize, &str)> = kinds
+        .iter()
+        .map(|(marker, what)| {
+            let n = faults
+                .iter()
+                .filter(|f| f.description.contains(marker))
+                .count();
+            (n, *what)
+        })
+        .collect();
+    Check::new(
+        "every kind of fault struck",
+        counts.iter().all(|(n, _)| *n > 0),
+        counts
+            .iter()
+            .map(|(n, what)| format!("{n} {what}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
