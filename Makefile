@@ -22,11 +22,13 @@ test: redis-server
 chaos: redis-server
 	$(CARGO) run --release -q --all-features --example chaos
 
-## Criterion benchmarks, then the side-by-side comparison (quorumlock, rslock, the raw floor) on
-## five local masters; prints the table. QUORUMLOCK_BENCH_QUICK=1 for a short smoke run.
+## Criterion benchmarks, the side-by-side comparison (quorumlock, rslock, the raw floor), then
+## the primitives (semaphore, read-write lock, leader failover) against the mutex, on five local
+## masters; prints the tables. QUORUMLOCK_BENCH_QUICK=1 for a short smoke run.
 bench: redis-server
 	$(CARGO) bench --bench cycle
 	$(CARGO) bench --bench compare
+	$(CARGO) bench --bench primitives
 
 ## Formatting and lints, as CI runs them.
 lint:

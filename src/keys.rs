@@ -82,6 +82,21 @@ impl Keys {
         }
     }
 
+    /// The primitive these keys are, as metrics label it (see `telemetry`).
+    pub(crate) fn primitive(&self) -> &'static str {
+        match self {
+            Keys::One(_) => "mutex",
+            Keys::Many(_) => "multi",
+            Keys::Owned {
+                always_fenced: true,
+                ..
+            } => "leader",
+            Keys::Owned { .. } => "owned",
+            Keys::Read(_) => "read",
+            Keys::Write { .. } => "write",
+        }
+    }
+
     /// Whether an acquire of these keys may wait in their line (see `wakeup`). The line's
     /// scripts know nothing of readers: the holds of a read-write lock wait by retrying.
     pub(crate) fn waits_in_line(&self) -> bool {

@@ -106,7 +106,7 @@
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, who a hand-off wakes |
+//! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `telemetry`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, metrics, who a hand-off wakes |
 //! | L1 | `scripts`, `node`, `node::health`, `node::link`, `keys` | one master: its connection, its health, the scripts and the requests on a lock's keys |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
@@ -138,6 +138,7 @@ mod semaphore;
 mod stats;
 mod sync;
 mod task_holds;
+mod telemetry;
 mod token;
 mod wakeup;
 

@@ -17,6 +17,7 @@ use crate::release::spawn_release;
 use crate::release::Released;
 use crate::stats::Counters;
 use crate::task_holds::HoldMark;
+use crate::telemetry::Holding;
 use crate::token::LockToken;
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
@@ -55,6 +56,8 @@ pub struct Lock {
     /// The task that acquired the lock, noted in the client's `TaskHolds` until the lock is
     /// released or dropped (none for a lock taken under an owner id).
     pub(crate) task: Option<HoldMark>,
+    /// Counts the lock in the held gauge until it is dropped (see `telemetry`).
+    pub(crate) holding: Holding,
 }
 
 impl fmt::Debug for Lock {

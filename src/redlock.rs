@@ -16,6 +16,7 @@ use crate::release::Rollback;
 use crate::retry::DEFAULT_ACQUIRE_TIMEOUT;
 use crate::stats::{Counters, Stats};
 use crate::task_holds::TaskId;
+use crate::telemetry::{Holding, Waiting};
 use crate::token::LockToken;
 use crate::wakeup::Waiter;
 
@@ -224,6 +225,45 @@ impl Redlock {
         lease: &Lease,
         retry: bool,
     ) -> Result<Lock, Error> {
+        self.acquire_loop(label, keys, lease, retry, false).await
+    }
+
+    /// As [`acquire_keys`](Redlock::acquire_keys) with retries, but the first attempt is
+    /// already a waiter's, in line: for a caller that knows the keys are contended (a
+    /// semaphore whose every slot refused a plain attempt).
+    pub(crate) async fn acquire_keys_in_line(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+    ) -> Result<Lock, Error> {
+        self.acquire_loop(label, keys, lease, true, true).await
+    }
+
+    async fn acquire_loop(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+        retry: bool,
+        in_line: bool,
+    ) -> Result<Lock, Error> {
+        let waiting = Waiting::start(keys.primitive());
+        let acquired = self
+            .acquire_loop_inner(label, keys, lease, retry, in_line)
+            .await;
+        waiting.end(&acquired);
+        acquired
+    }
+
+    async fn acquire_loop_inner(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+        retry: bool,
+        in_line: bool,
+    ) -> Result<Lock, Error> {
         let span = tracing::debug_span!("acquire", resource = label, ttl = ?lease.ttl);
         // A waiter's place in line is its arrival, not the end of its first attempt.
         let arrived = SystemTime::now();
@@ -252,7 +292,8 @@ impl Redlock {
             // A resource this client waited on lately is likely contended again: the first
             // attempt takes the place in line, instead of a plain attempt the line refuses.
             let mut waiter: Option<Waiter> = None;
-            if retry && keys.waits_in_line() && self.inner.wakeup().waited_lately(keys) {
+            let contended = in_line || self.inner.wakeup().waited_lately(keys);
+            if retry && keys.waits_in_line() && contended {
                 waiter = enlist();
             }
             loop {
@@ -444,6 +485,7 @@ impl Redlock {
                             gate,
                             release_done: false,
                             task,
+                            holding: Holding::start(keys.primitive()),
                         });
                     }
                     (Err(nodes), _) => Failure::NotGranted {

@@ -141,6 +141,16 @@ impl Semaphore {
     /// As [`Redlock::acquire`]: a dropped future releases what it had taken and leaves every
     /// line in the background.
     pub async fn acquire(&self, ttl: Duration) -> Result<Permit, Error> {
+        // Slots this client waited for lately are likely all held again: one plain attempt
+        // per slot would only be refused, one after the other.
+        let wakeup = self.rl.inner().wakeup();
+        if self
+            .slots
+            .iter()
+            .any(|(_, keys)| wakeup.waited_lately(keys))
+        {
+            return self.wait_in_every_line(ttl).await;
+        }
         let policy = self.rl.inner().settings().retry;
         let mut failures = 0;
         loop {
@@ -242,7 +252,8 @@ impl Semaphore {
             .map(|(slot, (name, keys))| {
                 let lease = &lease;
                 Box::pin(async move {
-                    let lock = self.rl.acquire_keys(name, keys, lease, true).await?;
+                    // Every slot refused already: the first attempt takes the place in line.
+                    let lock = self.rl.acquire_keys_in_line(name, keys, lease).await?;
                     Ok(self.permit(lock, slot))
                 }) as BoxFuture<'_, _>
             })
@@ -250,7 +261,8 @@ impl Semaphore {
         select_ok(waits).await.map(|(permit, _others)| permit)
     }
 
-    fn permit(&self, lock: Lock, slot: usize) -> Permit {
+    fn permit(&self, mut lock: Lock, slot: usize) -> Permit {
+        lock.holding.relabel("permit");
         Permit {
             lock,
             slot: u32::try_from(slot).unwrap_or(MAX_PERMITS),

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::NodeError;
+use crate::telemetry;
 
 /// A snapshot of a client's counters since it was built, from [`Redlock::stats`](crate::Redlock::stats).
 ///
@@ -94,6 +95,7 @@ impl Counters {
 
     /// Counts a failed request to the node at `index`.
     pub(crate) fn node_error(&self, index: usize, error: &NodeError) {
+        telemetry::node_error(error);
         if let Some(node) = self.nodes.get(index) {
             node.errors.fetch_add(1, Ordering::Relaxed);
             if error.is_timeout() {

@@ -6,7 +6,7 @@
 //! Everything quorumlock sends, with the key prefix `locks:` (`RedlockBuilder::key_prefix`):
 //!
 //! ```text
-//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* &locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +incr +zadd +zrem +zrange +zscore +time +publish +subscribe +unsubscribe +info
+//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* &locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +incr +zadd +zrem +zrange +zscore +zcount +zcard +zremrangebyscore +time +publish +subscribe +unsubscribe +info
 //! ```
 //!
 //! * keys `~locks:*`: the lock keys, their fencing counters (`locks:<resource>:fence`) and their
@@ -52,6 +52,9 @@ const CORE_COMMANDS: &[&str] = &[
     "zrem",
     "zrange",
     "zscore",
+    "zcount",
+    "zcard",
+    "zremrangebyscore",
     "time",
     "publish",
     "subscribe",
@@ -259,6 +262,25 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
         Ok(Err(e)) => return Err(format!("wait behind a foreign holder: {e}")),
         Err(e) => return Err(format!("wait behind a foreign holder: {e}")),
     }
+    // A read-write lock: a reader keeps a writer out, then the writer gets in.
+    let rw = rl.rw_lock("catalog").map_err(|e| format!("rw_lock: {e}"))?;
+    let reading = rw.read(TTL).await.map_err(|e| format!("read: {e}"))?;
+    let writer = other
+        .rw_lock("catalog")
+        .map_err(|e| format!("rw_lock: {e}"))?;
+    match writer.try_write(TTL).await {
+        Err(e) if e.is_contention() => {}
+        refused => return Err(format!("write beside a reader: {refused:?}")),
+    }
+    reading
+        .release()
+        .await
+        .map_err(|e| format!("read release: {e}"))?;
+    let writing = writer.write(TTL).await.map_err(|e| format!("write: {e}"))?;
+    writing
+        .release()
+        .await
+        .map_err(|e| format!("write release: {e}"))?;
     if linger {
         let subscribed = |server: &RedisServer| {
             let channels: Vec<String> = redis::cmd("PUBSUB")

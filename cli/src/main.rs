@@ -11,7 +11,7 @@
 //! * `nodes` — the `--nodes` option and the checks run before touching a lock.
 //! * `masters` — plain Redis connections, for what the lock itself does not cover.
 //! * `demo`, `bench` — try it out and measure it.
-//! * `duration`, `exit`, `logging`, `output` — command-line plumbing.
+//! * `duration`, `exit`, `logging`, `metrics`, `output` — command-line plumbing.
 
 // The only unsafe code is the pre-exec hook that ties a command's life to ours (`exec::group`).
 #![deny(unsafe_code)]
@@ -26,6 +26,7 @@ mod holder;
 mod list;
 mod logging;
 mod masters;
+mod metrics;
 mod nodes;
 mod output;
 mod status;
@@ -43,6 +44,10 @@ struct Cli {
     /// Show what the library does: -v for progress, -vv for every request. RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Print the library's metrics (waits, holds, held and waiting locks, node errors) on
+    /// stderr at exit, in the Prometheus text format.
+    #[arg(long, global = true)]
+    metrics: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -93,7 +98,12 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     logging::init(cli.verbose);
-    match run(cli) {
+    let metrics = cli.metrics.then(metrics::install);
+    let code = run(cli);
+    if let Some(Some(recorder)) = metrics {
+        eprint!("{}", recorder.render());
+    }
+    match code {
         Ok(code) => code,
         // `quorumlock demo | head -2`: the reader has gone, which is a normal way to stop.
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,

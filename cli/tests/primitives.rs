@@ -254,3 +254,41 @@ fn status_shows_permits_readers_and_the_leader() {
     let (code, _, all) = status(&["catalog"]);
     assert_eq!(code, Some(0), "{all}");
 }
+
+#[test]
+fn metrics_show_waits_holds_gauges_and_node_errors_without_resource_names() {
+    let mut nodes = RedisNodes::spawn(3).unwrap();
+    nodes[2].kill().unwrap();
+    let out = quorumlock(&nodes)
+        .args([
+            "--metrics",
+            "exec",
+            "--resource",
+            "secret-resource-name",
+            "--permits",
+            "2",
+        ])
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stderr);
+    let line = |prefix: &str| {
+        shown
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix}: {shown}"))
+            .to_owned()
+    };
+    assert!(line("quorumlock_wait_seconds_count{").contains("primitive=\"mutex\""));
+    assert!(line("quorumlock_wait_seconds_count{").contains("outcome=\"acquired\""));
+    assert!(line("quorumlock_hold_seconds_count{primitive=\"permit\"}").ends_with(" 1"));
+    assert!(line("quorumlock_held{primitive=\"permit\"}").ends_with(" 0"));
+    assert!(line("quorumlock_waiting{primitive=\"mutex\"}").ends_with(" 0"));
+    let down = format!("node=\"127.0.0.1:{}\"", nodes[2].port());
+    assert!(
+        line("quorumlock_node_errors_total{").contains(&down),
+        "{shown}"
+    );
+    assert!(!shown.contains("secret-resource-name"), "{shown}");
+}
