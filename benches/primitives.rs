@@ -79,10 +79,21 @@ struct Tally {
     most_inside: usize,
 }
 
+/// A client with the default retry policy: the mutex and the semaphore wait in line, woken
+/// by each release's hand-off, and retry only as a fallback.
 fn client(urls: &[String]) -> Redlock {
     Redlock::builder(urls)
         .node_timeout(Duration::from_millis(200))
-        // Read-write holds wait by retrying: keep the retries tight, for every load alike.
+        .acquire_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// Read-write holds wait by retrying, so their clients retry every 2 ± 1 ms (a waiter in
+/// line also attempts every retry delay: this would only add load to the mutex's masters).
+fn retrying_client(urls: &[String]) -> Redlock {
+    Redlock::builder(urls)
+        .node_timeout(Duration::from_millis(200))
         .retry_delay(Duration::from_millis(2))
         .retry_jitter(Duration::from_millis(1))
         .acquire_timeout(Duration::from_secs(30))
@@ -102,7 +113,10 @@ async fn measure(urls: &[String], load: Load, resource: &str, secs: Duration) ->
     let cycles = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for w in 0..WORKERS {
-        let rl = client(urls);
+        let rl = match load {
+            Load::ReadWrite => retrying_client(urls),
+            Load::Mutex | Load::Permit => client(urls),
+        };
         let resource = resource.to_owned();
         let (inside, writers, most, bad, counting, done, cycles) = (
             inside.clone(),

@@ -127,6 +127,21 @@ async fn s18_separate_clients_share_a_semaphore_never_more_than_its_permits_at_o
     survives(Scenario::Semaphore).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn s19_separate_clients_share_a_rw_lock_never_a_writer_beside_another_holder() {
+    survives(Scenario::RwLock).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s20_candidates_campaign_never_two_leaders_terms_only_grow_reads_name_a_leader_in_time() {
+    survives(Scenario::Election).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s21_nested_holds_ended_from_many_tasks_release_once_and_leave_no_key() {
+    survives(Scenario::Reentrant).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Negative controls: the checker must see a violation where the documented assumptions are broken,
 // and none where they hold. The interleaving is driven step by step, not left to chance.

@@ -45,14 +45,15 @@ pub use history::{Fault, FaultId, History, Op, OpKind, Outcome, Releasing, Token
 // Protocol-level checkers.
 #[doc(no_inline)]
 pub use history::{
-    check_fence_order, check_max_holders, check_overlaps, Acquisition, Lease, PermitLease,
+    check_fence_order, check_leader_reads, check_max_holders, check_overlaps, check_rw_exclusion,
+    check_term_order, Acquisition, LeaderRead, Lease, PermitLease,
 };
 
 // Effect-level witnesses.
 #[doc(no_inline)]
 pub use history::{
-    FencedCounts, FencedRegister, LostUpdateRegister, OccupancyGuard, OccupancyWitness, Occupant,
-    Stale,
+    Access, FencedCounts, FencedRegister, LostUpdateRegister, OccupancyGuard, OccupancyWitness,
+    Occupant, ReadWriteGuard, ReadWriteWitness, Stale,
 };
 
 // The verdict on a history.

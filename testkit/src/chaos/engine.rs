@@ -14,7 +14,8 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{oneshot, Barrier};
 
 use super::line::{self, HeadKill, Probe};
-use super::semaphore;
+use super::{election, reentrant, rwlock, semaphore};
+use crate::history::ReadWriteWitness;
 use crate::mutex;
 use crate::{
     FaultId, FaultProxy, FencedRegister, History, LostUpdateRegister, OccupancyWitness, Op, OpKind,
@@ -88,12 +89,35 @@ async fn measure_stalls(stop: Arc<AtomicBool>) -> Stalls {
     Stalls(stalls)
 }
 
+/// What the clients of a run do.
+#[derive(Clone, Debug, Default)]
+pub(super) enum Workload {
+    /// Each client locks random resources `r<i>`, as a mutex.
+    #[default]
+    Locks,
+    /// The clients share one semaphore with this many permits (`resources` must equal them:
+    /// one witness and register per slot).
+    Semaphore(u32),
+    /// The clients share one read-write lock (`resources` 1: the writers' witness and register).
+    RwLock,
+    /// Candidates campaign in one election while an observer reads who leads (`resources` 1:
+    /// the leaders' witness and registers).
+    Election(Arc<election::Board>),
+    /// The clients nest holds of the locks they take on `resources`, ending them from several
+    /// tasks.
+    Reentrant(Arc<reentrant::Ledger>),
+}
+
 /// What a scenario runs: the masters, the clients and how they behave.
 #[derive(Clone, Debug)]
 pub(super) struct Setup {
     pub(super) masters: usize,
     pub(super) aof: bool,
     pub(super) proxied: bool,
+    /// Each client also has proxies of its own, one straight to each master, so that one client
+    /// can be cut off alone; the network faults of a master then strike every proxy in front of
+    /// it.
+    pub(super) own_proxies: bool,
     pub(super) clients: usize,
     pub(super) resources: usize,
     pub(super) ttl: Duration,
@@ -120,9 +144,8 @@ pub(super) struct Setup {
     pub(super) simultaneous_group: usize,
     /// Attempts each client makes per simultaneous round.
     pub(super) round_attempts: u32,
-    /// The clients share one semaphore with this many permits instead of locking `resources`
-    /// (which must then equal the permits: one witness and register per slot).
-    pub(super) semaphore: Option<u32>,
+    /// What the clients do.
+    pub(super) workload: Workload,
     /// Stop once this many acquisitions succeeded ...
     pub(super) target: usize,
     /// ... or after this long, whichever comes first.
@@ -135,6 +158,7 @@ impl Default for Setup {
             masters: 5,
             aof: false,
             proxied: false,
+            own_proxies: false,
             clients: 8,
             resources: 8,
             ttl: Duration::from_millis(200),
@@ -151,7 +175,7 @@ impl Default for Setup {
             head_kill_chance: 0.0,
             simultaneous_group: 0,
             round_attempts: 6,
-            semaphore: None,
+            workload: Workload::Locks,
             target: 2_000,
             time_limit: Duration::from_secs(40),
         }
@@ -159,8 +183,8 @@ impl Default for Setup {
 }
 
 impl Setup {
-    /// The builder every client uses.
-    fn redlock(&self, urls: &[String]) -> Result<Redlock, Error> {
+    /// The client every client task uses, over `urls`.
+    pub(super) fn redlock(&self, urls: &[String]) -> Result<Redlock, Error> {
         let builder = Redlock::builder(urls)
             .key_prefix(KEY_PREFIX)
             .node_timeout(self.node_timeout)
@@ -180,11 +204,22 @@ impl Setup {
         format!("r{i}")
     }
 
-    /// The name resource `r` is locked by: `r<i>`, or the semaphore's slot `r`.
+    /// The name resource `r` is locked by: `r<i>`, the semaphore's slot `r`, the read-write
+    /// lock or the election.
     pub(super) fn lock_name(&self, r: usize) -> String {
-        match self.semaphore {
-            Some(_) => semaphore::slot_name(r),
-            None => Self::resource(r),
+        match self.workload {
+            Workload::Locks | Workload::Reentrant(_) => Self::resource(r),
+            Workload::Semaphore(_) => semaphore::slot_name(r),
+            Workload::RwLock => rwlock::RW_LOCK.to_owned(),
+            Workload::Election(_) => election::ELECTION.to_owned(),
+        }
+    }
+
+    /// The semaphore's permits, when the clients share one.
+    pub(super) fn permits(&self) -> Option<u32> {
+        match self.workload {
+            Workload::Semaphore(permits) => Some(permits),
+            _ => None,
         }
     }
 
@@ -206,6 +241,8 @@ pub(super) struct Cluster {
     addrs: Vec<SocketAddr>,
     proxies: Vec<FaultProxy>,
     urls: Vec<String>,
+    /// Per client, its own proxy to each master, when the setup gives them.
+    own: Vec<Vec<FaultProxy>>,
 }
 
 impl Cluster {
@@ -226,11 +263,24 @@ impl Cluster {
         } else {
             servers.urls()
         };
+        let own = if setup.own_proxies {
+            (0..setup.clients)
+                .map(|_| {
+                    addrs
+                        .iter()
+                        .map(|a| FaultProxy::start(*a))
+                        .collect::<io::Result<Vec<_>>>()
+                })
+                .collect::<io::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         Ok(Cluster {
             servers: Mutex::new(servers),
             addrs,
             proxies,
             urls,
+            own,
         })
     }
 
@@ -243,6 +293,20 @@ impl Cluster {
         &self.urls
     }
 
+    /// The URLs client `client` uses: those of its own proxies when it has some, else
+    /// [`urls`](Self::urls).
+    pub(super) fn urls_of(&self, client: usize) -> Vec<String> {
+        match self.own.get(client) {
+            Some(own) => own.iter().map(FaultProxy::url).collect(),
+            None => self.urls.clone(),
+        }
+    }
+
+    /// Client `client`'s own proxies, one per master (empty when it has none).
+    pub(super) fn own_proxies(&self, client: usize) -> &[FaultProxy] {
+        self.own.get(client).map_or(&[], Vec::as_slice)
+    }
+
     /// The servers' own addresses (not the proxies').
     pub(super) fn addrs(&self) -> &[SocketAddr] {
         &self.addrs
@@ -250,6 +314,15 @@ impl Cluster {
 
     pub(super) fn proxy(&self, i: usize) -> Option<&FaultProxy> {
         self.proxies.get(i)
+    }
+
+    /// Every proxy in front of master `i`: the shared one and every client's own.
+    pub(super) fn network(&self, i: usize) -> Vec<&FaultProxy> {
+        self.proxies
+            .get(i)
+            .into_iter()
+            .chain(self.own.iter().filter_map(|own| own.get(i)))
+            .collect()
     }
 
     pub(super) fn running(&self) -> Vec<bool> {
@@ -391,6 +464,16 @@ impl Ctl {
             .ok_or_else(|| io::Error::other("this scenario runs without proxies"))
     }
 
+    /// Every proxy in front of master `i` (see [`Cluster::network`]): what a network fault of
+    /// that master strikes.
+    pub(super) fn network(&self, i: usize) -> io::Result<Vec<&FaultProxy>> {
+        let proxies = self.cluster.network(i);
+        if proxies.is_empty() {
+            return Err(io::Error::other("this scenario runs without proxies"));
+        }
+        Ok(proxies)
+    }
+
     async fn blocking(
         &self,
         f: impl FnOnce(&mut RedisNodes) -> io::Result<()> + Send + 'static,
@@ -439,12 +522,16 @@ pub(super) struct Ran {
     pub(super) stalls: Stalls,
     /// The semaphore's witness, which admits as many clients as it has permits.
     pub(super) capacity: Option<OccupancyWitness>,
+    /// The read-write lock's witness.
+    pub(super) rw: Option<ReadWriteWitness>,
 }
 
 /// Shared by every client task of a run.
 pub(super) struct Shared {
     pub(super) setup: Setup,
     urls: Vec<String>,
+    /// Per client with proxies of its own, the URLs it uses.
+    own_urls: Vec<Vec<String>>,
     pub(super) history: History,
     /// Per resource (or semaphore slot): who is inside, ...
     pub(super) witnesses: Vec<OccupancyWitness>,
@@ -454,6 +541,8 @@ pub(super) struct Shared {
     pub(super) fenced: Vec<FencedRegister>,
     /// The semaphore's own witness, when the clients share one.
     pub(super) capacity: Option<OccupancyWitness>,
+    /// The read-write lock's witness, when the clients share one.
+    pub(super) rw: Option<ReadWriteWitness>,
     pub(super) successes: AtomicUsize,
     stop: Arc<AtomicBool>,
     pub(super) latencies: Mutex<Vec<Duration>>,
@@ -484,8 +573,14 @@ where
     let history = History::new();
     let stop = Arc::new(AtomicBool::new(false));
     let resources = setup.resources;
+    match &setup.workload {
+        Workload::RwLock => history.watch_rw_lock(rwlock::RW_LOCK),
+        Workload::Election(_) => history.watch_election(election::ELECTION),
+        _ => {}
+    }
     let shared = Arc::new(Shared {
         urls: cluster.urls.clone(),
+        own_urls: (0..cluster.own.len()).map(|c| cluster.urls_of(c)).collect(),
         history: history.clone(),
         witnesses: (0..resources)
             .map(|r| history.occupancy_witness(setup.lock_name(r)))
@@ -500,11 +595,13 @@ where
         } else {
             Vec::new()
         },
-        capacity: setup.semaphore.map(|permits| {
+        capacity: setup.permits().map(|permits| {
             let permits = permits as usize;
             history.watch_semaphore(semaphore::SEMAPHORE, permits);
             history.capacity_witness(semaphore::SEMAPHORE, permits)
         }),
+        rw: matches!(setup.workload, Workload::RwLock)
+            .then(|| history.read_write_witness(rwlock::RW_LOCK)),
         setup: setup.clone(),
         successes: AtomicUsize::new(0),
         stop: Arc::new(AtomicBool::new(false)),
@@ -562,9 +659,16 @@ where
     } else {
         for client in 0..setup.clients {
             let (shared, rng) = (Arc::clone(&shared), client_rng(seed, client));
-            clients.push(match setup.semaphore {
-                Some(_) => tokio::spawn(semaphore::client(shared, client, rng)),
-                None => tokio::spawn(free_client(shared, client, rng)),
+            clients.push(match &setup.workload {
+                Workload::Locks => tokio::spawn(free_client(shared, client, rng)),
+                Workload::Semaphore(_) => tokio::spawn(semaphore::client(shared, client, rng)),
+                Workload::RwLock => tokio::spawn(rwlock::client(shared, client, rng)),
+                Workload::Election(board) => {
+                    tokio::spawn(election::client(shared, client, rng, Arc::clone(board)))
+                }
+                Workload::Reentrant(ledger) => {
+                    tokio::spawn(reentrant::client(shared, client, rng, Arc::clone(ledger)))
+                }
             });
         }
     }
@@ -603,6 +707,7 @@ where
     }
     let rounds = std::mem::take(&mut *mutex::lock(&rounds));
     let capacity = shared.capacity.clone();
+    let rw = shared.rw.clone();
     Ok(Ran {
         setup,
         history,
@@ -619,6 +724,7 @@ where
         finished_at,
         stalls,
         capacity,
+        rw,
     })
 }
 
@@ -683,6 +789,26 @@ impl Shared {
             Ok(rl) => rl,
             Err(e) => panic!("invalid chaos client configuration: {e}"),
         }
+    }
+
+    /// A client for client task `client`, over its own proxies when it has some; an invalid
+    /// configuration is returned, not panicked on.
+    pub(super) fn redlock_of(&self, client: usize) -> Result<Redlock, Error> {
+        self.setup
+            .redlock(self.own_urls.get(client).unwrap_or(&self.urls))
+    }
+
+    /// Records a successful acquire of `lock` (or, with `read`, of a reader's hold) attempted
+    /// from `start` until now, and counts it.
+    pub(super) fn acquired(&self, client: usize, start: Instant, lock: &Lock, read: bool) {
+        let end = Instant::now();
+        self.history.record(if read {
+            Op::read_acquired(client, start, end, lock)
+        } else {
+            Op::acquired(client, start, end, lock)
+        });
+        self.successes.fetch_add(1, Ordering::SeqCst);
+        mutex::lock(&self.latencies).push(end - start);
     }
 
     /// Acquires `resource` with the library's retry policy and records the attempt.

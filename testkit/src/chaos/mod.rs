@@ -5,7 +5,8 @@
 //! latency, held replies, resets, partitions, simultaneous starts, stale holders, killed holders)
 //! plus fenced crash/restart over AOF masters, the faults of the wait line (waiters that die at
 //! the head of the line, masters that lose their lines, masters paused with waiters queued), and
-//! a counting semaphore shared by separate clients under every kind of fault. [`run`] drives one
+//! the library's other primitives shared by separate clients under every kind of fault: a
+//! counting semaphore, a read-write lock, an election, and reentrant holds. [`run`] drives one
 //! of them for a [`Length`] and returns a [`ChaosRun`]: the figures (acquisitions, failures,
 //! violations, acquire latency), the [`Report`] and the checks. Nothing here prints; the tests
 //! assert and `examples/chaos.rs` prints the table.
@@ -29,8 +30,12 @@
 //! # Ok(()) }
 //! ```
 
+mod election;
 mod engine;
 mod line;
+mod mixed;
+mod reentrant;
+mod rwlock;
 mod scenarios;
 mod semaphore;
 
@@ -100,11 +105,25 @@ pub enum Scenario {
     ///     paused, partitioned away (minority and majority) and slowed down, one fault at a time:
     ///     never more than 3 holders at once, never two on one slot.
     Semaphore,
+    /// 19. Separate clients share one read-write lock ([`quorumlock::RwLock`]), nine holds in
+    ///     ten reads, under the faults of 18: never a writer's lease overlapping any other
+    ///     holder's, while readers do share the lock.
+    RwLock,
+    /// 20. Separate candidates campaign in one election ([`quorumlock::Redlock::elect`]) with a
+    ///     1 s TTL while an observer reads who leads, under the faults of 18 (kills restart from
+    ///     an AOF) and leaders cut off from every master: never two leaderships overlapping,
+    ///     terms growing in election order, and no read naming a leader out of its time.
+    Election,
+    /// 21. Separate clients nest holds of their locks ([`quorumlock::ReentrantLock`]) and end
+    ///     them from several tasks in random orders, sometimes dropping them, under the faults of
+    ///     18: mutual exclusion as for the mutex, exactly one release per lock reaching the
+    ///     masters, and no key left behind.
+    Reentrant,
 }
 
 impl Scenario {
     /// Every scenario, in the issue's order.
-    pub const ALL: [Scenario; 18] = [
+    pub const ALL: [Scenario; 21] = [
         Scenario::Baseline,
         Scenario::MinorityKilled,
         Scenario::MajorityKilled,
@@ -123,10 +142,13 @@ impl Scenario {
         Scenario::LineMasterRestarted,
         Scenario::LineMinorityPaused,
         Scenario::Semaphore,
+        Scenario::RwLock,
+        Scenario::Election,
+        Scenario::Reentrant,
     ];
 
-    /// The scenario's number in the issue (14: the fencing figure; 15–17: the wait line; 18: the
-    /// semaphore).
+    /// The scenario's number in the issue (14: the fencing figure; 15–17: the wait line; 18–21:
+    /// the semaphore, the read-write lock, the election and reentrant holds).
     pub fn number(self) -> u32 {
         match self {
             Scenario::Baseline => 1,
@@ -147,6 +169,9 @@ impl Scenario {
             Scenario::LineMasterRestarted => 16,
             Scenario::LineMinorityPaused => 17,
             Scenario::Semaphore => 18,
+            Scenario::RwLock => 19,
+            Scenario::Election => 20,
+            Scenario::Reentrant => 21,
         }
     }
 
@@ -171,6 +196,9 @@ impl Scenario {
             Scenario::LineMasterRestarted => "line-master-restarted",
             Scenario::LineMinorityPaused => "line-minority-paused",
             Scenario::Semaphore => "semaphore",
+            Scenario::RwLock => "rwlock",
+            Scenario::Election => "election",
+            Scenario::Reentrant => "reentrant",
         }
     }
 

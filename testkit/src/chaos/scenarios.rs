@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use quorumlock::Redlock;
 use rand::Rng;
 
-use super::engine::{self, Ctl, Ran, Setup, KEY_PREFIX};
+use super::engine::{self, Ctl, Ran, Setup, Workload, KEY_PREFIX};
 use super::line::{self, LineFaults};
-use super::semaphore;
+use super::{election, mixed, reentrant, rwlock, semaphore};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::mutex;
 use crate::{Fault, Op, OpKind};
@@ -248,7 +248,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             // Separate clients, more than the permits, waiting in every slot's line. Empty
             // restarts reset the fencing counters (see FencedAofRestarts for fences).
             let setup = Setup {
-                semaphore: Some(semaphore::PERMITS),
+                workload: Workload::Semaphore(semaphore::PERMITS),
                 resources: semaphore::PERMITS as usize,
                 clients: SEMAPHORE_CLIENTS,
                 fencing: false,
@@ -256,13 +256,71 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 critical_section: SEMAPHORE_CRITICAL_SECTION,
                 ..proxied
             };
-            let ran = engine::run(setup, seed, semaphore::mixed_faults).await?;
+            let ran = engine::run(setup, seed, mixed::faults).await?;
             let checks = vec![
                 semaphore::every_client_got_permits(&ran),
                 semaphore::the_semaphore_filled_up(&ran),
-                semaphore::every_kind_of_fault_struck(&ran),
+                mixed::every_kind_of_fault_struck(&ran),
                 no_success_inside_majority_faults(&ran),
             ];
+            (ran, checks)
+        }
+        Scenario::RwLock => {
+            // Separate clients on one lock, mostly reading. Empty restarts reset the fencing
+            // counters (see FencedAofRestarts for fences).
+            let setup = Setup {
+                workload: Workload::RwLock,
+                resources: 1,
+                clients: RW_CLIENTS,
+                fencing: false,
+                acquire_timeout: Some(RW_ACQUIRE_TIMEOUT),
+                critical_section: RW_CRITICAL_SECTION,
+                ..proxied
+            };
+            let ran = engine::run(setup, seed, mixed::faults).await?;
+            let checks = vec![
+                rwlock::every_client_read_and_wrote(&ran),
+                rwlock::readers_shared_and_writers_got_in(&ran),
+                mixed::every_kind_of_fault_struck(&ran),
+                no_success_inside_majority_faults(&ran),
+            ];
+            (ran, checks)
+        }
+        Scenario::Election => {
+            // Terms are fences: the masters keep their counters in an AOF across kills. Every
+            // client reaches them through proxies of its own, so that one can be cut off.
+            let setup = Setup {
+                workload: Workload::Election(Arc::default()),
+                aof: true,
+                own_proxies: true,
+                resources: 1,
+                clients: ELECTION_CANDIDATES + 1,
+                ttl: ELECTION_TTL,
+                fencing: true,
+                ..base
+            };
+            let ran = engine::run(setup, seed, mixed::faults).await?;
+            let checks = vec![
+                election::every_candidate_led(&ran),
+                election::cut_off_leaders_stepped_down_first(&ran),
+                election::reads_named_leaders(&ran),
+                mixed::every_kind_of_fault_struck(&ran),
+                no_success_inside_majority_faults(&ran),
+            ];
+            (ran, checks)
+        }
+        Scenario::Reentrant => {
+            let setup = Setup {
+                workload: Workload::Reentrant(Arc::default()),
+                resources: REENTRANT_RESOURCES,
+                clients: REENTRANT_CLIENTS,
+                fencing: false,
+                ..proxied
+            };
+            let ran = engine::run(setup, seed, mixed::faults).await?;
+            let mut checks = reentrant::checks(&ran).await;
+            checks.push(mixed::every_kind_of_fault_struck(&ran));
+            checks.push(no_success_inside_majority_faults(&ran));
             (ran, checks)
         }
     };
@@ -399,6 +457,27 @@ const SEMAPHORE_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Longest sleep inside a permit's critical section.
 const SEMAPHORE_CRITICAL_SECTION: Duration = Duration::from_millis(5);
+
+/// Clients of the read-write lock scenario: each its own `Redlock`.
+const RW_CLIENTS: usize = 8;
+
+/// How long a client of the read-write lock waits for a hold before giving up.
+const RW_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Longest sleep inside a hold of the read-write lock.
+const RW_CRITICAL_SECTION: Duration = Duration::from_millis(5);
+
+/// Candidates of the election scenario, each its own `Redlock` (an observer reads beside them).
+const ELECTION_CANDIDATES: usize = 4;
+
+/// The election's TTL: a leader cut off loses the lead within it.
+const ELECTION_TTL: Duration = Duration::from_secs(1);
+
+/// Clients of the reentrant scenario, each its own `Redlock` ...
+const REENTRANT_CLIENTS: usize = 6;
+
+/// ... on this many resources.
+const REENTRANT_RESOURCES: usize = 3;
 
 /// How long a client of the wait-line scenarios waits in line before `acquire` gives up.
 const LINE_ACQUIRE_TIMEOUT: Duration = Duration::from_millis(500);

@@ -8,7 +8,6 @@
 //! [`check_max_holders`](crate::history::check_max_holders) (never more leases open at once than
 //! permits) and a witness that admits as many clients as there are permits.
 
-use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use quorumlock::{Error, Permit, Semaphore};
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use super::engine::{Ctl, Ran, Shared};
+use super::engine::{Ran, Shared};
 use super::Check;
 use crate::history::peak_holders;
 use crate::mutex;
@@ -46,7 +45,7 @@ pub(super) fn slot_name(slot: usize) -> String {
 /// stops.
 pub(super) async fn client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
     let rl = shared.redlock();
-    let permits = shared.setup.semaphore.unwrap_or(PERMITS);
+    let permits = shared.setup.permits().unwrap_or(PERMITS);
     // The name and count are fixed and valid: a failure here is a bug in the scenario.
     let semaphore = match rl.semaphore(SEMAPHORE, permits) {
         Ok(semaphore) => semaphore,
@@ -166,94 +165,6 @@ impl Shared {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The fault driver.
-
-/// The least and most latency added each way while the masters are slow (below the node
-/// timeout).
-const LATENCY_MS: (u64, u64) = (2, 5);
-
-/// One fault at a time, chosen at random, with calm spells in between: one or two masters killed
-/// and restarted empty after more than a TTL, two paused, two or three partitioned away, or
-/// every master slowed down.
-pub(super) async fn mixed_faults(mut ctl: Ctl) -> io::Result<()> {
-    let masters = ctl.cluster.addrs().len();
-    let ttl = ctl.setup.ttl;
-    ctl.go();
-    loop {
-        if !ctl.sleep_ms(50, 250).await {
-            return Ok(());
-        }
-        let go_on = match ctl.rng.random_range(0..5) {
-            0 => {
-                let victims = ctl.pick_up_to(2);
-                for &i in &victims {
-                    ctl.kill(i).await?;
-                }
-                let id = ctl.fault(format!(
-                    "masters {victims:?} killed, restarted empty after a TTL"
-                ));
-                let down = ttl + ctl.ms(20, 100);
-                tokio::time::sleep(down).await;
-                for &i in &victims {
-                    ctl.restart(i).await?;
-                }
-                ctl.heal(id);
-                true
-            }
-            1 => {
-                let victims = ctl.pick(2);
-                for &i in &victims {
-                    ctl.pause(i)?;
-                }
-                let id = ctl.fault(format!("masters {victims:?} paused"));
-                let go_on = ctl.sleep_ms(50, 200).await;
-                ctl.heal(id);
-                for &i in &victims {
-                    ctl.resume(i)?;
-                }
-                go_on
-            }
-            k @ (2 | 3) => {
-                let victims = ctl.pick(k);
-                for &i in &victims {
-                    ctl.proxy(i)?.blackhole();
-                }
-                let side = if k == 3 { "majority" } else { "minority" };
-                let id = ctl.fault(format!("masters {victims:?} partitioned away ({side})"));
-                let go_on = ctl.sleep_ms(50, 200).await;
-                ctl.heal(id);
-                for &i in &victims {
-                    ctl.proxy(i)?.heal();
-                }
-                go_on
-            }
-            _ => {
-                let mut delays = Vec::new();
-                for i in 0..masters {
-                    let (lo, hi) = LATENCY_MS;
-                    let (up, down) = (ctl.ms(lo, hi), ctl.ms(lo, hi));
-                    ctl.proxy(i)?.delay(up, down, Duration::from_millis(1));
-                    delays.push(format!("{}+{}", up.as_millis(), down.as_millis()));
-                }
-                let id = ctl.fault(format!(
-                    "latency (up+down ms, ±1 ms each) {}",
-                    delays.join(" ")
-                ));
-                let go_on = ctl.sleep_ms(200, 500).await;
-                ctl.heal(id);
-                for i in 0..masters {
-                    ctl.proxy(i)?.pass();
-                }
-                go_on
-            }
-        };
-        if !go_on {
-            return Ok(());
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Checks.
 
 /// Every client, each with its own `Redlock`, got permits.
@@ -284,7 +195,7 @@ pub(super) fn every_client_got_permits(ran: &Ran) -> Check {
 /// The semaphore was full at times: as many leases open at once as it has permits (so the run
 /// tests K holders, not one), and every slot taken.
 pub(super) fn the_semaphore_filled_up(ran: &Ran) -> Check {
-    let permits = ran.setup.semaphore.unwrap_or(PERMITS) as usize;
+    let permits = ran.setup.permits().unwrap_or(PERMITS) as usize;
     let ops = ran.history.ops();
     let peak = peak_holders(SEMAPHORE, &ops);
     let inside = ran.capacity.as_ref().map_or(0, |w| w.peak());
@@ -307,36 +218,5 @@ pub(super) fn the_semaphore_filled_up(ran: &Ran) -> Check {
                 .collect::<Vec<_>>()
                 .join(" ")
         ),
-    )
-}
-
-/// Every kind of fault struck at least once.
-pub(super) fn every_kind_of_fault_struck(ran: &Ran) -> Check {
-    let faults = ran.history.faults();
-    let kinds = [
-        ("killed", "kills"),
-        ("paused", "pauses"),
-        ("(minority)", "minority partitions"),
-        ("(majority)", "majority partitions"),
-        ("latency", "slowdowns"),
-    ];
-    let counts: Vec<(usize, &str)> = kinds
-        .iter()
-        .map(|(marker, what)| {
-            let n = faults
-                .iter()
-                .filter(|f| f.description.contains(marker))
-                .count();
-            (n, *what)
-        })
-        .collect();
-    Check::new(
-        "every kind of fault struck",
-        counts.iter().all(|(n, _)| *n > 0),
-        counts
-            .iter()
-            .map(|(n, what)| format!("{n} {what}"))
-            .collect::<Vec<_>>()
-            .join(", "),
     )
 }

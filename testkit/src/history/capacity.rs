@@ -108,7 +108,13 @@ pub fn check_max_holders(semaphore: &str, ops: &[Op], permits: usize) -> Vec<Vio
 /// The most holders of the semaphore `semaphore` that held a lease at one instant (0 when none
 /// did), counted as [`check_max_holders`] counts them.
 pub fn peak_holders(semaphore: &str, ops: &[Op]) -> usize {
-    sweep(&semaphore_leases(semaphore, ops), usize::MAX).peak
+    peak_open(&semaphore_leases(semaphore, ops))
+}
+
+/// The most of `leases` open at one instant (0 when there are none), a lease that ends at the
+/// instant another starts not overlapping it.
+pub(super) fn peak_open(leases: &[(&str, Lease)]) -> usize {
+    sweep(leases, usize::MAX).peak
 }
 
 /// The leases on `semaphore`'s slots and name, with the resource each is on.

@@ -23,7 +23,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    fn covers(&self, at: Instant) -> bool {
+    pub(super) fn covers(&self, at: Instant) -> bool {
         self.end.is_none_or(|end| at < end)
     }
 }
@@ -34,7 +34,7 @@ fn later_end(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 }
 
 /// The earlier of two lease ends, where `None` means "never".
-fn earlier_end(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+pub(super) fn earlier_end(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,
@@ -183,7 +183,7 @@ pub struct Acquisition {
 }
 
 impl Acquisition {
-    fn of(op: &Op, fence: u64) -> Self {
+    pub(super) fn of(op: &Op, fence: u64) -> Self {
         Self {
             client: op.client,
             token: op.token_fingerprint(),

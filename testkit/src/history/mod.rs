@@ -10,11 +10,15 @@
 //!
 //! * **Protocol level**, from the clients' own timestamps and reported validities:
 //!   [`check_overlaps`] (two holders' leases on one resource never overlap),
-//!   [`check_fence_order`] (fencing tokens increase in real-time order) and, for a semaphore,
-//!   [`check_max_holders`] (never more holders of its permits at once than it has permits).
+//!   [`check_fence_order`] (fencing tokens increase in real-time order); for a semaphore,
+//!   [`check_max_holders`] (never more holders of its permits at once than it has permits); for a
+//!   read-write lock, [`check_rw_exclusion`] (a writer's lease never overlaps a reader's); for an
+//!   election, [`check_term_order`] (terms grow in the order leaders were elected) and
+//!   [`check_leader_reads`] (a quorum read of the leader names one that led during the read).
 //! * **Effect level**, from witnesses the clients call inside their critical sections, which trust
 //!   no client timestamp: [`OccupancyWitness`] (never two holders inside at once; never more than
 //!   a semaphore's permits, [made with a capacity](OccupancyWitness::with_capacity)),
+//!   [`ReadWriteWitness`] (never a writer inside with anybody else),
 //!   [`LostUpdateRegister`] (a read–sleep–write counter that loses updates when two holders
 //!   interleave) and [`FencedRegister`] (storage that rejects stale fencing tokens).
 //!
@@ -27,14 +31,19 @@
 //! * `record` — what is recorded: [`Op`], [`Fault`] and their parts;
 //! * `checks` — the protocol-level checkers;
 //! * `capacity` — the semaphore checker, [`check_max_holders`];
+//! * `rw` — the read-write lock checker and witness, [`check_rw_exclusion`] and
+//!   [`ReadWriteWitness`];
+//! * `election` — the election checkers, [`check_term_order`] and [`check_leader_reads`];
 //! * `witness` — the effect-level witnesses;
 //! * `violation` — [`Violation`], what every checker and witness reports;
 //! * `report` — [`Report`], the verdict on a whole history.
 
 mod capacity;
 mod checks;
+mod election;
 mod record;
 mod report;
+mod rw;
 #[cfg(test)]
 mod testing;
 mod violation;
@@ -42,8 +51,13 @@ mod witness;
 
 pub use capacity::{check_max_holders, is_permit_of, peak_holders, PermitLease};
 pub use checks::{check_fence_order, check_overlaps, Acquisition, Lease};
+pub use election::{check_leader_reads, check_term_order, LeaderRead};
 pub use record::{Fault, FaultId, Op, OpKind, Outcome, Releasing, TokenFingerprint};
 pub use report::{OpCounts, Report};
+pub use rw::{
+    check_rw_exclusion, peak_readers, readers_of, Access, ReadWriteGuard, ReadWriteWitness,
+    READERS_SUFFIX,
+};
 pub use violation::Violation;
 pub use witness::{
     FencedCounts, FencedRegister, LostUpdateRegister, OccupancyGuard, OccupancyWitness, Occupant,
@@ -109,12 +123,19 @@ struct Recorded {
     witnesses: Vec<Witness>,
     /// Semaphores whose permits [`check_max_holders`] counts: name and permits.
     semaphores: Vec<(String, usize)>,
+    /// Read-write locks [`check_rw_exclusion`] checks.
+    rw_locks: Vec<String>,
+    /// Elections [`check_term_order`] and [`check_leader_reads`] check.
+    elections: Vec<String>,
+    /// Quorum reads of elections' leaders.
+    leader_reads: Vec<LeaderRead>,
 }
 
 /// A witness created through a [`History`], so that [`History::check`] includes its verdict.
 #[derive(Clone, Debug)]
 enum Witness {
     Occupancy(OccupancyWitness),
+    ReadWrite(ReadWriteWitness),
     LostUpdate(LostUpdateRegister),
     Fenced(FencedRegister),
 }
@@ -207,6 +228,38 @@ impl History {
             .push((semaphore.into(), permits));
     }
 
+    /// Has [`check`](History::check) treat `resource` as a read-write lock, its writers recorded
+    /// under its name and its readers under [`readers_of`] it: readers are left out of
+    /// [`check_overlaps`] (they share the lock), and [`check_rw_exclusion`] keeps writers apart
+    /// from readers.
+    pub fn watch_rw_lock(&self, resource: impl Into<String>) {
+        lock(&self.inner).rw_locks.push(resource.into());
+    }
+
+    /// A new [`ReadWriteWitness`] for the read-write lock `resource`, whose violations
+    /// [`check`](History::check) reports.
+    pub fn read_write_witness(&self, resource: impl Into<String>) -> ReadWriteWitness {
+        let witness = ReadWriteWitness::new(resource);
+        self.include(Witness::ReadWrite(witness.clone()));
+        witness
+    }
+
+    /// Has [`check`](History::check) run [`check_term_order`] on the election `name`, and
+    /// [`check_leader_reads`] on the reads of it [recorded](History::record_leader_read).
+    pub fn watch_election(&self, name: impl Into<String>) {
+        lock(&self.inner).elections.push(name.into());
+    }
+
+    /// Records one finished quorum read of an election's leader.
+    pub fn record_leader_read(&self, read: LeaderRead) {
+        lock(&self.inner).leader_reads.push(read);
+    }
+
+    /// A copy of every leader read recorded so far, in recording order.
+    pub fn leader_reads(&self) -> Vec<LeaderRead> {
+        lock(&self.inner).leader_reads.clone()
+    }
+
     /// A new [`LostUpdateRegister`] for `resource`; [`check`](History::check) runs
     /// [`LostUpdateRegister::check`] on it with its own [`commits`](LostUpdateRegister::commits)
     /// as the expected count.
@@ -229,29 +282,49 @@ impl History {
         lock(&self.inner).witnesses.push(witness);
     }
 
-    /// Runs every checker over what has been recorded so far — [`check_overlaps`],
-    /// [`check_fence_order`], [`check_max_holders`] on every
-    /// [watched semaphore](History::watch_semaphore) and the witnesses created through this
-    /// history — and returns the report.
+    /// Runs every checker over what has been recorded so far — [`check_overlaps`] (readers of
+    /// [watched read-write locks](History::watch_rw_lock) left out), [`check_fence_order`],
+    /// [`check_max_holders`] on every [watched semaphore](History::watch_semaphore),
+    /// [`check_rw_exclusion`] on every watched read-write lock, [`check_term_order`] and
+    /// [`check_leader_reads`] on every [watched election](History::watch_election), and the
+    /// witnesses created through this history — and returns the report.
     pub fn check(&self) -> Report {
-        let (ops, faults, witnesses, semaphores) = {
+        let recorded = {
             let recorded = lock(&self.inner);
-            (
-                recorded.ops.clone(),
-                recorded.faults.clone(),
-                recorded.witnesses.clone(),
-                recorded.semaphores.clone(),
-            )
+            Recorded {
+                ops: recorded.ops.clone(),
+                faults: recorded.faults.clone(),
+                witnesses: recorded.witnesses.clone(),
+                semaphores: recorded.semaphores.clone(),
+                rw_locks: recorded.rw_locks.clone(),
+                elections: recorded.elections.clone(),
+                leader_reads: recorded.leader_reads.clone(),
+            }
         };
-        let mut report = Report::new(self.origin, &ops, faults);
-        report.add_violations(check_overlaps(&ops));
-        report.add_violations(check_fence_order(&ops));
-        for (semaphore, permits) in &semaphores {
-            report.add_violations(check_max_holders(semaphore, &ops, *permits));
+        let ops = &recorded.ops;
+        let mut report = Report::new(self.origin, ops, recorded.faults);
+        let shared: Vec<String> = recorded.rw_locks.iter().map(|r| readers_of(r)).collect();
+        let exclusive: Vec<Op> = ops
+            .iter()
+            .filter(|op| !shared.contains(&op.resource))
+            .cloned()
+            .collect();
+        report.add_violations(check_overlaps(&exclusive));
+        report.add_violations(check_fence_order(ops));
+        for (semaphore, permits) in &recorded.semaphores {
+            report.add_violations(check_max_holders(semaphore, ops, *permits));
         }
-        for witness in &witnesses {
+        for resource in &recorded.rw_locks {
+            report.add_violations(check_rw_exclusion(resource, ops));
+        }
+        for election in &recorded.elections {
+            report.add_violations(check_term_order(election, ops));
+            report.add_violations(check_leader_reads(election, ops, &recorded.leader_reads));
+        }
+        for witness in &recorded.witnesses {
             match witness {
                 Witness::Occupancy(witness) => report.add_violations(witness.violations()),
+                Witness::ReadWrite(witness) => report.add_violations(witness.violations()),
                 Witness::LostUpdate(register) => {
                     report.add_violations(register.check(register.commits()));
                 }

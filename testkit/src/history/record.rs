@@ -90,6 +90,16 @@ impl Releasing {
         }
     }
 
+    /// Notes `lock`, a reader's hold of a read-write lock, under the name its readers are
+    /// recorded by ([`readers_of`](crate::history::readers_of) its resource), and that its
+    /// release starts now.
+    pub fn start_read(lock: &Lock) -> Self {
+        Releasing {
+            resource: super::readers_of(lock.resource()),
+            ..Releasing::start(lock)
+        }
+    }
+
     /// Notes `permit`'s slot, token and fence, and that its release starts now.
     pub fn start_permit(permit: &Permit) -> Self {
         Releasing {
@@ -136,6 +146,17 @@ impl Op {
                 valid_until: Some(lock.deadline()),
             },
             fence: lock.fencing_token(),
+        }
+    }
+
+    /// A successful acquire of `lock`, a reader's hold of a read-write lock, by `client`,
+    /// attempted from `start` to `end`: recorded as [`acquired`](Op::acquired) would, under the
+    /// name the lock's readers are recorded by ([`readers_of`](crate::history::readers_of) its
+    /// resource).
+    pub fn read_acquired(client: usize, start: Instant, end: Instant, lock: &Lock) -> Op {
+        Op {
+            resource: super::readers_of(lock.resource()),
+            ..Op::acquired(client, start, end, lock)
         }
     }
 

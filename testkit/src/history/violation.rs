@@ -1,6 +1,6 @@
 //! [`Violation`]: what a checker or a witness found, and how it is printed.
 
-use super::{Acquisition, Lease, Occupant, PermitLease};
+use super::{Access, Acquisition, LeaderRead, Lease, Occupant, PermitLease};
 use std::fmt;
 use std::time::Instant;
 
@@ -72,6 +72,52 @@ pub enum Violation {
         /// When the count fell back to `permits`; `None` if it never did.
         until: Option<Instant>,
     },
+    /// A writer of a read-write lock held a lease while a reader held one
+    /// ([`check_rw_exclusion`](crate::history::check_rw_exclusion)).
+    ReadWriteOverlap {
+        /// The read-write lock.
+        resource: String,
+        /// The writer's lease.
+        writer: Lease,
+        /// The reader's lease.
+        reader: Lease,
+        /// Start of the overlap.
+        from: Instant,
+        /// End of the overlap; `None` if it never ended.
+        until: Option<Instant>,
+    },
+    /// A writer entered a read-write lock's critical section while somebody was inside, or a
+    /// reader while a writer was ([`ReadWriteWitness`](crate::history::ReadWriteWitness)).
+    ReadWriteOccupancy {
+        /// The read-write lock.
+        resource: String,
+        /// Who was inside, and how.
+        inside: Vec<(Access, Occupant)>,
+        /// Who entered, and how.
+        intruder: (Access, Occupant),
+    },
+    /// A leader was elected with a term not above that of a leader elected before it
+    /// ([`check_term_order`](crate::history::check_term_order)).
+    TermOrder {
+        /// The election.
+        resource: String,
+        /// The earlier leader with the highest term so far.
+        earlier: Acquisition,
+        /// The later leader.
+        later: Acquisition,
+    },
+    /// A quorum read of an election named a leader that did not lead at any point of the read
+    /// ([`check_leader_reads`](crate::history::check_leader_reads)).
+    LeaderRead {
+        /// The election.
+        resource: String,
+        /// The read.
+        read: LeaderRead,
+        /// The leadership whose token the read named; `None` when no leader had it.
+        named: Option<Acquisition>,
+        /// The next leader, when it had been elected before the read started.
+        superseded_by: Option<Acquisition>,
+    },
     /// A write did not raise a [`LostUpdateRegister`](crate::LostUpdateRegister): its writer read
     /// before another critical section committed.
     StaleWrite {
@@ -120,6 +166,10 @@ impl Violation {
             | Violation::DoubleOccupancy { resource, .. }
             | Violation::OverCapacity { resource, .. }
             | Violation::TooManyHolders { resource, .. }
+            | Violation::ReadWriteOverlap { resource, .. }
+            | Violation::ReadWriteOccupancy { resource, .. }
+            | Violation::TermOrder { resource, .. }
+            | Violation::LeaderRead { resource, .. }
             | Violation::StaleWrite { resource, .. }
             | Violation::LostUpdate { resource, .. }
             | Violation::SharedFence { resource, .. } => resource,
@@ -130,13 +180,16 @@ impl Violation {
     /// `None` when it is a whole-run verdict ([`Violation::LostUpdate`]). The window's end is
     /// `None` when it runs to the end of the run.
     ///
-    /// Overlap and too many holders: the stretch itself. Fence order: from the earlier acquire's start to the later one's
-    /// end. Double occupancy: from the first holder's entry to the intruder's. Stale write and
-    /// shared fence: the instant of the offending write.
+    /// Overlap, read-write overlap and too many holders: the stretch itself. Fence order and
+    /// term order: from the earlier acquire's start to the later one's end. Double occupancy and
+    /// read-write occupancy: from the first holder's entry to the intruder's. Leader read: the
+    /// read. Stale write and shared fence: the instant of the offending write.
     pub fn window(&self) -> Option<(Instant, Option<Instant>)> {
         match self {
-            Violation::Overlap { from, until, .. } => Some((*from, *until)),
-            Violation::FenceOrder { earlier, later, .. } => {
+            Violation::Overlap { from, until, .. }
+            | Violation::ReadWriteOverlap { from, until, .. } => Some((*from, *until)),
+            Violation::FenceOrder { earlier, later, .. }
+            | Violation::TermOrder { earlier, later, .. } => {
                 Some((earlier.start.min(later.start), Some(later.end)))
             }
             Violation::DoubleOccupancy {
@@ -152,6 +205,17 @@ impl Violation {
                     .map_or(intruder.entered, |e| e.min(intruder.entered));
                 Some((first, Some(intruder.entered)))
             }
+            Violation::ReadWriteOccupancy {
+                inside, intruder, ..
+            } => {
+                let first = inside
+                    .iter()
+                    .map(|(_, o)| o.entered)
+                    .min()
+                    .map_or(intruder.1.entered, |e| e.min(intruder.1.entered));
+                Some((first, Some(intruder.1.entered)))
+            }
+            Violation::LeaderRead { read, .. } => Some((read.start, Some(read.end))),
             Violation::TooManyHolders { from, until, .. } => Some((*from, *until)),
             Violation::StaleWrite { at, .. } | Violation::SharedFence { at, .. } => {
                 Some((*at, Some(*at)))
@@ -164,6 +228,21 @@ impl Violation {
     fn first_instant(&self) -> Option<Instant> {
         match self {
             Violation::Overlap { first, second, .. } => Some(first.start.min(second.start)),
+            Violation::ReadWriteOverlap { writer, reader, .. } => {
+                Some(writer.start.min(reader.start))
+            }
+            Violation::LeaderRead {
+                read,
+                named,
+                superseded_by,
+                ..
+            } => Some(
+                [named, superseded_by]
+                    .into_iter()
+                    .flatten()
+                    .map(|a| a.start)
+                    .fold(read.start, Instant::min),
+            ),
             Violation::TooManyHolders { holders, from, .. } => Some(
                 holders
                     .iter()
@@ -267,6 +346,96 @@ impl Violation {
                     write_lease(f, &holder.lease, origin)?;
                 }
                 write!(f, "; too many [{}, {})", at(*from), until(origin, *end))
+            }
+            Violation::ReadWriteOverlap {
+                resource,
+                writer,
+                reader,
+                from,
+                until: end,
+            } => {
+                write!(
+                    f,
+                    "a writer and a reader held {resource:?} at once: writer "
+                )?;
+                write_lease(f, writer, origin)?;
+                f.write_str(" and reader ")?;
+                write_lease(f, reader, origin)?;
+                write!(f, "; overlap [{}, {})", at(*from), until(origin, *end))
+            }
+            Violation::ReadWriteOccupancy {
+                resource,
+                inside,
+                intruder: (access, intruder),
+            } => {
+                write!(
+                    f,
+                    "{access} client {} entered {resource:?} at {} while ",
+                    intruder.client,
+                    at(intruder.entered)
+                )?;
+                for (i, (access, occupant)) in inside.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{access} ")?;
+                    write_occupants(f, std::slice::from_ref(occupant), origin)?;
+                }
+                f.write_str(if inside.len() == 1 {
+                    " was inside"
+                } else {
+                    " were inside"
+                })
+            }
+            Violation::TermOrder {
+                resource,
+                earlier,
+                later,
+            } => {
+                let how = if earlier.fence == later.fence {
+                    "repeated"
+                } else {
+                    "went backwards"
+                };
+                write!(f, "term {how} in {resource:?}: ")?;
+                write_acquisition(f, earlier, origin)?;
+                f.write_str(" was elected before ")?;
+                write_acquisition(f, later, origin)?;
+                write!(f, ", yet {} ≥ {}", earlier.fence, later.fence)
+            }
+            Violation::LeaderRead {
+                resource,
+                read,
+                named,
+                superseded_by,
+            } => {
+                let value = read.value.as_deref().unwrap_or_default();
+                write!(
+                    f,
+                    "client {} read {resource:?} over [{}, {}] and was told {value:?} leads, ",
+                    read.client,
+                    at(read.start),
+                    at(read.end)
+                )?;
+                match (named, superseded_by) {
+                    (None, _) => f.write_str("a leader never elected"),
+                    (Some(named), Some(next)) => {
+                        f.write_str("elected as ")?;
+                        write_acquisition(f, named, origin)?;
+                        f.write_str(", although ")?;
+                        write_acquisition(f, next, origin)?;
+                        f.write_str(" had been elected in its place before the read started")
+                    }
+                    (Some(named), None) if read.end < named.start => {
+                        f.write_str("before its campaign began: ")?;
+                        write_acquisition(f, named, origin)
+                    }
+                    (Some(named), None) => {
+                        f.write_str("but the leader with that token, ")?;
+                        write_acquisition(f, named, origin)?;
+                        f.write_str(", announced something else")
+                    }
+                }
             }
             Violation::StaleWrite {
                 resource,
