@@ -16,6 +16,8 @@
 //! * [`figures`] — percentiles by one definition, and digit grouping, for every printed figure.
 //! * [`mutex`] — mutex access that survives a panic in another task.
 //! * [`naive_semaphore`] — the **unsafe** per-master-count semaphore, a negative control only.
+//! * [`naive_rwlock`] — the **unsafe** read-write lock whose writer looks for readers on one
+//!   master, a negative control only.
 //!
 //! The names used most are also at the crate root, grouped below by the module that defines them.
 
@@ -26,6 +28,7 @@ pub mod failover;
 pub mod figures;
 pub mod history;
 pub mod mutex;
+pub mod naive_rwlock;
 pub mod naive_semaphore;
 pub mod proxy;
 pub mod server;
