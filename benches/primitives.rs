@@ -1,9 +1,10 @@
 //! The primitives beside the mutex, on five local masters, every worker with a client of its
 //! own (as separate processes would have):
 //!
-//! 1. a semaphore with 4 permits and 16 workers, against the mutex with the same workers;
+//! 1. a semaphore with 4 permits and 16 workers, against the mutex with the same workers, 1 ms
+//!    of work per hold;
 //! 2. a read-write lock under a read-heavy load (90 % reads), against the mutex doing the same
-//!    operations;
+//!    operations, with 1 ms and with 5 ms of work per hold;
 //! 3. leader failover with a 1 s TTL: a leader process killed (SIGKILL) → a new leader seen by
 //!    an observer's quorum reads, and elected.
 //!
@@ -33,7 +34,6 @@ const ELECTION: &str = "bench-election";
 const FAILOVER_TTL: Duration = Duration::from_secs(1);
 const WORKERS: usize = 16;
 const PERMITS: u32 = 4;
-const WORK: Duration = Duration::from_millis(1);
 
 struct Config {
     secs: Duration,
@@ -103,7 +103,13 @@ fn retrying_client(urls: &[String]) -> Redlock {
 
 /// Runs `WORKERS` workers, a client each, doing `load` for `secs`; counts the cycles that
 /// completed inside the window.
-async fn measure(urls: &[String], load: Load, resource: &str, secs: Duration) -> Tally {
+async fn measure(
+    urls: &[String],
+    load: Load,
+    resource: &str,
+    secs: Duration,
+    work: Duration,
+) -> Tally {
     let inside = Arc::new(AtomicUsize::new(0));
     let writers = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
@@ -155,7 +161,7 @@ async fn measure(urls: &[String], load: Load, resource: &str, secs: Duration) ->
                 if now > limit || (exclusive && now > 1) || (!exclusive && writing > 0) {
                     bad.fetch_add(1, Ordering::SeqCst);
                 }
-                tokio::time::sleep(WORK).await;
+                tokio::time::sleep(work).await;
                 if exclusive {
                     writers.fetch_sub(1, Ordering::SeqCst);
                 }
@@ -194,12 +200,25 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// Throughput of `baseline` and `load`, interleaved `runs` times: medians and the median ratio.
-async fn compare(urls: &[String], cfg: &Config, baseline: Load, load: Load, label: &str) {
+async fn compare(
+    urls: &[String],
+    cfg: &Config,
+    (baseline, load): (Load, Load),
+    work: Duration,
+    label: &str,
+) {
     let (mut base, mut prim, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut violations, mut most) = (0, 0);
     for run in 0..cfg.runs {
-        let a = measure(urls, baseline, &format!("{label}-base-{run}"), cfg.secs).await;
-        let b = measure(urls, load, &format!("{label}-{run}"), cfg.secs).await;
+        let a = measure(
+            urls,
+            baseline,
+            &format!("{label}-base-{run}"),
+            cfg.secs,
+            work,
+        )
+        .await;
+        let b = measure(urls, load, &format!("{label}-{run}"), cfg.secs, work).await;
         let (a_rate, b_rate) = (
             a.cycles as f64 / cfg.secs.as_secs_f64(),
             b.cycles as f64 / cfg.secs.as_secs_f64(),
@@ -212,7 +231,7 @@ async fn compare(urls: &[String], cfg: &Config, baseline: Load, load: Load, labe
         most = most.max(b.most_inside);
     }
     println!(
-        "| {label} | {:.0} | {:.0} | {:.2}× | {violations} | {most} |",
+        "| {label}, {work:?} of work | {:.0} | {:.0} | {:.2}× | {violations} | {most} |",
         median(&mut base),
         median(&mut prim),
         median(&mut ratios),
@@ -312,12 +331,16 @@ fn main() {
     let urls = nodes.urls();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        println!("## Primitives: {WORKERS} workers, a client each, {WORK:?} of work per hold");
+        println!("## Primitives: {WORKERS} workers, a client each");
         println!();
         println!("| case | mutex (holds/s) | primitive (holds/s) | ratio (median of runs) | violations | most inside at once |");
         println!("|---|---|---|---|---|---|");
-        compare(&urls, &cfg, Load::Mutex, Load::Permit, "semaphore, 4 permits").await;
-        compare(&urls, &cfg, Load::Mutex, Load::ReadWrite, "read-write lock, 90 % reads").await;
+        let ms = Duration::from_millis;
+        let semaphore = (Load::Mutex, Load::Permit);
+        let read_heavy = (Load::Mutex, Load::ReadWrite);
+        compare(&urls, &cfg, semaphore, ms(1), "semaphore, 4 permits").await;
+        compare(&urls, &cfg, read_heavy, ms(1), "read-write lock, 90 % reads").await;
+        compare(&urls, &cfg, read_heavy, ms(5), "read-write lock, 90 % reads").await;
         println!();
         println!("| failover | p50 | p99 | max |");
         println!("|---|---|---|---|");

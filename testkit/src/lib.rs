@@ -18,6 +18,7 @@
 //! * [`naive_semaphore`] — the **unsafe** per-master-count semaphore, a negative control only.
 //! * [`naive_rwlock`] — the **unsafe** read-write lock whose writer looks for readers on one
 //!   master, a negative control only.
+//! * [`naive_election`] — the **unsafe** election on one master, a negative control only.
 //!
 //! The names used most are also at the crate root, grouped below by the module that defines them.
 
@@ -28,6 +29,7 @@ pub mod failover;
 pub mod figures;
 pub mod history;
 pub mod mutex;
+pub mod naive_election;
 pub mod naive_rwlock;
 pub mod naive_semaphore;
 pub mod proxy;
