@@ -161,15 +161,7 @@ async fn an_owner_waits_in_line_like_any_acquire_and_advances_the_fence_on_every
         (owner, lock)
     });
     let queued = eventually(Duration::from_secs(5), || {
-        nodes.iter().all(|s| {
-            let line: Vec<String> = redis::cmd("ZRANGE")
-                .arg("report:queue")
-                .arg(0)
-                .arg(-1)
-                .query(&mut direct(s))
-                .unwrap();
-            line.len() == 1
-        })
+        nodes.iter().all(|s| line(s, "report").len() == 1)
     })
     .await;
     assert!(queued, "the owner's acquire never took a place in line");

@@ -8,19 +8,9 @@ use std::time::Duration;
 
 use common::*;
 use quorumlock::{Error, Redlock, MAX_PERMITS};
-use quorumlock_testkit::{RedisNodes, RedisServer};
+use quorumlock_testkit::RedisNodes;
 
 const TTL: Duration = Duration::from_secs(10);
-
-/// The waiter ids in the line of `key` on `server`.
-fn line(server: &RedisServer, key: &str) -> Vec<String> {
-    redis::cmd("ZRANGE")
-        .arg(format!("{key}:queue"))
-        .arg(0)
-        .arg(-1)
-        .query(&mut direct(server))
-        .unwrap()
-}
 
 /// How many masters have `key` in line for any slot of `resource` (K slots).
 fn queued_anywhere(nodes: &RedisNodes, resource: &str, permits: u32) -> usize {

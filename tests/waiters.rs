@@ -265,16 +265,6 @@ fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .map_or(0, |calls| calls.parse().unwrap())
 }
 
-/// The waiter ids in the line of `key` on `server`, first to last.
-fn line(server: &RedisServer, key: &str) -> Vec<String> {
-    redis::cmd("ZRANGE")
-        .arg(format!("{key}:queue"))
-        .arg(0)
-        .arg(-1)
-        .query(&mut direct(server))
-        .unwrap()
-}
-
 /// `(attempts, wakeups, acquired)` of `rl` so far.
 fn counts(rl: &Redlock) -> (u64, u64, u64) {
     let s = rl.stats();

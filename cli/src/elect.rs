@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::duration;
-use crate::exec::{self, ExecArgs};
+use crate::exec::{self, CommandArgs, ExecArgs};
 use crate::nodes::NodesArg;
 
 pub(crate) const EXAMPLES: &str = "\
@@ -38,24 +38,11 @@ pub(crate) struct ElectArgs {
     /// about this long after it died.
     #[arg(long, default_value = "10s", value_parser = duration::parse, allow_hyphen_values = true)]
     ttl: Duration,
-    /// After asking the command to stop (a signal, a lost term), how long it has before SIGKILL.
-    #[arg(long, default_value = "2s", value_parser = duration::parse, allow_hyphen_values = true)]
-    grace: Duration,
     /// Campaign again after the command ends or leadership is lost (not after a signal).
     #[arg(long)]
     restart: bool,
-    /// Run this command string with `sh -c`.
-    #[arg(
-        short = 'c',
-        long = "command",
-        value_name = "STRING",
-        conflicts_with = "argv"
-    )]
-    shell_command: Option<String>,
-    /// The command and its arguments. Without one, leadership is held until stdin closes or a
-    /// signal arrives.
-    #[arg(last = true, value_name = "COMMAND")]
-    argv: Vec<String>,
+    #[command(flatten)]
+    command: CommandArgs,
 }
 
 /// Campaigns, runs the command while leader, and (with `--restart`) campaigns again.
@@ -65,15 +52,7 @@ pub(crate) struct ElectArgs {
 /// As `exec`: configuration errors (exit 1), fewer than a quorum of masters answering (69).
 pub(crate) async fn run(args: ElectArgs) -> anyhow::Result<ExitCode> {
     let value = args.value.unwrap_or_else(default_value);
-    let exec = ExecArgs::elect(
-        args.nodes,
-        args.name,
-        value,
-        args.ttl,
-        args.grace,
-        args.shell_command,
-        args.argv,
-    );
+    let exec = ExecArgs::elect(args.nodes, args.name, value, args.ttl, args.command);
     loop {
         let code = exec::run(&exec).await?;
         if !args.restart || stopped_by_a_signal(&code) {

@@ -105,3 +105,13 @@ pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bo
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// The waiter ids in the line of `key` on `server`, first to last.
+pub fn line(server: &RedisServer, key: &str) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(format!("{key}:queue"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut direct(server))
+        .unwrap()
+}

@@ -99,6 +99,17 @@ pub(crate) struct ExecArgs {
     /// Exit code when the lock is busy and not acquired within --wait (like `flock -E`).
     #[arg(short = 'E', long, default_value_t = exit::BUSY)]
     conflict_exit_code: u8,
+    #[command(flatten)]
+    command: CommandArgs,
+    /// `quorumlock elect`: campaign for leadership announcing this value, instead of locking.
+    #[arg(skip)]
+    elect: Option<String>,
+}
+
+/// The command run under the lock (or while leader), and how it is stopped: shared by `exec`
+/// and `elect`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CommandArgs {
     /// After asking the command to stop (a signal, a lost lock), how long it has before SIGKILL.
     /// On a lost lock, SIGKILL comes before the lease ends whatever the grace.
     #[arg(long, default_value = "2s", value_parser = duration::parse, allow_hyphen_values = true)]
@@ -115,9 +126,6 @@ pub(crate) struct ExecArgs {
     /// until stdin closes or a signal arrives.
     #[arg(last = true, value_name = "COMMAND")]
     argv: Vec<String>,
-    /// `quorumlock elect`: campaign for leadership announcing this value, instead of locking.
-    #[arg(skip)]
-    elect: Option<String>,
 }
 
 impl ExecArgs {
@@ -127,9 +135,7 @@ impl ExecArgs {
         name: String,
         value: String,
         ttl: Duration,
-        grace: Duration,
-        shell_command: Option<String>,
-        argv: Vec<String>,
+        command: CommandArgs,
     ) -> ExecArgs {
         ExecArgs {
             nodes,
@@ -142,18 +148,16 @@ impl ExecArgs {
             read: false,
             write: false,
             conflict_exit_code: exit::BUSY,
-            grace,
-            shell_command,
-            argv,
+            command,
             elect: Some(value),
         }
     }
 
     fn work(&self) -> Work {
-        match &self.shell_command {
+        match &self.command.shell_command {
             Some(script) => Work::Command(vec!["sh".into(), "-c".into(), script.clone()]),
-            None if self.argv.is_empty() => Work::Hold,
-            None => Work::Command(self.argv.clone()),
+            None if self.command.argv.is_empty() => Work::Hold,
+            None => Work::Command(self.command.argv.clone()),
         }
     }
 
@@ -204,7 +208,7 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
 
     group::adopt_orphans();
     let signals = Termination::listen()?;
-    let plan = Plan::new(args.ttl, args.grace);
+    let plan = Plan::new(args.ttl, args.command.grace);
     let opts = HoldOptions::new()
         .loss_margin(plan.loss_margin())
         .grace(plan.body_grace());
