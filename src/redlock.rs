@@ -248,26 +248,11 @@ impl Redlock {
         retry: bool,
         in_line: bool,
     ) -> Result<Lock, Error> {
-        let waiting = Waiting::start(keys.primitive());
-        let acquired = self
-            .acquire_loop_inner(label, keys, lease, retry, in_line)
-            .await;
-        waiting.end(&acquired);
-        acquired
-    }
-
-    async fn acquire_loop_inner(
-        &self,
-        label: &str,
-        keys: &Keys,
-        lease: &Lease,
-        retry: bool,
-        in_line: bool,
-    ) -> Result<Lock, Error> {
         let span = tracing::debug_span!("acquire", resource = label, ttl = ?lease.ttl);
+        let waiting = Waiting::start(keys.primitive());
         // A waiter's place in line is its arrival, not the end of its first attempt.
         let arrived = SystemTime::now();
-        async move {
+        let acquired = async move {
             if retry {
                 // (A single attempt cannot wait for itself: it reports the contention.)
                 self.not_held_by_this_task(label, keys)?;
@@ -346,7 +331,9 @@ impl Redlock {
             }
         }
         .instrument(span)
-        .await
+        .await;
+        waiting.end(&acquired);
+        acquired
     }
 
     /// Refuses an acquire of a key this very task already holds through this client: it would
