@@ -13,7 +13,7 @@ use futures::Stream;
 
 use crate::error::{Error, NodeError};
 use crate::hold::{Held, HoldOptions, Plan};
-use crate::keys::Keys;
+use crate::keys::{Keys, RESERVED_PREFIX};
 use crate::lock::Lock;
 use crate::redlock::Redlock;
 use crate::scripts;
@@ -136,7 +136,8 @@ impl Redlock {
     }
 
     /// Who leads `name` now: the value on a quorum of masters, or `None` when no value is on a
-    /// quorum (no leader, or a campaign in progress). One master alone can show a stale or
+    /// quorum (no leader, a campaign in progress, or leadership being handed to the next
+    /// candidate in line). One master alone can show a stale or
     /// minority holder; this never reports one.
     ///
     /// # Errors
@@ -167,7 +168,8 @@ impl Redlock {
             match reply {
                 Ok((value, pttl)) => {
                     answered += 1;
-                    if let Some(value) = value {
+                    // A key the line reserved for the next candidate has no leader yet.
+                    if let Some(value) = value.filter(|v| !v.starts_with(RESERVED_PREFIX)) {
                         values.push((value, pttl));
                     }
                 }

@@ -19,6 +19,8 @@
 //! * [`naive_rwlock`] — the **unsafe** read-write lock whose writer looks for readers on one
 //!   master, a negative control only.
 //! * [`naive_election`] — the **unsafe** election on one master, a negative control only.
+//! * [`naive_reentrant`] — the **unsafe** per-master hold count of a reentrant lock, a negative
+//!   control only.
 //!
 //! The names used most are also at the crate root, grouped below by the module that defines them.
 
@@ -30,6 +32,7 @@ pub mod figures;
 pub mod history;
 pub mod mutex;
 pub mod naive_election;
+pub mod naive_reentrant;
 pub mod naive_rwlock;
 pub mod naive_semaphore;
 pub mod proxy;
@@ -50,8 +53,9 @@ pub use history::{Fault, FaultId, History, Op, OpKind, Outcome, Releasing, Token
 // Protocol-level checkers.
 #[doc(no_inline)]
 pub use history::{
-    check_fence_order, check_leader_reads, check_max_holders, check_overlaps, check_rw_exclusion,
-    check_term_order, Acquisition, LeaderRead, Lease, PermitLease,
+    check_fence_order, check_leader_reads, check_left_behind, check_max_holders, check_overlaps,
+    check_rw_exclusion, check_term_order, Acquisition, LeaderRead, Lease, PermitLease,
+    ReleaseAudit,
 };
 
 // Effect-level witnesses.

@@ -532,6 +532,8 @@ pub(super) struct Shared {
     urls: Vec<String>,
     /// Per client with proxies of its own, the URLs it uses.
     own_urls: Vec<Vec<String>>,
+    /// The masters' own addresses, bypassing every proxy.
+    pub(super) masters: Vec<SocketAddr>,
     pub(super) history: History,
     /// Per resource (or semaphore slot): who is inside, ...
     pub(super) witnesses: Vec<OccupancyWitness>,
@@ -581,6 +583,7 @@ where
     let shared = Arc::new(Shared {
         urls: cluster.urls.clone(),
         own_urls: (0..cluster.own.len()).map(|c| cluster.urls_of(c)).collect(),
+        masters: cluster.addrs().to_vec(),
         history: history.clone(),
         witnesses: (0..resources)
             .map(|r| history.occupancy_witness(setup.lock_name(r)))

@@ -112,7 +112,8 @@ pub enum Scenario {
     /// 20. Separate candidates campaign in one election ([`quorumlock::Redlock::elect`]) with a
     ///     1 s TTL while an observer reads who leads, under the faults of 18 (kills restart from
     ///     an AOF) and leaders cut off from every master: never two leaderships overlapping,
-    ///     terms growing in election order, and no read naming a leader out of its time.
+    ///     terms growing in election order, and no read naming a leader out of its time. Each
+    ///     election counts as an acquisition.
     Election,
     /// 21. Separate clients nest holds of their locks ([`quorumlock::ReentrantLock`]) and end
     ///     them from several tasks in random orders, sometimes dropping them, under the faults of

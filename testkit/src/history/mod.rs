@@ -14,7 +14,9 @@
 //!   [`check_max_holders`] (never more holders of its permits at once than it has permits); for a
 //!   read-write lock, [`check_rw_exclusion`] (a writer's lease never overlaps a reader's); for an
 //!   election, [`check_term_order`] (terms grow in the order leaders were elected) and
-//!   [`check_leader_reads`] (a quorum read of the leader names one that led during the read).
+//!   [`check_leader_reads`] (a quorum read of the leader names one that led during the read);
+//!   after a lock's last hold is released, [`check_left_behind`] (no master that confirmed the
+//!   release still holds the lock).
 //! * **Effect level**, from witnesses the clients call inside their critical sections, which trust
 //!   no client timestamp: [`OccupancyWitness`] (never two holders inside at once; never more than
 //!   a semaphore's permits, [made with a capacity](OccupancyWitness::with_capacity)),
@@ -34,6 +36,7 @@
 //! * `rw` — the read-write lock checker and witness, [`check_rw_exclusion`] and
 //!   [`ReadWriteWitness`];
 //! * `election` — the election checkers, [`check_term_order`] and [`check_leader_reads`];
+//! * `leftover` — the leak checker, [`check_left_behind`];
 //! * `witness` — the effect-level witnesses;
 //! * `violation` — [`Violation`], what every checker and witness reports;
 //! * `report` — [`Report`], the verdict on a whole history.
@@ -41,6 +44,7 @@
 mod capacity;
 mod checks;
 mod election;
+mod leftover;
 mod record;
 mod report;
 mod rw;
@@ -52,6 +56,7 @@ mod witness;
 pub use capacity::{check_max_holders, is_permit_of, peak_holders, PermitLease};
 pub use checks::{check_fence_order, check_overlaps, Acquisition, Lease};
 pub use election::{check_leader_reads, check_term_order, LeaderRead};
+pub use leftover::{check_left_behind, ReleaseAudit};
 pub use record::{Fault, FaultId, Op, OpKind, Outcome, Releasing, TokenFingerprint};
 pub use report::{OpCounts, Report};
 pub use rw::{
@@ -129,6 +134,8 @@ struct Recorded {
     elections: Vec<String>,
     /// Quorum reads of elections' leaders.
     leader_reads: Vec<LeaderRead>,
+    /// What the masters held just after releases.
+    audits: Vec<ReleaseAudit>,
 }
 
 /// A witness created through a [`History`], so that [`History::check`] includes its verdict.
@@ -260,6 +267,17 @@ impl History {
         lock(&self.inner).leader_reads.clone()
     }
 
+    /// Records what the masters held just after a lock's last hold was released;
+    /// [`check`](History::check) runs [`check_left_behind`] on every audit.
+    pub fn record_audit(&self, audit: ReleaseAudit) {
+        lock(&self.inner).audits.push(audit);
+    }
+
+    /// A copy of every release audit recorded so far, in recording order.
+    pub fn audits(&self) -> Vec<ReleaseAudit> {
+        lock(&self.inner).audits.clone()
+    }
+
     /// A new [`LostUpdateRegister`] for `resource`; [`check`](History::check) runs
     /// [`LostUpdateRegister::check`] on it with its own [`commits`](LostUpdateRegister::commits)
     /// as the expected count.
@@ -286,7 +304,8 @@ impl History {
     /// [watched read-write locks](History::watch_rw_lock) left out), [`check_fence_order`],
     /// [`check_max_holders`] on every [watched semaphore](History::watch_semaphore),
     /// [`check_rw_exclusion`] on every watched read-write lock, [`check_term_order`] and
-    /// [`check_leader_reads`] on every [watched election](History::watch_election), and the
+    /// [`check_leader_reads`] on every [watched election](History::watch_election),
+    /// [`check_left_behind`] on every [release audit](History::record_audit), and the
     /// witnesses created through this history — and returns the report.
     pub fn check(&self) -> Report {
         let recorded = {
@@ -299,6 +318,7 @@ impl History {
                 rw_locks: recorded.rw_locks.clone(),
                 elections: recorded.elections.clone(),
                 leader_reads: recorded.leader_reads.clone(),
+                audits: recorded.audits.clone(),
             }
         };
         let ops = &recorded.ops;
@@ -314,6 +334,7 @@ impl History {
         for (semaphore, permits) in &recorded.semaphores {
             report.add_violations(check_max_holders(semaphore, ops, *permits));
         }
+        report.add_violations(check_left_behind(&recorded.audits));
         for resource in &recorded.rw_locks {
             report.add_violations(check_rw_exclusion(resource, ops));
         }
@@ -416,6 +437,92 @@ mod tests {
             report.to_string().contains("more than its 2 permits"),
             "{report}"
         );
+    }
+
+    #[test]
+    fn check_lets_the_readers_of_a_watched_rw_lock_share_it_and_keeps_writers_apart() {
+        let history = History::new();
+        let c = Clock(history.origin());
+        for (i, token) in ["tok-a", "tok-b"].into_iter().enumerate() {
+            let mut op = c.acquire(i, token, (i as u64, i as u64 + 1), 100, None);
+            op.resource = readers_of("rw");
+            history.record(op);
+        }
+        // Unwatched, two readers' leases on one name are an overlap like any other.
+        assert_eq!(history.check().violations.len(), 1);
+
+        history.watch_rw_lock("rw");
+        let witness = history.read_write_witness("rw");
+        drop((
+            witness.enter(0, Access::Read),
+            witness.enter(1, Access::Read),
+        ));
+        assert!(history.check().is_clean(), "{}", history.check());
+
+        let mut writer = c.acquire(2, "tok-c", (50, 51), 150, Some(1));
+        writer.resource = "rw".into();
+        history.record(writer);
+        let report = history.check();
+        assert_eq!(report.violations.len(), 2, "{report}");
+        assert!(report
+            .violations
+            .iter()
+            .all(|v| matches!(v, Violation::ReadWriteOverlap { .. })));
+    }
+
+    #[test]
+    fn check_runs_the_election_checks_on_a_watched_election_and_audits_releases() {
+        let history = History::new();
+        let c = Clock(history.origin());
+        let mut terms = Vec::new();
+        for (i, (span, term)) in [((0, 10), 5), ((0, 30), 4)].into_iter().enumerate() {
+            let mut op = c.acquire(
+                i,
+                &format!("tok-{i}:host-{i}"),
+                span,
+                span.1 + 10,
+                Some(term),
+            );
+            op.resource = "lead".into();
+            terms.push(op.clone());
+            history.record(op);
+        }
+        history.record_leader_read(LeaderRead::naming(
+            9,
+            "lead",
+            c.at(40),
+            c.at(41),
+            Some((
+                "host-0",
+                &quorumlock::LockToken::fingerprint_of("tok-0:host-0"),
+            )),
+        ));
+        history.record_audit(ReleaseAudit::new(
+            0,
+            "r",
+            "tok-0",
+            c.at(50),
+            (3, 3),
+            vec![1],
+        ));
+        // Unwatched, the election is two leases that do not overlap, and the audit.
+        assert_eq!(history.check().violations.len(), 1, "{}", history.check());
+
+        history.watch_election("lead");
+        let report = history.check();
+        let kinds: Vec<&str> = report
+            .violations
+            .iter()
+            .map(|v| match v {
+                Violation::TermOrder { .. } => "term",
+                Violation::LeaderRead { .. } => "read",
+                Violation::LeftBehind { .. } => "leak",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["leak", "term", "read"], "{report}");
+        assert_eq!(history.leader_reads().len(), 1);
+        assert_eq!(history.audits().len(), 1);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! [`Violation`]: what a checker or a witness found, and how it is printed.
 
-use super::{Access, Acquisition, LeaderRead, Lease, Occupant, PermitLease};
+use super::{Access, Acquisition, LeaderRead, Lease, Occupant, PermitLease, ReleaseAudit};
 use std::fmt;
 use std::time::Instant;
 
@@ -118,6 +118,12 @@ pub enum Violation {
         /// The next leader, when it had been elected before the read started.
         superseded_by: Option<Acquisition>,
     },
+    /// A master that confirmed the release of a lock's last hold still held the lock for its
+    /// holder afterwards ([`check_left_behind`](crate::history::check_left_behind)).
+    LeftBehind {
+        /// What the masters held just after the release.
+        audit: ReleaseAudit,
+    },
     /// A write did not raise a [`LostUpdateRegister`](crate::LostUpdateRegister): its writer read
     /// before another critical section committed.
     StaleWrite {
@@ -170,6 +176,9 @@ impl Violation {
             | Violation::ReadWriteOccupancy { resource, .. }
             | Violation::TermOrder { resource, .. }
             | Violation::LeaderRead { resource, .. }
+            | Violation::LeftBehind {
+                audit: ReleaseAudit { resource, .. },
+            }
             | Violation::StaleWrite { resource, .. }
             | Violation::LostUpdate { resource, .. }
             | Violation::SharedFence { resource, .. } => resource,
@@ -183,7 +192,8 @@ impl Violation {
     /// Overlap, read-write overlap and too many holders: the stretch itself. Fence order and
     /// term order: from the earlier acquire's start to the later one's end. Double occupancy and
     /// read-write occupancy: from the first holder's entry to the intruder's. Leader read: the
-    /// read. Stale write and shared fence: the instant of the offending write.
+    /// read. Left behind: the instant the release returned. Stale write and shared fence: the
+    /// instant of the offending write.
     pub fn window(&self) -> Option<(Instant, Option<Instant>)> {
         match self {
             Violation::Overlap { from, until, .. }
@@ -216,6 +226,7 @@ impl Violation {
                 Some((first, Some(intruder.1.entered)))
             }
             Violation::LeaderRead { read, .. } => Some((read.start, Some(read.end))),
+            Violation::LeftBehind { audit } => Some((audit.released, Some(audit.released))),
             Violation::TooManyHolders { from, until, .. } => Some((*from, *until)),
             Violation::StaleWrite { at, .. } | Violation::SharedFence { at, .. } => {
                 Some((*at, Some(*at)))
@@ -437,6 +448,18 @@ impl Violation {
                     }
                 }
             }
+            Violation::LeftBehind { audit } => write!(
+                f,
+                "masters {:?} still held {:?} for client {} (token {}) after the release of its \
+                 last hold returned at {}, though {} of {} masters confirmed it",
+                audit.holding,
+                audit.resource,
+                audit.client,
+                audit.token,
+                at(audit.released),
+                audit.confirmed,
+                audit.masters
+            ),
             Violation::StaleWrite {
                 resource,
                 written,
