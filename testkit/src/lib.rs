@@ -32,6 +32,7 @@ pub mod figures;
 pub mod history;
 pub mod mutex;
 pub mod naive_election;
+mod naive_masters;
 pub mod naive_reentrant;
 pub mod naive_rwlock;
 pub mod naive_semaphore;

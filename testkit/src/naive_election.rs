@@ -13,6 +13,7 @@
 //! election, which needs a quorum of independent masters and keeps its leader and its terms
 //! through the same restart.
 
+use crate::naive_masters;
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -44,9 +45,6 @@ end
 return 0",
     )
 });
-
-/// The share of the TTL set aside for clock drift, as the library's default.
-const DRIFT_FACTOR: f64 = 0.01;
 
 /// The naive, **unsafe** election on one master. See the [module documentation](self) for why
 /// two leaders can hold the same term at once. A negative control only.
@@ -198,12 +196,11 @@ impl NaiveElection {
         if term == 0 {
             return Err(NaiveNotElected::Held);
         }
-        let drift = ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2);
         Ok(NaiveTerm {
             stored,
             value: value.to_owned(),
             term,
-            deadline: start + ttl.saturating_sub(drift),
+            deadline: naive_masters::deadline(start, ttl),
         })
     }
 

@@ -15,6 +15,7 @@
 //! the library's [`ReentrantLock`](quorumlock::ReentrantLock), which counts holds in the client
 //! and keeps one key with one token on the masters, released once.
 
+use crate::naive_masters;
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -82,9 +83,7 @@ pub struct NaiveReentrant {
 
 impl fmt::Debug for NaiveReentrant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let reachable: Vec<usize> = (0..self.masters.len())
-            .filter(|i| self.masters[*i].is_some())
-            .collect();
+        let reachable = naive_masters::reachable(&self.masters);
         f.debug_struct("NaiveReentrant")
             .field("name", &self.name)
             .field("masters", &self.masters.len())
@@ -123,14 +122,7 @@ impl NaiveReentrant {
     /// `node_timeout`. A master that cannot be reached now is never asked, but still counts
     /// towards the quorum: the quorum is a majority of the configured masters.
     pub async fn connect(urls: &[String], name: &str, node_timeout: Duration) -> NaiveReentrant {
-        let masters = futures::future::join_all(urls.iter().map(|url| async move {
-            let client = redis::Client::open(url.as_str()).ok()?;
-            tokio::time::timeout(node_timeout, client.get_multiplexed_async_connection())
-                .await
-                .ok()?
-                .ok()
-        }))
-        .await;
+        let masters = naive_masters::connect(urls, node_timeout).await;
         NaiveReentrant {
             name: name.to_owned(),
             quorum: masters.len() / 2 + 1,

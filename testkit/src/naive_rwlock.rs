@@ -17,6 +17,7 @@
 //! Each master keeps the readers in a sorted set, `<name>:readers`, each token scored by the
 //! instant (by that master's clock) its hold lapses; the writer holds `<name>` itself.
 
+use crate::naive_masters;
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -63,9 +64,6 @@ return 0",
     )
 });
 
-/// The share of the TTL set aside for clock drift, as the library's default.
-const DRIFT_FACTOR: f64 = 0.01;
-
 /// The naive, **unsafe** read-write lock: a writer that looks for readers on one master only.
 /// See the [module documentation](self) for why a writer and a reader can both hold it. A
 /// negative control only.
@@ -91,9 +89,7 @@ pub struct NaiveRwLock {
 
 impl fmt::Debug for NaiveRwLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let reachable: Vec<usize> = (0..self.masters.len())
-            .filter(|i| self.masters[*i].is_some())
-            .collect();
+        let reachable = naive_masters::reachable(&self.masters);
         f.debug_struct("NaiveRwLock")
             .field("name", &self.name)
             .field("masters", &self.masters.len())
@@ -198,14 +194,7 @@ impl NaiveRwLock {
     /// `node_timeout`. A master that cannot be reached now is never asked, but still counts
     /// towards the quorum: the quorum is a majority of the configured masters.
     pub async fn connect(urls: &[String], name: &str, node_timeout: Duration) -> NaiveRwLock {
-        let masters = futures::future::join_all(urls.iter().map(|url| async move {
-            let client = redis::Client::open(url.as_str()).ok()?;
-            tokio::time::timeout(node_timeout, client.get_multiplexed_async_connection())
-                .await
-                .ok()?
-                .ok()
-        }))
-        .await;
+        let masters = naive_masters::connect(urls, node_timeout).await;
         NaiveRwLock {
             name: name.to_owned(),
             node_timeout,
@@ -319,8 +308,7 @@ impl NaiveRwLock {
         let granted: Vec<usize> = (0..answers.len())
             .filter(|i| answers[*i] == Some(true))
             .collect();
-        let drift = ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2);
-        let deadline = start + ttl.saturating_sub(drift);
+        let deadline = naive_masters::deadline(start, ttl);
         let hold = NaiveHold {
             access,
             token,

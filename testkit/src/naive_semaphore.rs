@@ -17,6 +17,7 @@
 //! Each master keeps the holders in a sorted set, `<name>:holders`, each token scored by the
 //! instant (by that master's clock) its permit lapses.
 
+use crate::naive_masters;
 use std::fmt;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -41,9 +42,6 @@ end
 return 0",
     )
 });
-
-/// The share of the TTL set aside for clock drift, as the library's default.
-const DRIFT_FACTOR: f64 = 0.01;
 
 /// The naive, **unsafe** counting semaphore: a count of holders per master, a permit granted at
 /// a quorum of masters with room. See the [module documentation](self) for why it admits more
@@ -71,9 +69,7 @@ pub struct NaiveSemaphore {
 
 impl fmt::Debug for NaiveSemaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let reachable: Vec<usize> = (0..self.masters.len())
-            .filter(|i| self.masters[*i].is_some())
-            .collect();
+        let reachable = naive_masters::reachable(&self.masters);
         f.debug_struct("NaiveSemaphore")
             .field("name", &self.name)
             .field("permits", &self.permits)
@@ -150,14 +146,7 @@ impl NaiveSemaphore {
         permits: u32,
         node_timeout: Duration,
     ) -> NaiveSemaphore {
-        let masters = futures::future::join_all(urls.iter().map(|url| async move {
-            let client = redis::Client::open(url.as_str()).ok()?;
-            tokio::time::timeout(node_timeout, client.get_multiplexed_async_connection())
-                .await
-                .ok()?
-                .ok()
-        }))
-        .await;
+        let masters = naive_masters::connect(urls, node_timeout).await;
         NaiveSemaphore {
             name: name.to_owned(),
             permits,
@@ -206,8 +195,7 @@ impl NaiveSemaphore {
         let granted: Vec<usize> = (0..answers.len())
             .filter(|i| answers[*i] == Some(true))
             .collect();
-        let drift = ttl.mul_f64(DRIFT_FACTOR) + Duration::from_millis(2);
-        let deadline = start + ttl.saturating_sub(drift);
+        let deadline = naive_masters::deadline(start, ttl);
         let permit = NaivePermit {
             token,
             granted,
