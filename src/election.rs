@@ -3,17 +3,23 @@
 //!
 //! The leader's key holds its token followed by the value it announces (`<token>:<value>`), so
 //! a quorum read of that one key tells who leads, with no second key that could disagree.
+//! A campaign's attempt can hold a quorum for a moment and still lose (its replies lost in a
+//! partition, its validity used up), and a read cannot tell such a key from a winner's. So the
+//! winner, once elected, marks its key (`~elected:<token>:<value>`, see
+//! `lua/confirm_leader.lua`), and [`Redlock::leader`] reports marked keys only: it names a
+//! candidate only after that candidate knew it had won.
 //! Candidates wait in the key's line: a leader that resigns hands leadership to the candidate
 //! that waited longest; one that dies leaves it when its lease runs out.
 
 use std::future::Future;
 use std::time::Duration;
 
-use futures::Stream;
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt};
 
 use crate::error::{Error, NodeError};
 use crate::hold::{Held, HoldOptions, Plan};
-use crate::keys::{Keys, RESERVED_PREFIX};
+use crate::keys::{Keys, ELECTED_PREFIX};
 use crate::lock::Lock;
 use crate::redlock::Redlock;
 use crate::scripts;
@@ -125,6 +131,7 @@ impl Redlock {
             match self.acquire_keys(name, &keys, &lease, true).await {
                 Ok(lock) => {
                     tracing::info!(election = name, term = ?lock.fencing_token(), "elected");
+                    self.mark_elected(&key, lock.token()).await;
                     return Ok(lock);
                 }
                 Err(e) if e.is_retriable() => {
@@ -135,10 +142,48 @@ impl Redlock {
         }
     }
 
-    /// Who leads `name` now: the value on a quorum of masters, or `None` when no value is on a
-    /// quorum (no leader, a campaign in progress, or leadership being handed to the next
-    /// candidate in line). One master alone can show a stale or
-    /// minority holder; this never reports one.
+    /// Marks the key of a campaign that won as the elected leader's, on every master where it
+    /// still holds `token`: only a marked key is reported by [`leader`](Redlock::leader).
+    /// Returns once a quorum has marked it or every master has answered; the marks still in
+    /// flight then go on in the background. A mark that reaches no quorum (masters unreachable
+    /// at that moment) costs nothing but visibility: the leader leads, unseen by `leader()`,
+    /// and the holder's scripts accept its token in either form.
+    async fn mark_elected(&self, key: &str, token: &LockToken) {
+        let timeout = self
+            .inner()
+            .settings()
+            .node_timeout
+            .unwrap_or(crate::DEFAULT_MAX_NODE_TIMEOUT);
+        let nodes = self.inner().nodes();
+        let mut marks: FuturesUnordered<_> = (0..nodes.len())
+            .map(|i| {
+                let (nodes, key, token) = (nodes.clone(), key.to_owned(), token.clone());
+                async move {
+                    let mut call = scripts::CONFIRM_LEADER.prepare_invoke();
+                    call.key(&key).arg(token.expose());
+                    nodes[i].invoke::<i64>(call, timeout).await
+                }
+            })
+            .collect();
+        let mut marked = 0;
+        while let Some(reply) = marks.next().await {
+            marked += usize::from(matches!(reply, Ok(1)));
+            if marked >= self.quorum() {
+                break;
+            }
+        }
+        if !marks.is_empty() {
+            crate::sync::spawn(async move { while marks.next().await.is_some() {} });
+        }
+        if marked < self.quorum() {
+            tracing::debug!(marked, "elected, but the key is marked on no quorum yet");
+        }
+    }
+
+    /// Who leads `name` now: the elected leader's value on a quorum of masters, or `None` when
+    /// no elected leader's value is on a quorum (no leader, a campaign in progress that may
+    /// still lose, or leadership being handed to the next candidate in line). One master alone
+    /// can show a stale or minority holder; this never reports one.
     ///
     /// # Errors
     ///
@@ -168,9 +213,12 @@ impl Redlock {
             match reply {
                 Ok((value, pttl)) => {
                     answered += 1;
-                    // A key the line reserved for the next candidate has no leader yet.
-                    if let Some(value) = value.filter(|v| !v.starts_with(RESERVED_PREFIX)) {
-                        values.push((value, pttl));
+                    // Only a key its leader marked elected: not a campaign's attempt that may
+                    // still lose, nor a key the line reserved for the next candidate.
+                    let elected =
+                        value.and_then(|v| Some(v.strip_prefix(ELECTED_PREFIX)?.to_owned()));
+                    if let Some(token) = elected {
+                        values.push((token, pttl));
                     }
                 }
                 Err(e) => unreachable.push(e),

@@ -250,8 +250,11 @@ fn node_state(value: Option<String>, pttl: i64) -> NodeState {
                 waiter: waiter.to_owned(),
                 ttl,
             },
+            // An elected leader's key is its token marked: the same holder.
             None => NodeState::Held {
-                fingerprint: fingerprint(&value),
+                fingerprint: fingerprint(
+                    value.strip_prefix(keys::ELECTED_PREFIX).unwrap_or(&value),
+                ),
                 ttl,
             },
         },

@@ -348,6 +348,11 @@ impl Keys {
 /// token can equal such a value.
 pub(crate) const RESERVED_PREFIX: &str = "~queued:";
 
+/// What an elected leader's key holds before its token, once the leader marked it (see
+/// `lua/confirm_leader.lua`): the holder's extend, fence and release scripts accept the token
+/// in either form. No token or owner id starts with `~`, so none can equal such a value.
+pub(crate) const ELECTED_PREFIX: &str = "~elected:";
+
 /// How a release passes a key on to the line.
 #[derive(Debug, Clone)]
 pub(crate) struct HandOff {

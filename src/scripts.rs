@@ -70,6 +70,10 @@ pub(crate) static RAISE_FENCE: LazyLock<Script> =
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/acquire_many.lua")));
 
+/// A winning candidate marks the election's key as the leader's (see `election`).
+pub(crate) static CONFIRM_LEADER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/confirm_leader.lua")));
+
 /// An election's key and PTTL, read together (see `election`).
 pub(crate) static READ_LEADER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/read_leader.lua")));
@@ -109,5 +113,18 @@ mod tests {
         assert!(RELEASE_SOURCE.ends_with("\nreturn released"));
         let commented = include_str!("lua/line.lua").len() + include_str!("lua/release.lua").len();
         assert!(RELEASE_SOURCE.len() < commented * 2 / 3);
+    }
+
+    #[test]
+    fn every_script_that_knows_a_holder_knows_its_elected_form_by_the_same_prefix() {
+        let quoted = format!("'{}'", crate::keys::ELECTED_PREFIX);
+        for source in [
+            include_str!("lua/extend.lua"),
+            include_str!("lua/release.lua"),
+            include_str!("lua/raise_fence.lua"),
+            include_str!("lua/confirm_leader.lua"),
+        ] {
+            assert!(source.contains(&quoted), "{source}");
+        }
     }
 }

@@ -13,6 +13,9 @@ use quorumlock_testkit::FaultProxy;
 
 const TTL: Duration = Duration::from_secs(3);
 
+/// A leader's key as a campaign stores it: a token, `:`, the value announced.
+const GHOST: &str = "0123456789abcdef0123456789abcdef:ghost";
+
 /// Each leadership as `(candidate, term, elected at, stepped down at)`.
 type Terms = Arc<Mutex<Vec<(usize, u64, Instant, Instant)>>>;
 
@@ -62,28 +65,67 @@ async fn candidates_lead_one_at_a_time_with_terms_that_only_grow() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_elected_marks_its_key_and_still_renews_fences_and_releases_it() {
+    let nodes = five();
+    let rl = client(&nodes);
+    let mut lock = rl.elect("db", TTL, "host-a").await.unwrap();
+    let token = lock.token().expose().to_owned();
+    let marked = format!("~elected:{token}");
+    assert!(
+        eventually(Duration::from_secs(2), || holders(&nodes, "db", &marked)
+            == 5)
+        .await,
+        "every master marked the key as the elected leader's"
+    );
+    let leader = rl.leader("db").await.unwrap().expect("a leader");
+    assert_eq!(leader.value, "host-a");
+    assert_eq!(leader.fingerprint, lock.token().fingerprint());
+    // Renewal, the inspection and the release know the key as the holder's in either form.
+    set(&nodes[0], "db", &token, Duration::from_millis(500)); // one master not marked
+    lock.extend(TTL * 2).await.unwrap();
+    for server in nodes.iter() {
+        assert!(
+            pttl(server, "db") > TTL.as_millis() as i64,
+            "renewed everywhere"
+        );
+    }
+    let status = rl.inspect("db").await.unwrap();
+    assert!(
+        matches!(&status.verdict, quorumlock::Verdict::Held { fingerprint, .. } if *fingerprint == leader.fingerprint),
+        "{status:?}"
+    );
+    lock.release().await.unwrap();
+    assert!(eventually(Duration::from_secs(2), || present(&nodes, "db") == 0).await);
+    assert_eq!(rl.leader("db").await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn leader_reads_a_quorum_and_never_reports_a_minority_holder() {
     let nodes = five();
     let rl = client(&nodes);
     let reader = client(&nodes);
     assert_eq!(reader.leader("db").await.unwrap(), None);
 
-    // A value on two masters only (a stale or partial write) is no leader.
-    set(
-        &nodes[0],
-        "db",
-        "0123456789abcdef0123456789abcdef:ghost",
-        TTL,
-    );
-    set(
-        &nodes[1],
-        "db",
-        "0123456789abcdef0123456789abcdef:ghost",
-        TTL,
-    );
+    // An elected leader's key on two masters only (a stale or partial write) is no leader.
+    for server in nodes.iter().take(2) {
+        set(server, "db", &format!("~elected:{GHOST}"), TTL);
+    }
     assert_eq!(reader.leader("db").await.unwrap(), None);
-    del(&nodes[0], "db");
-    del(&nodes[1], "db");
+    // Nor is a campaign's attempt on three, not marked as won: it may still lose (its replies
+    // lost, its validity used up) and be rolled back.
+    for server in nodes.iter().take(3) {
+        set(server, "db", GHOST, TTL);
+    }
+    assert_eq!(reader.leader("db").await.unwrap(), None);
+    // Marked on three, it leads.
+    for server in nodes.iter().take(3) {
+        set(server, "db", &format!("~elected:{GHOST}"), TTL);
+    }
+    let ghost = reader.leader("db").await.unwrap().expect("a leader");
+    assert_eq!(ghost.value, "ghost");
+    for server in nodes.iter().take(3) {
+        del(server, "db");
+    }
 
     let (elected, told) = tokio::sync::oneshot::channel();
     let (resign, resigned) = tokio::sync::oneshot::channel::<()>();

@@ -132,8 +132,10 @@ async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String
     Ok(locks)
 }
 
-/// A token (32 hex digits), or a leader's: a token, `:` and the value it announced.
+/// A token (32 hex digits), or a leader's: a token, `:` and the value it announced, marked
+/// `~elected:` once the leader knew it had won.
 fn looks_like_token(value: &str) -> bool {
+    let value = value.strip_prefix("~elected:").unwrap_or(value);
     let (token, rest) = value.split_at_checked(32).unwrap_or((value, ""));
     token.len() == 32
         && token.bytes().all(|b| b.is_ascii_hexdigit())
@@ -250,6 +252,10 @@ mod tests {
         assert!(looks_like_token(
             "0123456789abcdef0123456789abcdef:host-a:80"
         ));
+        assert!(looks_like_token(
+            "~elected:0123456789abcdef0123456789abcdef:host-a:80"
+        ));
+        assert!(!looks_like_token("~elected:hello"));
         assert!(!looks_like_token("0123456789abcdef0123456789abcdefx"));
         assert!(!looks_like_token("0123456789abcdef0123456789abcdeg"));
         assert!(looks_like_reservation(

@@ -1,10 +1,11 @@
 -- Second fencing round: raise each counter to the fence the holder was given, but only where the
--- holder's token is still present on every key (never on behalf of a lock that has moved on).
+-- holder's token (marked or not as an elected leader's) is still present on every key (never on behalf of a lock that has moved on).
 -- KEYS: n lock keys, then their n fence counter keys; ARGV[1] token; ARGV[1 + i] fence of key i.
 -- Returns 1 if every counter now holds at least its fence, 0 if the token is gone.
 local n = #KEYS / 2
 for i = 1, n do
-  if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+  local value = redis.call('GET', KEYS[i])
+  if value ~= ARGV[1] and value ~= '~elected:' .. ARGV[1] then
     return 0
   end
 end

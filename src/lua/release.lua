@@ -1,5 +1,6 @@
 -- Compare-and-delete, with the hand-off to the line (line.lua goes ahead of this): each key that
--- still carries this holder's token is handed to the first live waiter in its line, or deleted
+-- still carries this holder's token (or, for an elected leader, the token marked '~elected:', see
+-- confirm_leader.lua) is handed to the first live waiter in its line, or deleted
 -- when nobody waits. Keys that are gone or belong to another token are left alone.
 -- KEYS: n lock keys, their n line keys, their n lease keys (see acquire_queued.lua).
 -- ARGV[1] token; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] n; then, for the
@@ -10,7 +11,8 @@ local n = tonumber(ARGV[3])
 local released = 0
 for i = 1, n do
   local key, line, leases = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
-  if redis.call('GET', key) == ARGV[1] then
+  local value = redis.call('GET', key)
+  if value == ARGV[1] or value == '~elected:' .. ARGV[1] then
     released = released + 1
     if ARGV[4] or redis.call('EXISTS', line) == 1 then
       local now = now_ms()

@@ -226,6 +226,7 @@ async fn load_scripts(conn: &MultiplexedConnection) {
         &*scripts::EXTEND_READ,
         &*scripts::RELEASE_READ,
         &*scripts::READ_LEADER,
+        &*scripts::CONFIRM_LEADER,
     ];
     let loads = scripts.map(|script| {
         let mut conn = conn.clone();
