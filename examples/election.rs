@@ -1,5 +1,6 @@
 //! Leader election: three candidates, one leader at a time; each resigns after a moment and
-//! the next takes over at once. An observer follows the changes with quorum reads.
+//! the next takes over at once. An observer follows the changes as the masters announce them,
+//! each confirmed by a quorum read.
 //!
 //! ```text
 //! cargo run --example election   # starts three local masters for the run
@@ -18,7 +19,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let masters = common::Masters::find()?;
     let observer = Redlock::builder(masters.urls()).build()?;
     let watching = tokio::spawn(async move {
-        let mut leaders = Box::pin(observer.observe("scheduler", Duration::from_millis(20)));
+        let mut leaders = Box::pin(observer.observe("scheduler", Duration::from_secs(1)));
         while let Some(leader) = leaders.next().await {
             match leader {
                 Some(leader) => println!("observer: {} leads", leader.value),

@@ -12,15 +12,18 @@
 //! that waited longest; one that dies leaves it when its lease runs out.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
+use redis::aio::{PubSubSink, PubSubStream};
 
 use crate::error::{Error, NodeError};
 use crate::hold::{Held, HoldOptions, Plan};
 use crate::keys::{Keys, ELECTED_PREFIX};
 use crate::lock::Lock;
+use crate::node::Node;
 use crate::redlock::Redlock;
 use crate::scripts;
 use crate::token::{fingerprint, LockToken};
@@ -252,15 +255,20 @@ impl Redlock {
     }
 
     /// The leaders of `name` as they change: the current one first (`None` for no leader),
-    /// then each change, found by a quorum read every `every`. A change shorter than `every`
-    /// can be missed; a read that fails (no quorum answering) is skipped, not reported.
+    /// then each change. The masters announce each leader marked elected and each one that
+    /// steps down; an announcement, or `every` without one, starts a quorum read, and a read
+    /// that names someone else than the last is reported. A leader that dies is seen by the
+    /// periodic read once its lease has run out (no master announces an expiry), and a change
+    /// that comes and goes between two reads can be missed. A read that fails (no quorum
+    /// answering) is skipped, not reported. The stream keeps one subscriber connection per
+    /// master, reconnected when it breaks.
     ///
     /// ```no_run
     /// use std::time::Duration;
     /// use futures::StreamExt;
     ///
     /// # async fn run(rl: quorumlock::Redlock) {
-    /// let mut leaders = std::pin::pin!(rl.observe("scheduler", Duration::from_millis(250)));
+    /// let mut leaders = std::pin::pin!(rl.observe("scheduler", Duration::from_secs(1)));
     /// while let Some(leader) = leaders.next().await {
     ///     println!("leader now: {:?}", leader.map(|l| l.value));
     /// }
@@ -274,25 +282,116 @@ impl Redlock {
         let rl = self.clone();
         let name = name.to_owned();
         let every = every.max(Duration::from_millis(1));
+        let heard = match self.inner().key(&name) {
+            Ok(key) => announcements(
+                self.inner().nodes(),
+                &scripts::elected_channel(&key),
+                every.clamp(RESUBSCRIBE_MIN, RESUBSCRIBE_MAX),
+            ),
+            // The read reports nothing for a bad name either: no stream to listen to.
+            Err(_) => futures::stream::select_all(Vec::new()),
+        };
         // `None` before the first reading; then the fingerprint last reported.
-        futures::stream::unfold(None::<Option<String>>, move |last| {
+        futures::stream::unfold((None::<Option<String>>, heard), move |(last, mut heard)| {
             let (rl, name) = (rl.clone(), name.clone());
             async move {
-                let mut first = last.is_none();
+                if last.is_none() {
+                    subscribed(&mut heard).await;
+                } else {
+                    next_change(&mut heard, every).await;
+                }
                 loop {
-                    if !first {
-                        tokio::time::sleep(every).await;
+                    if let Ok(leader) = rl.leader(&name).await {
+                        let now = leader.as_ref().map(|l| l.fingerprint.clone());
+                        if last.as_ref() != Some(&now) {
+                            return Some((leader, (Some(now), heard)));
+                        }
                     }
-                    first = false;
-                    let Ok(leader) = rl.leader(&name).await else {
-                        continue;
-                    };
-                    let now = leader.as_ref().map(|l| l.fingerprint.clone());
-                    if last.as_ref() != Some(&now) {
-                        return Some((leader, Some(now)));
-                    }
+                    next_change(&mut heard, every).await;
                 }
             }
         })
     }
+}
+
+/// The longest an observer's first reading waits for its subscriptions, so that no change
+/// after that reading goes unannounced.
+const FIRST_SUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
+/// Bound on one `SUBSCRIBE` round trip of an observer.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bounds on the pause before an observer's broken subscription is retried (its period,
+/// within these).
+const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
+const RESUBSCRIBE_MAX: Duration = Duration::from_secs(5);
+
+/// What an observer hears from one master.
+enum Heard {
+    /// Its subscription is (again) live: a change may have gone unheard before.
+    Subscribed,
+    /// It announced a change of leader.
+    Announced,
+}
+
+type Announcements = futures::stream::SelectAll<futures::stream::BoxStream<'static, Heard>>;
+
+/// The announcements on `channel` of every master, each subscription retried `retry` after
+/// it fails or breaks. The streams never end.
+fn announcements(nodes: &Arc<[Node]>, channel: &str, retry: Duration) -> Announcements {
+    futures::stream::select_all((0..nodes.len()).map(|i| {
+        let (nodes, channel) = (Arc::clone(nodes), channel.to_owned());
+        futures::stream::unfold(None, move |mut live: Option<(PubSubSink, PubSubStream)>| {
+            let (nodes, channel) = (Arc::clone(&nodes), channel.clone());
+            async move {
+                loop {
+                    match live.as_mut() {
+                        Some((_, messages)) => match messages.next().await {
+                            Some(_) => return Some((Heard::Announced, live)),
+                            None => live = None,
+                        },
+                        None => {
+                            if let Some(subscription) = subscribe(&nodes[i], &channel).await {
+                                return Some((Heard::Subscribed, Some(subscription)));
+                            }
+                        }
+                    }
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        })
+        .boxed()
+    }))
+}
+
+/// A subscriber connection to `node`, subscribed to `channel`; `None` when it cannot be had.
+async fn subscribe(node: &Node, channel: &str) -> Option<(PubSubSink, PubSubStream)> {
+    let (mut sink, messages) = node.subscriber().await.ok()?.split();
+    let subscribed = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channel)).await;
+    subscribed.ok()?.ok()?;
+    Some((sink, messages))
+}
+
+/// Waits until every master's subscription is live, or [`FIRST_SUBSCRIBE_WAIT`].
+async fn subscribed(heard: &mut Announcements) {
+    let every_master = heard.len();
+    let _ = tokio::time::timeout(FIRST_SUBSCRIBE_WAIT, async {
+        let mut live = 0;
+        while live < every_master {
+            match heard.next().await {
+                Some(Heard::Subscribed) => live += 1,
+                Some(Heard::Announced) => {}
+                None => break,
+            }
+        }
+    })
+    .await;
+}
+
+/// Waits for the next announcement or resubscription, or `every`, whichever comes first.
+async fn next_change(heard: &mut Announcements, every: Duration) {
+    let _ = tokio::time::timeout(every, async {
+        if heard.next().await.is_none() {
+            std::future::pending::<()>().await;
+        }
+    })
+    .await;
 }

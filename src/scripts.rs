@@ -89,6 +89,12 @@ pub(crate) fn release_channel(key: &str, client: &str) -> String {
     format!("{key}:released:{client}")
 }
 
+/// The channel the masters announce an election's changes of leader on: a leader marked
+/// elected (`lua/confirm_leader.lua`) or stepping down (`lua/release.lua`).
+pub(crate) fn elected_channel(key: &str) -> String {
+    format!("{key}:elected")
+}
+
 /// A script that keeps a wait line: `body` after the functions they share (`lua/line.lua`).
 fn in_line(body: &str) -> String {
     format!("{}\n{body}", include_str!("lua/line.lua"))
@@ -125,6 +131,13 @@ mod tests {
             include_str!("lua/confirm_leader.lua"),
         ] {
             assert!(source.contains(&quoted), "{source}");
+        }
+        let suffix = format!("'{}'", elected_channel(""));
+        for source in [
+            include_str!("lua/release.lua"),
+            include_str!("lua/confirm_leader.lua"),
+        ] {
+            assert!(source.contains(&suffix), "{source}");
         }
     }
 }

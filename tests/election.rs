@@ -198,6 +198,41 @@ async fn observe_reports_each_change_of_leader() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn observe_hears_an_election_and_a_resignation_long_before_its_next_read() {
+    let nodes = five();
+    let watcher = client(&nodes);
+    // A read every minute: only the masters' announcements can bring a change within 5 s.
+    let mut changes = Box::pin(watcher.observe("cron", Duration::from_secs(60)));
+    assert_eq!(next(&mut changes).await, None, "no leader at first");
+
+    let rl = client(&nodes);
+    let (resign, resigned) = tokio::sync::oneshot::channel::<()>();
+    let leading = tokio::spawn(async move {
+        rl.campaign("cron", TTL, "a", |_| async move {
+            let _ = resigned.await;
+        })
+        .await
+        .unwrap();
+    });
+    let seen = next(&mut changes).await.expect("the election announced");
+    assert_eq!(seen.value, "a");
+    resign.send(()).unwrap();
+    assert_eq!(next(&mut changes).await, None, "the resignation announced");
+    leading.await.unwrap();
+
+    // A master restarted: its subscription is made again, and the next election still heard
+    // (from it or the others) long before the next read.
+    let mut nodes = nodes;
+    nodes[0].restart().unwrap();
+    let rl = client(&nodes);
+    let lock = rl.elect("cron", TTL, "b").await.unwrap();
+    let seen = next(&mut changes).await.expect("the election announced");
+    assert_eq!(seen.value, "b");
+    lock.release().await.unwrap();
+    assert_eq!(next(&mut changes).await, None, "the release announced");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_leader_cut_off_from_every_master_steps_down_before_the_next_is_elected() {
     let nodes = five();
     let proxies: Vec<FaultProxy> = nodes

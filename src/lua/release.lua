@@ -14,6 +14,10 @@ for i = 1, n do
   local value = redis.call('GET', key)
   if value == ARGV[1] or value == '~elected:' .. ARGV[1] then
     released = released + 1
+    if value ~= ARGV[1] then
+      -- An elected leader steps down: its observers read who leads now (see election.rs).
+      redis.call('PUBLISH', key .. ':elected', '')
+    end
     if ARGV[4] or redis.call('EXISTS', line) == 1 then
       local now = now_ms()
       if ARGV[4] then
