@@ -113,11 +113,19 @@ impl Keys {
         }
     }
 
-    /// The channels hand-offs of these keys to the client `client`'s waiters are announced on.
+    /// The channels hand-offs of these keys to the client `client`'s waiters are announced on;
+    /// for a read-write lock, the one channel its releases are announced on to every client.
     pub(crate) fn channels(&self, client: &str) -> Vec<String> {
-        self.iter()
-            .map(|key| scripts::release_channel(key, client))
-            .collect()
+        match self {
+            Keys::Read(key) => vec![scripts::rw_channel(key)],
+            Keys::Write { key, .. } => {
+                vec![scripts::rw_channel(key), scripts::drained_channel(key)]
+            }
+            _ => self
+                .iter()
+                .map(|key| scripts::release_channel(key, client))
+                .collect(),
+        }
     }
 
     /// Sets every key (or none) to `token` for `ttl_ms`, advancing the fencing counters when
@@ -257,11 +265,22 @@ impl Keys {
         hand_off: &HandOff,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
-        if let Keys::Read(key) = self {
-            let mut call = scripts::RELEASE_READ.prepare_invoke();
-            call.key(readers_key(key)).arg(token);
-            let released: i64 = node.invoke(call, timeout).await?;
-            return Ok(released == 1);
+        match self {
+            Keys::Read(key) => {
+                let mut call = scripts::RELEASE_READ.prepare_invoke();
+                call.key(readers_key(key)).key(writers_key(key));
+                call.arg(token).arg(scripts::drained_channel(key));
+                let released: i64 = node.invoke(call, timeout).await?;
+                return Ok(released == 1);
+            }
+            Keys::Write { key, writer, .. } => {
+                let mut call = scripts::RELEASE_WRITE.prepare_invoke();
+                call.key(&**key).key(writers_key(key));
+                call.arg(token).arg(scripts::rw_channel(key)).arg(&**writer);
+                let released: i64 = node.invoke(call, timeout).await?;
+                return Ok(released == 1);
+            }
+            _ => {}
         }
         let mut keys = Vec::with_capacity(3 * self.len());
         keys.extend(self.iter().map(str::to_owned));

@@ -299,15 +299,15 @@ impl Redlock {
                 if deadline.is_some_and(|d| now >= d) {
                     return Err(self.give_up(label, failure, attempts));
                 }
-                if in_the_way && waiter.is_none() && keys.waits_in_line() {
+                if in_the_way && waiter.is_none() {
                     waiter = enlist();
-                    if waiter.is_some() {
+                    if waiter.is_some() && keys.waits_in_line() {
                         // Take the place in line now: the holder may have released already.
                         continue;
                     }
                 }
                 let mut delay = policy.delay(&mut rand::rng());
-                if waiter.is_some() {
+                if waiter.is_some() && keys.waits_in_line() {
                     delay = delay.min(poll);
                 }
                 let until = now.checked_add(delay).unwrap_or(now);
@@ -380,7 +380,8 @@ impl Redlock {
         lease: &Lease,
         waiter: Option<&Waiter>,
     ) -> Result<Lock, Failure> {
-        let in_line = waiter.map(Waiter::ticket);
+        // A read-write lock's waiter is woken by its releases but has no place in a line.
+        let in_line = waiter.filter(|_| keys.waits_in_line()).map(Waiter::ticket);
         let token = keys.owner().cloned().unwrap_or_else(LockToken::generate);
         let fenced = keys.fenced(self.inner.settings().fencing);
         // Armed until the lock is handed out: a dropped future releases on every node in the

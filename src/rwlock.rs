@@ -18,8 +18,14 @@
 //! are refused there. Each attempt of a waiting writer renews its note; a writer that gives up
 //! or dies leaves a note that lapses within a few retry delays.
 //!
-//! Holds of a read-write lock wait by retrying every
-//! [retry delay](crate::RedlockBuilder::retry_delay), not in the mutex's wait line.
+//! Holds of a read-write lock take no place in the mutex's wait line (a release cannot name one
+//! of many readers). A refused hold waits for the masters' announcements on the lock's channel
+//! instead: every writer's release, and the last reader's while a writer waits (only the
+//! waiting writers hear that one). Each wakes every waiting hold of the kind it concerns, which
+//! attempts again at once; the [retry delay](crate::RedlockBuilder::retry_delay) remains the
+//! fallback for an announcement lost or a note lapsed. A writer's release also takes its note
+//! away on every master: on one that refused its winning attempt, the note would otherwise hold
+//! new readers back there for its whole lease.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -87,8 +93,8 @@ impl RwLock {
         &self.resource
     }
 
-    /// Takes a read hold for `ttl`, waiting (by retrying) while a writer holds the resource or
-    /// waits for it; bounded by the client's
+    /// Takes a read hold for `ttl`, waiting while a writer holds the resource or waits for it
+    /// (woken by the writer's release, retrying as a fallback); bounded by the client's
     /// [acquire timeout](crate::RedlockBuilder::acquire_timeout).
     ///
     /// # Errors
@@ -124,8 +130,8 @@ impl RwLock {
             .await
     }
 
-    /// Takes the write hold for `ttl`, waiting (by retrying) while readers or another writer
-    /// hold the resource. From its first refused attempt on, new readers wait behind it.
+    /// Takes the write hold for `ttl`, waiting while readers or another writer hold the
+    /// resource (woken by the last reader's release or the writer's, retrying as a fallback). From its first refused attempt on, new readers wait behind it.
     ///
     /// # Errors
     ///

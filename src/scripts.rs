@@ -58,9 +58,13 @@ pub(crate) static ACQUIRE_WRITE: LazyLock<Script> =
 pub(crate) static EXTEND_READ: LazyLock<Script> =
     LazyLock::new(|| Script::new(&in_line(include_str!("lua/extend_read.lua"))));
 
-/// End a reader's hold.
+/// End a reader's hold; the last one announces it to the waiting writers.
 pub(crate) static RELEASE_READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/release_read.lua")));
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/release_read.lua"))));
+
+/// End a writer's hold, and announce it to the waiting readers and writers.
+pub(crate) static RELEASE_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/release_write.lua")));
 
 /// Raise the fencing counters of one or more keys where the token is still held.
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
@@ -87,6 +91,19 @@ pub(crate) static INSPECT: LazyLock<Script> =
 /// hand-offs to its own waiters.
 pub(crate) fn release_channel(key: &str, client: &str) -> String {
     format!("{key}:released:{client}")
+}
+
+/// The channel the masters announce a read-write lock's writer releases on, to every client
+/// that waits. Unlike a mutex's hand-off, which names one waiter, it wakes them all: many
+/// readers may proceed at once.
+pub(crate) fn rw_channel(key: &str) -> String {
+    format!("{key}:rw")
+}
+
+/// The channel the masters announce on, to the waiting writers only, that the last reader of
+/// a read-write lock has gone.
+pub(crate) fn drained_channel(key: &str) -> String {
+    format!("{key}:rw:drained")
 }
 
 /// The channel the masters announce an election's changes of leader on: a leader marked

@@ -151,6 +151,118 @@ async fn a_waiting_writer_holds_new_readers_back_and_goes_next() {
     read.release().await.unwrap();
 }
 
+/// A client that would retry only every 20 s: any quicker progress is a wake-up.
+fn patient(nodes: &RedisNodes) -> Redlock {
+    builder(nodes)
+        .retry_delay(Duration::from_secs(20))
+        .retry_jitter(Duration::ZERO)
+        .acquire_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// Whether every master has a subscriber on `channel`.
+fn subscribed_everywhere(nodes: &RedisNodes, channel: &str) -> bool {
+    nodes.iter().all(|s| {
+        let (_, count): (String, usize) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut direct(s))
+            .unwrap();
+        count > 0
+    })
+}
+
+/// The waiting writers' notes of `key` on `server`.
+fn writer_notes(server: &RedisServer, key: &str) -> usize {
+    redis::cmd("ZCARD")
+        .arg(format!("{key}:writers"))
+        .query(&mut direct(server))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiters_are_woken_by_the_release_they_wait_for_not_by_their_retry_delay() {
+    let nodes = five();
+    let reader = patient(&nodes).rw_lock("feed").unwrap();
+    let reading = reader.try_read(TTL).await.unwrap();
+
+    // A writer waits for the last reader: woken by its release.
+    let writers_client = patient(&nodes);
+    let writer = writers_client.rw_lock("feed").unwrap();
+    let writing = tokio::spawn(async move { writer.write(TTL).await });
+    let noted = eventually(Duration::from_secs(5), || {
+        nodes.iter().all(|s| writer_notes(s, "feed") == 1)
+    })
+    .await;
+    assert!(noted, "the writer never noted itself as waiting");
+    let listening = || subscribed_everywhere(&nodes, "feed:rw:drained");
+    assert!(eventually(Duration::from_secs(5), listening).await);
+    reading.release().await.unwrap();
+    let written = tokio::time::timeout(Duration::from_secs(5), writing)
+        .await
+        .expect("the waiting writer was not woken by the last reader's release")
+        .unwrap()
+        .unwrap();
+
+    // A reader waits for the writer: woken by its release. (Another task of the writer's
+    // client, whose subscription to the lock's channel is live: it just waited there.)
+    drop(reader);
+    let reader = writers_client.rw_lock("feed").unwrap();
+    let reading = tokio::spawn(async move { reader.read(TTL).await });
+    assert!(subscribed_everywhere(&nodes, "feed:rw"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!reading.is_finished(), "a reader got in beside the writer");
+    written.release().await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(5), reading)
+        .await
+        .expect("the waiting reader was not woken by the writer's release")
+        .unwrap()
+        .unwrap();
+    read.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_refused_by_one_master_takes_its_note_there_away_with_its_release() {
+    let nodes = five();
+    // A reader's live entry on master 0 only: the writer wins on the other four, and master 0
+    // refuses it and notes it as waiting.
+    redis::cmd("ZADD")
+        .arg("ledger:readers")
+        .arg(i64::MAX / 2)
+        .arg("ghost")
+        .query::<()>(&mut direct(&nodes[0]))
+        .unwrap();
+    // Its note lasts three 20 s retry periods: only the release can take it away in time.
+    let rl = patient(&nodes);
+    let lock = rl.rw_lock("ledger").unwrap().try_write(TTL).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(2), || writer_notes(&nodes[0], "ledger")
+            == 1)
+        .await
+    );
+    lock.release().await.unwrap();
+    // Left there, the note would refuse every new reader on master 0 for its whole lease.
+    // (The release returns once a quorum confirmed: master 0's may still be on its way.)
+    assert!(
+        eventually(Duration::from_secs(2), || writer_notes(&nodes[0], "ledger")
+            == 0)
+        .await
+    );
+    redis::cmd("ZREM")
+        .arg("ledger:readers")
+        .arg("ghost")
+        .query::<()>(&mut direct(&nodes[0]))
+        .unwrap();
+    let read = rl.rw_lock("ledger").unwrap().try_read(TTL).await.unwrap();
+    assert_eq!(
+        readers_everywhere(&nodes, "ledger"),
+        5,
+        "granted on every master"
+    );
+    read.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reader_that_dies_or_a_writer_that_gives_up_blocks_nobody_for_long() {
     let nodes = five();

@@ -225,6 +225,7 @@ async fn load_scripts(conn: &MultiplexedConnection) {
         &*scripts::ACQUIRE_WRITE,
         &*scripts::EXTEND_READ,
         &*scripts::RELEASE_READ,
+        &*scripts::RELEASE_WRITE,
         &*scripts::READ_LEADER,
         &*scripts::CONFIRM_LEADER,
     ];

@@ -195,9 +195,23 @@ impl Hub {
     }
 
     /// Master `master` handed `channel`'s key to the waiter named by `payload`: records it and
-    /// wakes the waiter if it is one of ours. Returns whether it was.
+    /// wakes the waiter if it is one of ours. Returns whether it was. An empty payload is a
+    /// read-write lock's release, for every waiter on the channel: each is woken.
     pub(crate) fn handed_over(&self, master: usize, channel: &str, payload: &[u8]) -> bool {
         let mut registry = lock(&self.registry);
+        if payload.is_empty() {
+            let Registry { channels, waiters } = &mut *registry;
+            let Some(channel) = channels.get(channel) else {
+                return false;
+            };
+            for id in &channel.waiters {
+                if let Some(waiting) = waiters.get_mut(id) {
+                    waiting.heard.masters |= 1 << master.min(63);
+                    waiting.wake.notify_one();
+                }
+            }
+            return !channel.waiters.is_empty();
+        }
         let Ok(id) = std::str::from_utf8(payload) else {
             return false;
         };
@@ -305,6 +319,22 @@ mod tests {
         assert!(!hub.handed_over(0, CHANNEL, b"00000000000000ab00000000000000ff"));
         assert!(!hub.handed_over(0, CHANNEL, &[0xff, 0xfe]));
         assert!(!woken(&first_wake) && !woken(&second_wake));
+    }
+
+    #[test]
+    fn a_read_write_release_wakes_every_waiter_on_its_channel_and_nobody_else() {
+        let hub = Hub::default();
+        let (first, first_wake) = joined(&hub, 1, &["r:rw"]);
+        let (second, second_wake) = joined(&hub, 2, &["r:rw"]);
+        let (other, other_wake) = joined(&hub, 3, &["s:rw"]);
+        assert!(hub.handed_over(1, "r:rw", b""));
+        assert!(woken(&first_wake) && woken(&second_wake));
+        assert!(!woken(&other_wake));
+        assert_eq!(hub.heard(&first.id).masters(), 1);
+        assert_eq!(hub.heard(&second.id).masters(), 1);
+        assert_eq!(hub.heard(&other.id).masters(), 0);
+        // A channel nobody here waits on.
+        assert!(!hub.handed_over(1, "t:rw", b""));
     }
 
     #[test]

@@ -43,6 +43,12 @@
 //! path neither subscribes nor touches a line — unless this client waited on the resource in
 //! the last [`LINGER`](hub::LINGER): its first attempt then takes its place in line at once.
 //! Announcements only shorten a wait; a lost one costs at most one poll interval.
+//!
+//! The holds of a read-write lock take no place in a line: many readers may go at once, so a
+//! release cannot name one. A client whose read or write was refused waits as a [`Waiter`]
+//! without a place, on the lock's one channel (`<key>:rw`), where the masters announce every
+//! writer's release and the last reader's while a writer waits; each such announcement wakes
+//! every waiter on the channel, which attempts again (see `rwlock`).
 
 pub(crate) mod hub;
 mod subscriber;
@@ -224,6 +230,10 @@ impl Drop for Waiter {
         // but not from the others; one that gave up or was cancelled is in all of them. The
         // entries would lapse by themselves within one entry lease; leaving now spares the
         // line that wait, and passes on a key reserved for this waiter.
+        // A read-write lock's waiter has no place in any line (see `rwlock`).
+        if !self.keys.waits_in_line() {
+            return;
+        }
         let Some(nodes) = self.nodes.upgrade() else {
             return;
         };
