@@ -19,6 +19,9 @@ use crate::wakeup::hub::Ticket;
 pub(crate) enum Keys {
     /// One resource: plain `SET NX PX` on the hot path.
     One(Arc<str>),
+    /// One slot of a [`Semaphore`](crate::Semaphore): a [`One`](Keys::One) in every respect
+    /// but the name metrics give it.
+    Slot(Arc<str>),
     /// Several resources, taken all or nothing by one script per node.
     Many(Arc<[String]>),
     /// One resource taken under an owner id instead of a fresh token
@@ -58,6 +61,7 @@ impl Keys {
     pub(crate) fn iter(&self) -> impl Iterator<Item = &str> {
         let (one, many) = match self {
             Keys::One(key)
+            | Keys::Slot(key)
             | Keys::Owned { key, .. }
             | Keys::Read(key)
             | Keys::Write { key, .. } => (Some(&**key), None),
@@ -69,7 +73,11 @@ impl Keys {
     /// How many keys.
     pub(crate) fn len(&self) -> usize {
         match self {
-            Keys::One(_) | Keys::Owned { .. } | Keys::Read(_) | Keys::Write { .. } => 1,
+            Keys::One(_)
+            | Keys::Slot(_)
+            | Keys::Owned { .. }
+            | Keys::Read(_)
+            | Keys::Write { .. } => 1,
             Keys::Many(keys) => keys.len(),
         }
     }
@@ -86,6 +94,7 @@ impl Keys {
     pub(crate) fn primitive(&self) -> &'static str {
         match self {
             Keys::One(_) => "mutex",
+            Keys::Slot(_) => "permit",
             Keys::Many(_) => "multi",
             Keys::Owned {
                 always_fenced: true,
@@ -142,7 +151,7 @@ impl Keys {
         timeout: Duration,
     ) -> Result<Acquired, NodeError> {
         match (self, in_line) {
-            (Keys::One(key), None) => {
+            (Keys::One(key) | Keys::Slot(key), None) => {
                 let fence_key = fenced.then(|| fence_key(key));
                 let grant = node
                     .acquire(key, fence_key.as_deref(), token, ttl_ms, timeout)
@@ -309,9 +318,10 @@ impl Keys {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         match self {
-            Keys::One(key) | Keys::Owned { key, .. } | Keys::Write { key, .. } => {
-                node.extend(key, token, ttl_ms, timeout).await
-            }
+            Keys::One(key)
+            | Keys::Slot(key)
+            | Keys::Owned { key, .. }
+            | Keys::Write { key, .. } => node.extend(key, token, ttl_ms, timeout).await,
             Keys::Read(key) => {
                 let mut call = scripts::EXTEND_READ.prepare_invoke();
                 call.key(readers_key(key)).arg(token).arg(ttl_ms);
@@ -340,7 +350,13 @@ impl Keys {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         match (self, fences) {
-            (Keys::One(key) | Keys::Owned { key, .. } | Keys::Write { key, .. }, [fence]) => {
+            (
+                Keys::One(key)
+                | Keys::Slot(key)
+                | Keys::Owned { key, .. }
+                | Keys::Write { key, .. },
+                [fence],
+            ) => {
                 node.raise_fence(key, &fence_key(key), token, *fence, timeout)
                     .await
             }

@@ -56,8 +56,9 @@ pub struct Lock {
     /// The task that acquired the lock, noted in the client's `TaskHolds` until the lock is
     /// released or dropped (none for a lock taken under an owner id).
     pub(crate) task: Option<HoldMark>,
-    /// Counts the lock in the held gauge until it is dropped (see `telemetry`).
-    pub(crate) holding: Holding,
+    /// Counts the lock in the held gauge until it is dropped (see `telemetry`): kept for its
+    /// `Drop` alone.
+    pub(crate) _holding: Holding,
 }
 
 impl fmt::Debug for Lock {

@@ -473,7 +473,7 @@ impl Redlock {
                             gate,
                             release_done: false,
                             task,
-                            holding: Holding::start(keys.primitive()),
+                            _holding: Holding::start(keys.primitive()),
                         });
                     }
                     (Err(nodes), _) => Failure::NotGranted {

@@ -94,7 +94,7 @@ impl Redlock {
             .map(|i| {
                 let name = slot_name(resource, i);
                 let key = self.inner().key(&name)?;
-                Ok((name, Keys::One(key)))
+                Ok((name, Keys::Slot(key)))
             })
             .collect::<Result<_, Error>>()?;
         Ok(Semaphore {
@@ -261,8 +261,7 @@ impl Semaphore {
         select_ok(waits).await.map(|(permit, _others)| permit)
     }
 
-    fn permit(&self, mut lock: Lock, slot: usize) -> Permit {
-        lock.holding.relabel("permit");
+    fn permit(&self, lock: Lock, slot: usize) -> Permit {
         Permit {
             lock,
             slot: u32::try_from(slot).unwrap_or(MAX_PERMITS),

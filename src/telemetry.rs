@@ -85,17 +85,6 @@ impl Holding {
             start: Instant::now(),
         }
     }
-
-    /// The same hold, counted as a `primitive` one from now on (a semaphore's slot is a mutex
-    /// lock inside, a permit outside).
-    pub(crate) fn relabel(&mut self, primitive: &'static str) {
-        #[cfg(feature = "metrics")]
-        {
-            metrics::gauge!("quorumlock_held", "primitive" => self.primitive).decrement(1.0);
-            metrics::gauge!("quorumlock_held", "primitive" => primitive).increment(1.0);
-        }
-        self.primitive = primitive;
-    }
 }
 
 impl Drop for Holding {

@@ -280,11 +280,11 @@ fn metrics_show_waits_holds_gauges_and_node_errors_without_resource_names() {
             .unwrap_or_else(|| panic!("no {prefix}: {shown}"))
             .to_owned()
     };
-    assert!(line("quorumlock_wait_seconds_count{").contains("primitive=\"mutex\""));
+    assert!(line("quorumlock_wait_seconds_count{").contains("primitive=\"permit\""));
     assert!(line("quorumlock_wait_seconds_count{").contains("outcome=\"acquired\""));
     assert!(line("quorumlock_hold_seconds_count{primitive=\"permit\"}").ends_with(" 1"));
     assert!(line("quorumlock_held{primitive=\"permit\"}").ends_with(" 0"));
-    assert!(line("quorumlock_waiting{primitive=\"mutex\"}").ends_with(" 0"));
+    assert!(line("quorumlock_waiting{primitive=\"permit\"}").ends_with(" 0"));
     let down = format!("node=\"127.0.0.1:{}\"", nodes[2].port());
     assert!(
         line("quorumlock_node_errors_total{").contains(&down),
