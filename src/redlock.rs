@@ -275,10 +275,11 @@ impl Redlock {
                 wakeup.enlist(nodes, keys, arrived, reserve, node_timeout)
             };
             // A resource this client waited on lately is likely contended again: the first
-            // attempt takes the place in line, instead of a plain attempt the line refuses.
+            // attempt takes the place in line, instead of a plain attempt the line refuses (for
+            // a read-write lock: it listens for releases from the first attempt on).
             let mut waiter: Option<Waiter> = None;
             let contended = in_line || self.inner.wakeup().waited_lately(keys);
-            if retry && keys.waits_in_line() && contended {
+            if retry && contended {
                 waiter = enlist();
             }
             loop {
@@ -301,8 +302,9 @@ impl Redlock {
                 }
                 if in_the_way && waiter.is_none() {
                     waiter = enlist();
-                    if waiter.is_some() && keys.waits_in_line() {
-                        // Take the place in line now: the holder may have released already.
+                    if waiter.is_some() {
+                        // Take the place in line (or, for a read-write lock, listen) and attempt
+                        // now: the holder may have released before anything here could hear it.
                         continue;
                     }
                 }
