@@ -8,8 +8,9 @@
 //! winner, once elected, marks its key (`~elected:<token>:<value>`, see
 //! `lua/confirm_leader.lua`), and [`Redlock::leader`] reports marked keys only: it names a
 //! candidate only after that candidate knew it had won.
-//! Candidates wait in the key's line: a leader that resigns hands leadership to the candidate
-//! that waited longest; one that dies leaves it when its lease runs out.
+//! Candidates wait in the key's line: a leader that resigns (returns from the body of
+//! [`Redlock::campaign`], or releases the term's lock from [`Redlock::elect`]) hands leadership
+//! to the candidate that waited longest; one that dies leaves it when its lease runs out.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -134,7 +135,7 @@ impl Redlock {
             match self.acquire_keys(name, &keys, &lease, true).await {
                 Ok(lock) => {
                     tracing::info!(election = name, term = ?lock.fencing_token(), "elected");
-                    self.mark_elected(&key, lock.token()).await;
+                    self.mark_elected(&key, &lock).await;
                     return Ok(lock);
                 }
                 Err(e) if e.is_retriable() => {
@@ -145,18 +146,15 @@ impl Redlock {
         }
     }
 
-    /// Marks the key of a campaign that won as the elected leader's, on every master where it
-    /// still holds `token`: only a marked key is reported by [`leader`](Redlock::leader).
+    /// Marks the key of a campaign that won (`lock`) as the elected leader's, on every master
+    /// where it still holds the lock's token: only a marked key is reported by
+    /// [`leader`](Redlock::leader).
     /// Returns once a quorum has marked it or every master has answered; the marks still in
     /// flight then go on in the background. A mark that reaches no quorum (masters unreachable
     /// at that moment) costs nothing but visibility: the leader leads, unseen by `leader()`,
     /// and the holder's scripts accept its token in either form.
-    async fn mark_elected(&self, key: &str, token: &LockToken) {
-        let timeout = self
-            .inner()
-            .settings()
-            .node_timeout
-            .unwrap_or(crate::DEFAULT_MAX_NODE_TIMEOUT);
+    async fn mark_elected(&self, key: &str, lock: &Lock) {
+        let (token, timeout) = (lock.token(), lock.lease.node_timeout);
         let nodes = self.inner().nodes();
         let mut marks: FuturesUnordered<_> = (0..nodes.len())
             .map(|i| {

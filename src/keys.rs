@@ -123,7 +123,8 @@ impl Keys {
     }
 
     /// The channels hand-offs of these keys to the client `client`'s waiters are announced on;
-    /// for a read-write lock, the one channel its releases are announced on to every client.
+    /// for a read-write lock, the channels its releases are announced on to every client (a
+    /// writer's release to all, the last reader's to writers only).
     pub(crate) fn channels(&self, client: &str) -> Vec<String> {
         match self {
             Keys::Read(key) => vec![scripts::rw_channel(key)],

@@ -46,9 +46,10 @@
 //!
 //! The holds of a read-write lock take no place in a line: many readers may go at once, so a
 //! release cannot name one. A client whose read or write was refused waits as a [`Waiter`]
-//! without a place, on the lock's one channel (`<key>:rw`), where the masters announce every
-//! writer's release and the last reader's while a writer waits; each such announcement wakes
-//! every waiter on the channel, which attempts again (see `rwlock`).
+//! without a place, on the lock's channels: `<key>:rw`, where the masters announce every
+//! writer's release, and for a writer also `<key>:rw:drained`, where they announce the last
+//! reader's release while a writer waits. Each announcement wakes every waiter on its channel,
+//! which attempts again (see `rwlock`).
 
 pub(crate) mod hub;
 mod subscriber;
