@@ -281,11 +281,7 @@ impl Redlock {
         let name = name.to_owned();
         let every = every.max(Duration::from_millis(1));
         let heard = match self.inner().key(&name) {
-            Ok(key) => announcements(
-                self.inner().nodes(),
-                &scripts::elected_channel(&key),
-                every.clamp(RESUBSCRIBE_MIN, RESUBSCRIBE_MAX),
-            ),
+            Ok(key) => announcements(self.inner().nodes(), &scripts::elected_channel(&key)),
             // The read reports nothing for a bad name either: no stream to listen to.
             Err(_) => futures::stream::select_all(Vec::new()),
         };
@@ -293,19 +289,33 @@ impl Redlock {
         futures::stream::unfold((None::<Option<String>>, heard), move |(last, mut heard)| {
             let (rl, name) = (rl.clone(), name.clone());
             async move {
-                if last.is_none() {
-                    subscribed(&mut heard).await;
-                } else {
-                    next_change(&mut heard, every).await;
-                }
+                let mut heard_of_change = match last {
+                    None => {
+                        subscribed(&mut heard).await;
+                        true
+                    }
+                    Some(_) => next_change(&mut heard, every).await,
+                };
+                let mut follow_ups = 0;
                 loop {
-                    if let Ok(leader) = rl.leader(&name).await {
+                    let read = rl.leader(&name).await;
+                    let failed = read.is_err();
+                    if let Ok(leader) = read {
                         let now = leader.as_ref().map(|l| l.fingerprint.clone());
                         if last.as_ref() != Some(&now) {
                             return Some((leader, (Some(now), heard)));
                         }
                     }
-                    next_change(&mut heard, every).await;
+                    // Each master announces its own part of a change, so the first
+                    // announcement can come before a quorum has it; and a read can fail. Then
+                    // read again shortly, a few times, rather than wait for the next period.
+                    if (heard_of_change || failed) && follow_ups < SETTLE_READS {
+                        follow_ups += 1;
+                        tokio::time::sleep(SETTLE.min(every)).await;
+                        continue;
+                    }
+                    follow_ups = 0;
+                    heard_of_change = next_change(&mut heard, every).await;
                 }
             }
         })
@@ -317,10 +327,14 @@ impl Redlock {
 const FIRST_SUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
 /// Bound on one `SUBSCRIBE` round trip of an observer.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
-/// Bounds on the pause before an observer's broken subscription is retried (its period,
-/// within these).
+/// The first pause before an observer's failed subscription is tried again; doubled on each
+/// failure, up to the maximum. A subscription that breaks is made again at once.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(100);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(5);
+/// After an announcement (or a failed read), how long an observer waits before reading again
+/// when its read saw no change yet, and how many times.
+const SETTLE: Duration = Duration::from_millis(50);
+const SETTLE_READS: u32 = 3;
 
 /// What an observer hears from one master.
 enum Heard {
@@ -334,25 +348,29 @@ type Announcements = futures::stream::SelectAll<futures::stream::BoxStream<'stat
 
 /// The announcements on `channel` of every master, each subscription retried `retry` after
 /// it fails or breaks. The streams never end.
-fn announcements(nodes: &Arc<[Node]>, channel: &str, retry: Duration) -> Announcements {
+fn announcements(nodes: &Arc<[Node]>, channel: &str) -> Announcements {
     futures::stream::select_all((0..nodes.len()).map(|i| {
         let (nodes, channel) = (Arc::clone(nodes), channel.to_owned());
-        futures::stream::unfold(None, move |mut live: Option<(PubSubSink, PubSubStream)>| {
+        let start = (None::<(PubSubSink, PubSubStream)>, RESUBSCRIBE_MIN);
+        futures::stream::unfold(start, move |(mut live, mut backoff)| {
             let (nodes, channel) = (Arc::clone(&nodes), channel.clone());
             async move {
                 loop {
                     match live.as_mut() {
                         Some((_, messages)) => match messages.next().await {
-                            Some(_) => return Some((Heard::Announced, live)),
+                            Some(_) => return Some((Heard::Announced, (live, backoff))),
+                            // The connection broke: make it again at once, then back off.
                             None => live = None,
                         },
                         None => {
                             if let Some(subscription) = subscribe(&nodes[i], &channel).await {
-                                return Some((Heard::Subscribed, Some(subscription)));
+                                let live = Some(subscription);
+                                return Some((Heard::Subscribed, (live, RESUBSCRIBE_MIN)));
                             }
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(RESUBSCRIBE_MAX);
                         }
                     }
-                    tokio::time::sleep(retry).await;
                 }
             }
         })
@@ -384,12 +402,13 @@ async fn subscribed(heard: &mut Announcements) {
     .await;
 }
 
-/// Waits for the next announcement or resubscription, or `every`, whichever comes first.
-async fn next_change(heard: &mut Announcements, every: Duration) {
-    let _ = tokio::time::timeout(every, async {
+/// Waits for the next announcement or resubscription, or `every`, whichever comes first;
+/// `true` for the former.
+async fn next_change(heard: &mut Announcements, every: Duration) -> bool {
+    let heard = tokio::time::timeout(every, async {
         if heard.next().await.is_none() {
             std::future::pending::<()>().await;
         }
-    })
-    .await;
+    });
+    heard.await.is_ok()
 }
