@@ -15,12 +15,15 @@
 //! Driven step by step, not left to chance. The chaos version, under faults, is scenario 21 of
 //! `tests/chaos.rs`.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::query;
 use quorumlock::Redlock;
 use quorumlock_testkit::history::ReleaseAudit;
 use quorumlock_testkit::naive_reentrant::NaiveReentrant;
-use quorumlock_testkit::{FaultProxy, History, RedisNodes, RedisServer, Violation};
+use quorumlock_testkit::{FaultProxy, History, RedisNodes, Violation};
 
 const C: usize = 2;
 
@@ -40,14 +43,6 @@ fn proxies(nodes: &RedisNodes) -> (Vec<FaultProxy>, Vec<String>) {
         .collect();
     let urls = proxies.iter().map(FaultProxy::url).collect();
     (proxies, urls)
-}
-
-fn query<T: redis::FromRedisValue>(server: &RedisServer, cmd: &mut redis::Cmd) -> T {
-    let mut connection = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap();
-    cmd.query(&mut connection).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

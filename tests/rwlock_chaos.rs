@@ -15,14 +15,15 @@
 //! The scenario is driven step by step, not left to chance. The chaos version, under faults, is
 //! scenario 19 of `tests/chaos.rs`.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{query, reaching};
 use quorumlock::Redlock;
 use quorumlock_testkit::history::{peak_readers, readers_of, Access};
 use quorumlock_testkit::naive_rwlock::{NaiveHold, NaiveRwLock};
-use quorumlock_testkit::{
-    FaultProxy, History, Op, OpKind, Outcome, RedisNodes, RedisServer, Releasing, Violation,
-};
+use quorumlock_testkit::{History, Op, OpKind, Outcome, RedisNodes, Releasing, Violation};
 
 const A: usize = 0;
 const B: usize = 1;
@@ -34,30 +35,6 @@ const LOCK: &str = "catalog";
 const TTL: Duration = Duration::from_secs(10);
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
-
-/// A proxy in front of every master, refusing every connection to those not in `reach`: the
-/// URLs of a client that reaches only `reach` of the masters it is configured with.
-fn reaching(nodes: &RedisNodes, reach: &[usize]) -> (Vec<FaultProxy>, Vec<String>) {
-    let proxies: Vec<FaultProxy> = nodes
-        .iter()
-        .map(|server| FaultProxy::start(server.addr()).unwrap())
-        .collect();
-    for (i, proxy) in proxies.iter().enumerate() {
-        if !reach.contains(&i) {
-            proxy.refuse();
-        }
-    }
-    let urls = proxies.iter().map(FaultProxy::url).collect();
-    (proxies, urls)
-}
-
-fn query<T: redis::FromRedisValue>(server: &RedisServer, cmd: &mut redis::Cmd) -> T {
-    let mut connection = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap();
-    cmd.query(&mut connection).unwrap()
-}
 
 /// Records a naive hold as a successful acquire, under the name its side is recorded by.
 fn record(history: &History, client: usize, start: Instant, hold: &NaiveHold, access: Access) {

@@ -13,8 +13,11 @@
 //! The scenario is driven step by step, not left to chance. The chaos version, under faults, is
 //! scenario 18 of `tests/chaos.rs`.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::reaching;
 use quorumlock::{Permit, Redlock};
 use quorumlock_testkit::history::{check_max_holders, peak_holders};
 use quorumlock_testkit::naive_semaphore::NaiveSemaphore;
@@ -35,22 +38,6 @@ const PERMITS: u32 = 2;
 const TTL: Duration = Duration::from_secs(10);
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
-
-/// A proxy in front of every master, refusing every connection to those not in `reach`: the
-/// URLs of a client that reaches only `reach` of the masters it is configured with.
-fn reaching(nodes: &RedisNodes, reach: &[usize]) -> (Vec<FaultProxy>, Vec<String>) {
-    let proxies: Vec<FaultProxy> = nodes
-        .iter()
-        .map(|server| FaultProxy::start(server.addr()).unwrap())
-        .collect();
-    for (i, proxy) in proxies.iter().enumerate() {
-        if !reach.contains(&i) {
-            proxy.refuse();
-        }
-    }
-    let urls = proxies.iter().map(FaultProxy::url).collect();
-    (proxies, urls)
-}
 
 /// How many holders `server` counts in the naive semaphore's `key`.
 fn counted(server: &RedisServer, key: &str) -> usize {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use quorumlock::{Lock, Redlock, RedlockBuilder};
-use quorumlock_testkit::{History, Op, RedisNodes, RedisServer};
+use quorumlock_testkit::{FaultProxy, History, Op, RedisNodes, RedisServer};
 
 /// Five independent masters.
 pub fn five() -> RedisNodes {
@@ -32,6 +32,27 @@ pub fn direct(server: &RedisServer) -> redis::Connection {
         .unwrap()
         .get_connection_with_timeout(Duration::from_secs(2))
         .unwrap()
+}
+
+/// `cmd` run on `server` directly, bypassing the library.
+pub fn query<T: redis::FromRedisValue>(server: &RedisServer, cmd: &mut redis::Cmd) -> T {
+    cmd.query(&mut direct(server)).unwrap()
+}
+
+/// A proxy in front of every master, refusing every connection to those not in `reach`: the
+/// URLs of a client that reaches only `reach` of the masters it is configured with.
+pub fn reaching(nodes: &RedisNodes, reach: &[usize]) -> (Vec<FaultProxy>, Vec<String>) {
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|server| FaultProxy::start(server.addr()).unwrap())
+        .collect();
+    for (i, proxy) in proxies.iter().enumerate() {
+        if !reach.contains(&i) {
+            proxy.refuse();
+        }
+    }
+    let urls = proxies.iter().map(FaultProxy::url).collect();
+    (proxies, urls)
 }
 
 /// The value of `key` on `server`.
