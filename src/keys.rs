@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::NodeError;
-use crate::node::{Grant, Node};
+use redis::{Cmd, RedisWrite, ToRedisArgs};
+
+use crate::node::{Grant, Node, ScriptInput};
 use crate::quorum::Lease;
 use crate::scripts;
 use crate::token::LockToken;
@@ -243,10 +245,10 @@ impl Keys {
             call.key(key);
         }
         for key in self.iter() {
-            call.key(line_key(key));
+            call.key(Suffixed(key, LINE_SUFFIX));
         }
         for key in self.iter() {
-            call.key(leases_key(key));
+            call.key(Suffixed(key, LEASES_SUFFIX));
         }
     }
 
@@ -292,21 +294,12 @@ impl Keys {
             }
             _ => {}
         }
-        let mut keys = Vec::with_capacity(3 * self.len());
-        keys.extend(self.iter().map(str::to_owned));
-        keys.extend(self.iter().map(line_key));
-        keys.extend(self.iter().map(leases_key));
-        let mut args = vec![
-            token.to_owned(),
-            millis(hand_off.reserve).to_string(),
-            self.len().to_string(),
-        ];
-        if let Some((ticket, entry_lease)) = &hand_off.requeue {
-            args.push(ticket.id.clone());
-            args.push(ticket.order.to_string());
-            args.push(millis(*entry_lease).to_string());
-        }
-        node.release(&keys, &args, hand_off.requeue.is_none(), timeout)
+        let input = ReleaseInput {
+            keys: self,
+            token,
+            hand_off,
+        };
+        node.release(&input, hand_off.requeue.is_none(), timeout)
             .await
     }
 
@@ -415,6 +408,63 @@ impl HandOff {
     }
 }
 
+/// The input of `lua/release.lua`: each lock key, then their lines, then their leases; the
+/// token, how long a reservation lasts and the key count, then the waiter put back in line by a
+/// rollback.
+struct ReleaseInput<'a> {
+    keys: &'a Keys,
+    token: &'a str,
+    hand_off: &'a HandOff,
+}
+
+impl ScriptInput for ReleaseInput<'_> {
+    fn args(&self) -> usize {
+        1 + 3 * self.keys.len()
+            + 3
+            + if self.hand_off.requeue.is_some() {
+                3
+            } else {
+                0
+            }
+    }
+
+    fn bytes(&self) -> usize {
+        let keys: usize = self.keys.iter().map(|key| 3 * key.len() + 16).sum();
+        keys + self.token.len() + 64
+    }
+
+    fn write(&self, cmd: &mut Cmd) {
+        let keys = self.keys;
+        cmd.arg(3 * keys.len());
+        for key in keys.iter() {
+            cmd.arg(key);
+        }
+        for key in keys.iter() {
+            cmd.arg(Suffixed(key, LINE_SUFFIX));
+        }
+        for key in keys.iter() {
+            cmd.arg(Suffixed(key, LEASES_SUFFIX));
+        }
+        cmd.arg(self.token)
+            .arg(millis(self.hand_off.reserve))
+            .arg(keys.len());
+        if let Some((ticket, entry_lease)) = &self.hand_off.requeue {
+            cmd.arg(&ticket.id)
+                .arg(ticket.order)
+                .arg(millis(*entry_lease));
+        }
+    }
+}
+
+/// A key name with a suffix, written into a command without building the name first.
+struct Suffixed<'a>(&'a str, &'static str);
+
+impl ToRedisArgs for Suffixed<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(format_args!("{}{}", self.0, self.1));
+    }
+}
+
 /// Whole milliseconds, at least 1, as the scripts take them.
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -435,15 +485,21 @@ pub(crate) fn writers_key(key: &str) -> String {
     format!("{key}:writers")
 }
 
+/// What a resource's line key adds to its lock key.
+const LINE_SUFFIX: &str = ":queue";
+
+/// What the key of a resource's line leases adds to its lock key.
+const LEASES_SUFFIX: &str = ":leases";
+
 /// The Redis key of a resource's line of waiters: a sorted set of waiter ids by order.
 pub(crate) fn line_key(key: &str) -> String {
-    format!("{key}:queue")
+    format!("{key}{LINE_SUFFIX}")
 }
 
 /// The Redis key of the leases of a resource's line entries: waiter ids by the master's time
 /// (ms) at which each entry lapses.
 pub(crate) fn leases_key(key: &str) -> String {
-    format!("{key}:leases")
+    format!("{key}{LEASES_SUFFIX}")
 }
 
 /// The suffixes of the keys and channels kept beside a lock's own key, each with the reason a

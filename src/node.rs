@@ -11,13 +11,25 @@ use std::time::{Duration, Instant};
 use redis::aio::{MultiplexedConnection, PubSub};
 use redis::{
     Client, Cmd, ConnectionInfo, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation,
-    ServerErrorKind,
+    ServerErrorKind, Value,
 };
 
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 use health::{Health, TIMEOUTS_BEFORE_UNRESPONSIVE};
 use link::{Link, NotOpened};
+
+/// What a script call sends after the script: its key count, keys and arguments, written
+/// straight into the command. A release sends the same input to every node, and building it
+/// as owned strings for each would be most of the client's allocations on the hot path.
+pub(crate) trait ScriptInput {
+    /// How many arguments [`write`](ScriptInput::write) writes, the key count included.
+    fn args(&self) -> usize;
+    /// About how many bytes they take.
+    fn bytes(&self) -> usize;
+    /// Writes the key count, the keys and the arguments.
+    fn write(&self, cmd: &mut Cmd);
+}
 
 /// A node's answer to an acquire request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,15 +120,17 @@ impl Node {
                     .arg("NX")
                     .arg("PX")
                     .arg(ttl_ms);
-                let reply: Option<String> = self
+                // `OK`, or nil when held: read as a `Value`, it needs no allocation.
+                let reply: Value = self
                     .bounded(timeout, |mut conn| async move {
                         cmd.query_async(&mut conn).await
                     })
                     .await?;
-                Ok(match reply {
-                    Some(_) => Grant::Granted { fence: None },
-                    None => Grant::Held,
-                })
+                match reply {
+                    Value::Okay => Ok(Grant::Granted { fence: None }),
+                    Value::Nil => Ok(Grant::Held),
+                    other => Err(self.error(NodeErrorKind::UnexpectedReply(format!("{other:?}")))),
+                }
             }
             Some(fence_key) => {
                 let mut call = scripts::ACQUIRE_FENCED.prepare_invoke();
@@ -130,23 +144,22 @@ impl Node {
         }
     }
 
-    /// The release script (`lua/release.lua`) over `keys` (each lock key, then their lines, then
-    /// their leases) with `args`. `Ok(true)` when at least one key still carried the token and
+    /// The release script (`lua/release.lua`) with the key count, keys and arguments `input`
+    /// writes (each lock key, then their lines, then their leases; see `keys`). `Ok(true)` when at least one key still carried the token and
     /// was released.
     ///
     /// The holder's release (`hot`) sends the script's SHA1, with the source as the fallback on
     /// `NOSCRIPT`; a cleanup sends the source at once (see `scripts::RELEASE_SOURCE`).
     pub(crate) async fn release(
         &self,
-        keys: &[String],
-        args: &[String],
+        input: &(impl ScriptInput + ?Sized),
         hot: bool,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let release = |by: &str, script: &str| {
-            let size: usize = keys.iter().chain(args).map(String::len).sum();
-            let mut cmd = Cmd::with_capacity(3 + keys.len() + args.len(), size + script.len() + 32);
-            cmd.arg(by).arg(script).arg(keys.len()).arg(keys).arg(args);
+            let mut cmd = Cmd::with_capacity(3 + input.args(), input.bytes() + script.len() + 32);
+            cmd.arg(by).arg(script);
+            input.write(&mut cmd);
             cmd
         };
         let by_source = || release("EVAL", &scripts::RELEASE_SOURCE);
