@@ -148,6 +148,9 @@ pub(super) struct Setup {
     pub(super) workload: Workload,
     /// Stop once this many acquisitions succeeded ...
     pub(super) target: usize,
+    /// ... and this many waiters were killed at the head of a line (whether one gets there
+    /// before it acquires is chance) ...
+    pub(super) min_head_kills: usize,
     /// ... or after this long, whichever comes first.
     pub(super) time_limit: Duration,
 }
@@ -177,6 +180,7 @@ impl Default for Setup {
             round_attempts: 6,
             workload: Workload::Locks,
             target: 2_000,
+            min_head_kills: 0,
             time_limit: Duration::from_secs(40),
         }
     }
@@ -677,7 +681,11 @@ where
     }
 
     let deadline = started + setup.time_limit;
-    while shared.successes.load(Ordering::SeqCst) < setup.target && Instant::now() < deadline {
+    let short = || {
+        shared.successes.load(Ordering::SeqCst) < setup.target
+            || mutex::lock(&shared.head_kills).len() < setup.min_head_kills
+    };
+    while short() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The clients stop first and finish what they are doing under the faults still active;

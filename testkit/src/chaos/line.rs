@@ -401,7 +401,12 @@ pub(super) struct LineFaults {
 #[derive(Debug, Clone)]
 pub(super) struct DeadHead {
     pub(super) resource: String,
+    pub(super) id: String,
+    /// When its writes were sent.
     pub(super) written: Instant,
+    /// When every master had answered them: a release that starts later finds it in line
+    /// wherever it was written. One that starts between the two may run ahead of it.
+    pub(super) placed: Instant,
     /// When its entry lapses on the last master that took it.
     pub(super) lapses: Instant,
     /// On how many masters it was written.
@@ -427,6 +432,7 @@ pub(super) async fn dead_heads(mut ctl: Ctl, log: Arc<Mutex<LineFaults>>) -> io:
         let id = format!("dead-{n}");
         let (written, wall) = (Instant::now(), SystemTime::now());
         let (masters, lapses_ms) = probe.kill_at_head(&resource, &id, lease).await;
+        let placed = Instant::now();
         // The masters' clocks are this machine's clock.
         let wall_ms = wall
             .duration_since(UNIX_EPOCH)
@@ -449,7 +455,9 @@ pub(super) async fn dead_heads(mut ctl: Ctl, log: Arc<Mutex<LineFaults>>) -> io:
         ctl.heal(fault);
         mutex::lock(&log).dead_heads.push(DeadHead {
             resource,
+            id,
             written,
+            placed,
             lapses,
             masters,
             reserved,
@@ -728,17 +736,19 @@ pub(super) fn deaths(ran: &Ran, log: &LineFaults) -> Vec<(String, Instant)> {
     written.chain(lingering).collect()
 }
 
-/// Whether a release of the dead head's resource that a quorum confirmed ran while the head's
-/// entry was live, early enough (by [`SAMPLED_WITHIN`]) for the probe, sampling every 5 ms or
-/// so, to see the reservation it made.
-fn released_while_at_head(ops: &[Op], head: &DeadHead) -> bool {
-    ops.iter().any(|op| {
-        op.kind == OpKind::Release
-            && op.succeeded()
-            && op.resource == head.resource
-            && op.start >= head.written
-            && op.start + SAMPLED_WITHIN <= head.lapses
-    })
+/// The first release of the dead head's resource that a quorum confirmed and that started once
+/// the head was in line on every master and early enough (by [`SAMPLED_WITHIN`]) before its
+/// entry lapsed for the probe, sampling every 5 ms or so, to see the reservation it made.
+fn released_while_at_head<'a>(ops: &'a [Op], head: &DeadHead) -> Option<&'a Op> {
+    ops.iter()
+        .filter(|op| {
+            op.kind == OpKind::Release
+                && op.succeeded()
+                && op.resource == head.resource
+                && op.start >= head.placed
+                && op.start + SAMPLED_WITHIN <= head.lapses
+        })
+        .min_by_key(|op| op.start)
 }
 
 /// How long before a dead head's entry lapses a release must start for its reservation to be
@@ -772,9 +782,28 @@ pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
     let reserved = heads.iter().filter(|h| h.reserved >= quorum).count();
     let unreleased = heads
         .iter()
-        .filter(|h| h.reserved < quorum && !released_while_at_head(&ops, h))
+        .filter(|h| h.reserved < quorum && released_while_at_head(&ops, h).is_none())
         .count();
     let honoured = reserved + unreleased;
+    let origin = ran.history.origin();
+    let dishonoured: Vec<String> = heads
+        .iter()
+        .filter(|h| h.reserved < quorum)
+        .filter_map(|h| Some((h, released_while_at_head(&ops, h)?)))
+        .map(|(h, release)| {
+            format!(
+                "; {} {} written {:.1}–{:.1}ms, lapsed {:.1}ms, reserved on {} at most, released {:.1}–{:.1}ms",
+                h.resource,
+                h.id,
+                ms(h.written - origin),
+                ms(h.placed - origin),
+                ms(h.lapses - origin),
+                h.reserved,
+                ms(release.start - origin),
+                ms(release.end - origin)
+            )
+        })
+        .collect();
     let (mut late, mut never) = (0, 0);
     let mut worst = Duration::ZERO;
     for head in heads {
@@ -796,12 +825,13 @@ pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
             && late == 0
             && never == 0,
         format!(
-            "{} dead heads, written on every master {written_everywhere}, key reserved for them on a quorum {reserved}, not released while they headed the line {unreleased}; next acquisition at most {:.0}ms (less stalls) after the entry lease ({:.0}ms) ended (bound {:.0}ms = TTL + {:.0}ms); late {late}; never {never}",
+            "{} dead heads, written on every master {written_everywhere}, key reserved for them on a quorum {reserved}, not released while they headed the line {unreleased}; next acquisition at most {:.0}ms (less stalls) after the entry lease ({:.0}ms) ended (bound {:.0}ms = TTL + {:.0}ms); late {late}; never {never}{}",
             heads.len(),
             ms(worst),
             ms(lease),
             ms(bound),
-            ms(RECOVERY_SLACK)
+            ms(RECOVERY_SLACK),
+            dishonoured.concat()
         ),
     )
 }

@@ -175,6 +175,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         Scenario::WaiterKilledAtHead => {
             let setup = Setup {
                 head_kill_chance: 0.05,
+                min_head_kills: 2,
                 ..in_line
             };
             let log = Arc::new(Mutex::new(LineFaults::default()));
