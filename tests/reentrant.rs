@@ -172,14 +172,10 @@ async fn an_owner_waits_in_line_like_any_acquire_and_advances_the_fence_on_every
         .unwrap();
     let second_fence = lock.fencing_token().unwrap();
     assert!(second_fence > first_fence);
-    assert!(
-        eventually(Duration::from_secs(2), || holders(
-            &nodes,
-            "report",
-            "reporter-1"
-        ) == 5)
-        .await
-    );
+    // On a quorum, not necessarily on all five: the owner attempts once a quorum of masters has
+    // handed it the key, and a master the holder's release had not reached yet refuses it.
+    let granted = holders(&nodes, "report", "reporter-1");
+    assert!(granted >= 3, "the owner holds the key on {granted} masters");
 
     // Taken again by the same owner: granted where it holds, with a fence above the last.
     let again = owner.acquire_as("report", "reporter-1", TTL).await.unwrap();
