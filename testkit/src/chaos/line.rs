@@ -780,16 +780,18 @@ pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
     let ops = ran.history.ops();
     let written_everywhere = heads.iter().filter(|h| h.masters == s.masters).count();
     let reserved = heads.iter().filter(|h| h.reserved >= quorum).count();
-    let unreleased = heads
-        .iter()
-        .filter(|h| h.reserved < quorum && released_while_at_head(&ops, h).is_none())
-        .count();
-    let honoured = reserved + unreleased;
-    let origin = ran.history.origin();
-    let dishonoured: Vec<String> = heads
+    // The heads not seen reserved on a quorum, each with the release that passed it over, if any.
+    let unreserved: Vec<(&DeadHead, Option<&Op>)> = heads
         .iter()
         .filter(|h| h.reserved < quorum)
-        .filter_map(|h| Some((h, released_while_at_head(&ops, h)?)))
+        .map(|h| (h, released_while_at_head(&ops, h)))
+        .collect();
+    let unreleased = unreserved.iter().filter(|(_, r)| r.is_none()).count();
+    let honoured = reserved + unreleased;
+    let origin = ran.history.origin();
+    let passed_over: Vec<String> = unreserved
+        .iter()
+        .filter_map(|(h, release)| release.map(|r| (h, r)))
         .map(|(h, release)| {
             format!(
                 "; {} {} written {:.1}–{:.1}ms, lapsed {:.1}ms, reserved on {} at most, released {:.1}–{:.1}ms",
@@ -831,7 +833,7 @@ pub(super) fn dead_heads_block_for_at_most_an_entry_lease(
             ms(lease),
             ms(bound),
             ms(RECOVERY_SLACK),
-            dishonoured.concat()
+            passed_over.concat()
         ),
     )
 }
