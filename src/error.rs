@@ -72,7 +72,8 @@ pub enum Error {
 
     /// Fewer than a quorum of nodes granted the lock.
     #[error(
-        "{resource:?} not acquired: {granted}/{quorum} nodes granted after {attempts} attempt(s){}",
+        "{resource:?} not acquired: {granted} of {configured} masters granted ({quorum} needed) \
+         after {attempts} attempt(s){}",
         NodeList(nodes)
     )]
     NotAcquired {
@@ -80,6 +81,8 @@ pub enum Error {
         resource: String,
         /// How many nodes granted the last attempt.
         granted: usize,
+        /// How many nodes are configured.
+        configured: usize,
         /// How many grants a lock needs.
         quorum: usize,
         /// How many attempts were made.
@@ -114,7 +117,8 @@ pub enum Error {
     ///
     /// The lock keeps its old deadline and nothing was deleted.
     #[error(
-        "{resource:?} not extended: {extended}/{quorum} nodes confirmed before the deadline{}",
+        "{resource:?} not extended: {extended} master(s) confirmed before the deadline \
+         ({quorum} needed){}",
         NodeList(nodes)
     )]
     NotExtended {
@@ -132,7 +136,8 @@ pub enum Error {
     ///
     /// The nodes that did not answer keep the key until its TTL runs out.
     #[error(
-        "{resource:?} release confirmed by {confirmed}/{quorum} nodes; the rest keep it until its TTL{}",
+        "{resource:?} release confirmed by {confirmed} master(s) ({quorum} needed); the rest \
+         keep it until its TTL{}",
         NodeList(nodes)
     )]
     NotReleased {
@@ -167,8 +172,13 @@ pub enum Error {
         nodes: Vec<NodeError>,
     },
 
-    /// Fewer than a quorum of nodes could be reached.
-    #[error("only {reachable}/{quorum} nodes reachable{}", NodeList(nodes))]
+    /// Fewer than a quorum of nodes could be reached. Every configured node is counted: those
+    /// that answered in `reachable`, the others in `nodes`.
+    #[error(
+        "only {reachable} of {} masters reachable ({quorum} needed){}",
+        reachable + nodes.len(),
+        NodeList(nodes)
+    )]
     Unavailable {
         /// How many nodes answered.
         reachable: usize,
@@ -396,6 +406,11 @@ impl fmt::Display for NodeErrorKind {
             NodeErrorKind::Unresponsive => {
                 f.write_str("not contacted: its recent requests timed out, and a probe is pending")
             }
+            // Something else listens there (a web server): the client's parser dump spans
+            // lines and says nothing a user can act on.
+            NodeErrorKind::Redis(e) if e.kind() == redis::ErrorKind::Parse => {
+                f.write_str("not a Redis server (its reply is not the Redis protocol)")
+            }
             NodeErrorKind::Redis(e) => write!(f, "{e}"),
             NodeErrorKind::UnexpectedReply(r) => write!(f, "unexpected reply {r}"),
         }
@@ -441,6 +456,7 @@ mod tests {
         Error::NotAcquired {
             resource: "r".into(),
             granted: 1,
+            configured: 5,
             quorum: 3,
             attempts: 2,
             nodes,
@@ -468,7 +484,7 @@ mod tests {
         let e = not_acquired(vec![held("a:1"), timed_out("b:2")]);
         assert_eq!(
             e.to_string(),
-            "\"r\" not acquired: 1/3 nodes granted after 2 attempt(s) \
+            "\"r\" not acquired: 1 of 5 masters granted (3 needed) after 2 attempt(s) \
              (a:1: held by another token; b:2: no reply within 50ms)"
         );
         assert!(std::error::Error::source(&e).is_none());

@@ -360,6 +360,7 @@ impl Redlock {
             Failure::NotGranted { granted, nodes } => Error::NotAcquired {
                 resource: resource.to_owned(),
                 granted,
+                configured: self.inner.all_nodes().len(),
                 quorum: self.inner.quorum(),
                 attempts,
                 nodes,
