@@ -16,7 +16,8 @@
 //! Writers are not starved: a writer refused because of readers (or another writer) notes
 //! itself in `<resource>:writers` on that master, and while such a note is live new readers
 //! are refused there. Each attempt of a waiting writer renews its note; a writer that gives up
-//! or dies leaves a note that lapses within a few retry delays.
+//! or dies leaves a note that lapses within a few retry delays. A single attempt that does not
+//! wait ([`RwLock::try_write`]) leaves no note: it would hold readers back for nobody.
 //!
 //! Holds of a read-write lock take no place in the mutex's wait line (a release cannot name one
 //! of many readers). A refused hold waits for the masters' announcements on the lock's channel
@@ -143,14 +144,14 @@ impl RwLock {
     /// few retry delays later.
     pub async fn write(&self, ttl: Duration) -> Result<Lock, Error> {
         let lease = self.rl.inner().lease(ttl)?;
-        let keys = self.writer(&lease);
+        let keys = self.writer(&lease, true);
         self.rl
             .acquire_keys(&self.resource, &keys, &lease, true)
             .await
     }
 
-    /// One attempt at the write hold; never waits. A refused attempt still notes the writer,
-    /// which holds new readers back for a few retry delays.
+    /// One attempt at the write hold; never waits. A refused attempt leaves nothing behind: no
+    /// note holds new readers back for a writer that is not coming back.
     ///
     /// # Errors
     ///
@@ -161,7 +162,7 @@ impl RwLock {
     /// As [`write`](RwLock::write).
     pub async fn try_write(&self, ttl: Duration) -> Result<Lock, Error> {
         let lease = self.rl.inner().lease(ttl)?;
-        let keys = self.writer(&lease);
+        let keys = self.writer(&lease, false);
         self.rl
             .acquire_keys(&self.resource, &keys, &lease, false)
             .await
@@ -213,16 +214,23 @@ impl RwLock {
         self.rl.hold_by_plan(lock, plan, body).await
     }
 
-    /// A writer's keys, with an id of its own for the note it leaves while waiting.
-    fn writer(&self, lease: &Lease) -> Keys {
+    /// A writer's keys, with an id of its own for the note it leaves while it `waits`. A writer
+    /// that does not wait sends a zero note (1 ms once sent), which the script never writes; a
+    /// waiting writer's note lasts at least 2 ms.
+    fn writer(&self, lease: &Lease, waits: bool) -> Keys {
         let retry = self.rl.inner().settings().retry;
         let period = retry.delay.saturating_add(retry.jitter);
+        let wait = match waits {
+            true => period
+                .saturating_mul(WRITER_NOTE_RETRY_PERIODS)
+                .saturating_add(lease.node_timeout)
+                .max(Duration::from_millis(2)),
+            false => Duration::ZERO,
+        };
         Keys::Write {
             key: self.key.clone(),
             writer: LockToken::generate().expose().into(),
-            wait: period
-                .saturating_mul(WRITER_NOTE_RETRY_PERIODS)
-                .saturating_add(lease.node_timeout),
+            wait,
         }
     }
 }

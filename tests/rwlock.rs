@@ -235,7 +235,7 @@ async fn a_writer_refused_by_one_master_takes_its_note_there_away_with_its_relea
         .unwrap();
     // Its note lasts three 20 s retry periods: only the release can take it away in time.
     let rl = patient(&nodes);
-    let lock = rl.rw_lock("ledger").unwrap().try_write(TTL).await.unwrap();
+    let lock = rl.rw_lock("ledger").unwrap().write(TTL).await.unwrap();
     assert!(
         eventually(Duration::from_secs(2), || writer_notes(&nodes[0], "ledger")
             == 1)
@@ -275,15 +275,17 @@ async fn a_reader_that_dies_or_a_writer_that_gives_up_blocks_nobody_for_long() {
     let lock = other.rw_lock("cache").unwrap().write(TTL).await.unwrap();
     lock.release().await.unwrap();
 
-    // A writer that gives up after one refused attempt: its note lapses within a few retry
-    // delays plus a node timeout (3 × 15 ms + 100 ms here), then readers get in again.
+    // A writer that gives up while waiting (its acquire dropped): its note lapses within a few
+    // retry delays plus a node timeout (3 × 15 ms + 100 ms here), then readers get in again.
+    // (One attempt that does not wait, `try_write`, leaves no note at all: `rwlock_try.rs`.)
     let held = rw.read(TTL).await.unwrap();
-    assert!(other
-        .rw_lock("cache")
-        .unwrap()
-        .try_write(TTL)
-        .await
-        .is_err());
+    let writer = other.rw_lock("cache").unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), writer.write(TTL))
+            .await
+            .is_err(),
+        "the writer waits while a reader holds the resource"
+    );
     let third = quick(&nodes).rw_lock("cache").unwrap();
     assert!(third.try_read(TTL).await.unwrap_err().is_contention());
     let reader = third.read(TTL).await.unwrap();

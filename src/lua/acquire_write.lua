@@ -1,6 +1,7 @@
 -- A writer's attempt on a read-write lock: `SET NX PX` of the resource's key, granted only while
 -- no reader's hold is live. A refused writer is noted in `<key>:writers` for `wait` ms, during
--- which new readers are refused: a waiting writer is not starved by a stream of readers.
+-- which new readers are refused: a waiting writer is not starved by a stream of readers. A writer
+-- that does not wait (one attempt) leaves no note: it sends a `wait` of 1 ms or less.
 -- KEYS[1] the resource's key; KEYS[2] its readers; KEYS[3] its waiting writers; KEYS[4] (fencing
 -- only) its fence counter. ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] the writer's id (the same
 -- for every attempt of one acquire); ARGV[4] how long its waiting note lasts, in ms.
@@ -8,6 +9,9 @@
 local now = now_ms()
 local function wait()
   local lease = tonumber(ARGV[4])
+  if lease <= 1 then
+    return 0
+  end
   redis.call('ZADD', KEYS[3], now + lease, ARGV[3])
   if redis.call('PTTL', KEYS[3]) < lease then
     redis.call('PEXPIRE', KEYS[3], lease)

@@ -1,0 +1,80 @@
+//! One attempt that does not wait leaves nothing behind that changes what others get.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use quorumlock_testkit::RedisNodes;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// The waiting writers' notes of `key` on every master.
+fn notes(nodes: &RedisNodes, key: &str) -> Vec<usize> {
+    nodes
+        .iter()
+        .map(|s| query(s, redis::cmd("ZCARD").arg(format!("{key}:writers"))))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_try_write_leaves_no_note_and_new_readers_get_in_at_once() {
+    let nodes = five();
+    let reading = client(&nodes)
+        .rw_lock("feed")
+        .unwrap()
+        .try_read(TTL)
+        .await
+        .unwrap();
+
+    let refused = client(&nodes)
+        .rw_lock("feed")
+        .unwrap()
+        .try_write(TTL)
+        .await
+        .unwrap_err();
+    assert!(refused.is_contention(), "{refused}");
+    assert_eq!(
+        notes(&nodes, "feed"),
+        vec![0; 5],
+        "a writer that does not wait left a note\n{}",
+        nodes.logs()
+    );
+
+    // Right after, a new reader is let in beside the first.
+    let second = client(&nodes)
+        .rw_lock("feed")
+        .unwrap()
+        .try_read(TTL)
+        .await
+        .unwrap_or_else(|e| panic!("a reader was kept out by a writer gone: {e}"));
+    second.release().await.unwrap();
+    reading.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_writer_still_notes_itself() {
+    let nodes = five();
+    let reading = client(&nodes)
+        .rw_lock("feed")
+        .unwrap()
+        .try_read(TTL)
+        .await
+        .unwrap();
+    let writer = client(&nodes);
+    let waiting = tokio::spawn(async move {
+        writer
+            .rw_lock("feed")
+            .unwrap()
+            .write(TTL)
+            .await
+            .map(|lock| lock.fencing_token())
+    });
+    let noted = eventually(Duration::from_secs(5), || {
+        notes(&nodes, "feed").iter().all(|n| *n == 1)
+    })
+    .await;
+    assert!(noted, "{:?}\n{}", notes(&nodes, "feed"), nodes.logs());
+    reading.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+}
