@@ -6,7 +6,7 @@ use redis::IntoConnectionInfo;
 
 use crate::error::{ConfigError, Error};
 use crate::inner::{Inner, Settings};
-use crate::node::Node;
+use crate::node::{marker_key, Node};
 pub use crate::quorum::{DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
 use crate::redlock::Redlock;
 use crate::retry::RetryPolicy;
@@ -313,9 +313,14 @@ impl RedlockBuilder {
             // rustls needs a process-wide crypto provider; install ours unless the application
             // already chose one (then this does nothing).
             let _ = rustls::crypto::ring::default_provider().install_default();
-            return Node::with_tls(info, self.tls.certificates(), self.connect_timeout);
+            return Node::with_tls(
+                info,
+                self.tls.certificates(),
+                self.connect_timeout,
+                marker_key(&self.key_prefix).into(),
+            );
         }
-        Node::new(info, self.connect_timeout)
+        Node::new(info, self.connect_timeout, marker_key(&self.key_prefix).into())
     }
 }
 

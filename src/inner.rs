@@ -101,11 +101,16 @@ impl Inner {
     ///
     /// A key ending in one of [`keys::RESERVED_SUFFIXES`] is refused: it would be the fencing
     /// counter (or another auxiliary key) of another resource, which a lock would overwrite
-    /// and delete.
+    /// and delete. So is the key layout marker's name.
     pub(crate) fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
         if resource.is_empty() {
             return Err(Error::InvalidResource {
                 reason: "it is empty",
+            });
+        }
+        if resource == crate::node::LAYOUT_MARKER {
+            return Err(Error::InvalidResource {
+                reason: "it is the name of the key layout marker (LAYOUT_MARKER)",
             });
         }
         let key = format!("{}{}", self.settings.key_prefix, resource);

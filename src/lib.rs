@@ -107,7 +107,7 @@
 //! | layer | modules | what they hold |
 //! |---|---|---|
 //! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `telemetry`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, metrics, who a hand-off wakes |
-//! | L1 | `scripts`, `node`, `node::health`, `node::link`, `keys` | one master: its connection, its health, the scripts and the requests on a lock's keys |
+//! | L1 | `scripts`, `node`, `node::health`, `node::layout`, `node::link`, `keys` | one master: its connection, its health, its key layout marker, the scripts and the requests on a lock's keys |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
 //! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant`, `rwlock`, `election` | features built on the client |
@@ -153,6 +153,7 @@ pub use hold::{Held, HoldOptions};
 pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
 pub use lock::Lock;
 pub use many::MultiLock;
+pub use node::{KEY_LAYOUT, LAYOUT_MARKER};
 pub use redlock::{Health, Redlock};
 pub use reentrant::{ReentrantLock, MAX_OWNER_LEN};
 pub use release::Released;

@@ -2,10 +2,12 @@
 //! commands and scripts the algorithm sends it.
 
 mod health;
+mod layout;
 mod link;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{MultiplexedConnection, PubSub};
@@ -17,6 +19,8 @@ use redis::{
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 use health::{Health, TIMEOUTS_BEFORE_UNRESPONSIVE};
+pub use layout::{KEY_LAYOUT, LAYOUT_MARKER};
+pub(crate) use layout::marker_key;
 use link::{Link, NotOpened};
 
 /// What a script call sends after the script: its key count, keys and arguments, written
@@ -61,8 +65,13 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    pub(crate) fn new(info: ConnectionInfo, connect_timeout: Duration) -> RedisResult<Self> {
-        Ok(Self::with_client(Client::open(info)?, connect_timeout))
+    /// `marker`: the key layout marker key, checked on every new connection.
+    pub(crate) fn new(
+        info: ConnectionInfo,
+        connect_timeout: Duration,
+        marker: Arc<str>,
+    ) -> RedisResult<Self> {
+        Ok(Self::with_client(Client::open(info)?, connect_timeout, marker))
     }
 
     /// A node over an already configured client (a `rediss://` one with its own certificates).
@@ -71,19 +80,21 @@ impl Node {
         info: ConnectionInfo,
         certificates: redis::TlsCertificates,
         connect_timeout: Duration,
+        marker: Arc<str>,
     ) -> RedisResult<Self> {
         Ok(Self::with_client(
             Client::build_with_tls(info, certificates)?,
             connect_timeout,
+            marker,
         ))
     }
 
-    fn with_client(client: Client, connect_timeout: Duration) -> Self {
+    fn with_client(client: Client, connect_timeout: Duration, marker: Arc<str>) -> Self {
         Node {
             // `host:port` only: never the user or password of the connection info.
             id: client.get_connection_info().addr().to_string(),
             connect_timeout,
-            link: Link::new(client, connect_timeout),
+            link: Link::new(client, connect_timeout, marker),
             health: Health::new(),
             sent: AtomicU64::new(0),
         }

@@ -1,7 +1,7 @@
 //! A node's connection: opened on first use and again after it breaks or is replaced, one
 //! attempt at a time and no more often than a backoff allows, with the scripts loaded ahead of
 //! its first request; and the connection it last replaced, kept while requests written on it
-//! may still run.
+//! may still run. Each new connection checks the master's key layout marker (see `layout`).
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use futures::FutureExt;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 
+use super::layout::{self, Marked};
 use crate::scripts;
 
 /// The least time between the starts of two connection attempts to one node: a node that
@@ -47,6 +48,8 @@ pub(super) struct Link {
     client: Client,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
+    /// The key layout marker this client writes and checks on every new connection.
+    marker: Arc<str>,
     state: Arc<Mutex<State>>,
 }
 
@@ -77,7 +80,7 @@ enum Current {
 }
 
 impl Link {
-    pub(super) fn new(client: Client, connect_timeout: Duration) -> Self {
+    pub(super) fn new(client: Client, connect_timeout: Duration, marker: Arc<str>) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             // The per-request bound is the node's own, applied per operation.
@@ -86,6 +89,7 @@ impl Link {
             client,
             config,
             connect_timeout,
+            marker,
             state: Arc::new(Mutex::new(State {
                 current: Current::Closed { why: None },
                 retired: None,
@@ -182,16 +186,19 @@ impl Link {
     /// A connection attempt: connect (with the client library's handshake) within the connect
     /// timeout, and queue the loading of every script the node is sent by SHA1 ahead of any
     /// request. A node that restarted has forgotten its scripts, and an `EVALSHA` answered
-    /// `NOSCRIPT` would need more round trips than one node timeout may allow.
+    /// `NOSCRIPT` would need more round trips than one node timeout may allow. Then check the
+    /// key layout marker: a master marked with another layout is not used.
     fn attempt(&self) -> Attempt {
         let (client, config) = (self.client.clone(), self.config.clone());
         let timeout = self.connect_timeout;
+        let marker = self.marker.clone();
         async move {
             let opening = async {
                 let conn = client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?;
                 load_scripts(&conn).await;
+                check_layout(&conn, &marker, &client).await?;
                 Ok(conn)
             };
             match tokio::time::timeout(timeout, opening).await {
@@ -245,6 +252,30 @@ async fn load_scripts(conn: &MultiplexedConnection) {
 fn log_failed_loads(loaded: Vec<Result<String, RedisError>>) {
     for e in loaded.iter().filter_map(|l| l.as_ref().err()) {
         tracing::debug!(error = %e, "script not loaded on connect");
+    }
+}
+
+/// Marks the master with this client's key layout where it has none, and fails the connection
+/// when it is marked with another. A server that refuses the marker commands (an ACL that does
+/// not cover the marker key) is used unchecked, with a warning.
+async fn check_layout(
+    conn: &MultiplexedConnection,
+    marker: &str,
+    client: &Client,
+) -> Result<(), RedisError> {
+    let node = client.get_connection_info().addr();
+    match layout::mark(conn, marker).await {
+        Ok(Marked::Same) => Ok(()),
+        Ok(Marked::Other(theirs)) => {
+            let e = layout::mismatch(marker, &theirs);
+            tracing::error!(%node, error = %e, "master not used: mixed deployment");
+            Err(e)
+        }
+        Err(e) if matches!(e.kind(), redis::ErrorKind::Server(_)) => {
+            tracing::warn!(%node, marker, error = %e, "key layout marker not checked");
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 

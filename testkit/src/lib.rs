@@ -1,43 +1,137 @@
-//! Test support for quorumlock: real `redis-server` processes on free loopback ports, a per-node TCP
-//! fault proxy, and a checker for recorded lock histories.
+//! Test your code against real Redis masters: `redis-server` processes on free loopback ports,
+//! a per-master TCP fault proxy, and a checker for recorded lock histories. No mocks, no
+//! containers: the faults are the real ones (a frozen process, a dropped route, a master that
+//! comes back empty), so the code under test meets what production will show it.
 //!
-//! Shared by the library's integration tests, the benchmarks, the chaos suite and `quorumlock demo`.
+//! It is the test kit of [`quorumlock`], and it serves any code that talks to Redis.
+//!
+//! # Example: a worker that stops touching its resource once its lock is lost
+//!
+//! Five masters, each behind a fault proxy; the worker holds a lock with
+//! [`Redlock::with_lock`](quorumlock::Redlock::with_lock) and touches the resource until the
+//! lease is lost. One master paused and a minority partitioned leave it running; a majority
+//! partitioned takes its lock, and it stops before the lease's deadline.
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use std::time::{Duration, Instant};
+//!
+//! use quorumlock::Redlock;
+//! use quorumlock_testkit::{FaultProxy, RedisNodes};
+//!
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let masters = RedisNodes::spawn(5)?;
+//! let proxies = masters
+//!     .iter()
+//!     .map(|m| FaultProxy::start(m.addr()))
+//!     .collect::<Result<Vec<_>, _>>()?;
+//! let rl = Redlock::builder(proxies.iter().map(FaultProxy::url)).build()?;
+//!
+//! // The code under test: touches the resource every 10 ms while it holds the lock.
+//! let touches: Arc<Mutex<Vec<Instant>>> = Arc::default();
+//! let worker = {
+//!     let (rl, touches) = (rl.clone(), touches.clone());
+//!     tokio::spawn(async move {
+//!         rl.with_lock("jobs", Duration::from_millis(600), |held| async move {
+//!             loop {
+//!                 tokio::select! {
+//!                     _ = held.lost() => return,
+//!                     _ = tokio::time::sleep(Duration::from_millis(10)) => {
+//!                         touches.lock().unwrap().push(Instant::now());
+//!                     }
+//!                 }
+//!             }
+//!         })
+//!         .await
+//!     })
+//! };
+//! tokio::time::sleep(Duration::from_millis(200)).await;
+//!
+//! masters[0].pause()?; // one master frozen: four of five still answer
+//! proxies[1].blackhole(); // and one more cut off: three of five, still a quorum
+//! tokio::time::sleep(Duration::from_millis(700)).await;
+//! assert!(!worker.is_finished(), "a minority down must not cost the lock");
+//!
+//! proxies[2].blackhole(); // now a majority is gone: the lease cannot be renewed
+//! let cut = Instant::now();
+//! let outcome = worker.await?;
+//! assert!(outcome.is_err_and(|e| e.is_lost()));
+//! let last = *touches.lock().unwrap().last().unwrap();
+//! assert!(last < cut + Duration::from_millis(600), "touched after the lease ran out");
+//! masters[0].resume()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every fault has its undo: [`RedisServer::pause`] / [`resume`](RedisServer::resume),
+//! [`kill`](RedisServer::kill) / [`restart`](RedisServer::restart) (empty unless the server
+//! was built with [`aof(true)`](RedisServerBuilder::aof)), [`FaultProxy::blackhole`] /
+//! [`heal`](FaultProxy::heal), and [`delay`](FaultProxy::delay), [`hold`](FaultProxy::hold),
+//! [`reset`](FaultProxy::reset), [`refuse`](FaultProxy::refuse). When a test panics,
+//! [`RedisNodes`] prints the last lines of every master's log.
+//!
+//! # Requirements
+//!
+//! A `redis-server` binary (6.2 or newer; 7 recommended) on `PATH`, or named by the
+//! [`QUORUMLOCK_REDIS_SERVER`](REDIS_SERVER_ENV) environment variable. Unix only (pause and
+//! resume are `SIGSTOP` and `SIGCONT`). Servers listen on `127.0.0.1` only, each in its own
+//! temporary directory, and are killed when dropped.
 //!
 //! # Layout
 //!
 //! * [`server`] — [`RedisServer`] / [`RedisNodes`]: sandboxed masters with fault verbs
 //!   (kill/restart, pause/resume).
-//! * [`proxy`] — [`FaultProxy`]: a per-node TCP proxy with latency, blackhole, held replies,
+//! * [`proxy`] — [`FaultProxy`]: a per-master TCP proxy with latency, blackhole, held replies,
 //!   reset, refuse/accept, retarget, and heal.
-//! * [`history`] — [`History`]: records a run's operations and faults and checks them for
-//!   violations, with the witnesses clients call inside their critical sections.
-//! * [`chaos`] — the chaos suite: seeded fault schedules, contending clients, figures.
-//! * [`failover`] — failover evidence: one master + replica against N independent masters.
-//! * [`figures`] — percentiles by one definition, and digit grouping, for every printed figure.
-//! * [`mutex`] — mutex access that survives a panic in another task.
-//! * [`naive_semaphore`] — the **unsafe** per-master-count semaphore, a negative control only.
-//! * [`naive_rwlock`] — the **unsafe** read-write lock whose writer looks for readers on one
-//!   master, a negative control only.
-//! * [`naive_election`] — the **unsafe** election on one master, a negative control only.
-//! * [`naive_reentrant`] — the **unsafe** per-master hold count of a reentrant lock, a negative
-//!   control only.
+//! * [`history`] — [`History`]: records the operations of a test's clients and the faults, and
+//!   checks them for violations (overlapping leases, fences out of order, two holders inside a
+//!   critical section at once), with the witnesses clients call inside their critical sections.
 //!
-//! The names used most are also at the crate root, grouped below by the module that defines them.
+//! The names used most are also at the crate root.
+//!
+//! # Stability
+//!
+//! The crate follows semver like `quorumlock` itself (see its README, "Versioning"). The
+//! `internal` feature, off by default and hidden from these docs, carries the chaos engine and
+//! negative controls of quorumlock's own test suite: it is not part of the public API.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
-pub mod chaos;
-pub mod failover;
-pub mod figures;
 pub mod history;
-pub mod mutex;
-pub mod naive_election;
-mod naive_masters;
-pub mod naive_reentrant;
-pub mod naive_rwlock;
-pub mod naive_semaphore;
 pub mod proxy;
 pub mod server;
+
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod mutex;
+#[cfg(not(feature = "internal"))]
+mod mutex;
+
+// Internal to quorumlock's own tests, benchmarks and demo: no semver, no docs.
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod chaos;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod failover;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod figures;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod naive_election;
+#[cfg(feature = "internal")]
+mod naive_masters;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod naive_reentrant;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod naive_rwlock;
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub mod naive_semaphore;
 
 // Sandboxed masters.
 #[doc(no_inline)]
@@ -69,3 +163,8 @@ pub use history::{
 // The verdict on a history.
 #[doc(no_inline)]
 pub use history::{OpCounts, Report, Violation};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

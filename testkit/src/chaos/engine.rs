@@ -751,6 +751,7 @@ fn is_auxiliary(key: &str) -> bool {
     [":fence", ":queue", ":leases"]
         .iter()
         .any(|suffix| key.ends_with(suffix))
+        || key.ends_with(quorumlock::LAYOUT_MARKER)
 }
 
 /// Every `MONITOR_EVERY`, reads every lock key's remaining TTL on every master that answers and
@@ -763,7 +764,7 @@ for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
   local t = redis.call('PTTL', k)
   if string.sub(k, -6) == ':queue' or string.sub(k, -7) == ':leases' then
     if t == -1 then table.insert(bad, k .. ' pttl ' .. t) end
-  elseif string.sub(k, -6) ~= ':fence' then
+  elseif string.sub(k, -6) ~= ':fence' and string.sub(k, -17) ~= 'quorumlock:layout' then
     if t == -1 or t > tonumber(ARGV[2]) then table.insert(bad, k .. ' pttl ' .. t) end
   end
 end
