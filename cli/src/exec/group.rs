@@ -1,18 +1,23 @@
 //! The command, running in a process group of its own: one signal reaches it and everything it
-//! started, and "the command is over" means every process of the group is gone — not only the
+//! started, and "the command is over" means every process it started is gone — not only the
 //! one `exec` started. The lock is released only after that.
 //!
-//! On Linux, `exec` is also the group's *subreaper*: when the command exits and leaves children
-//! behind, they become ours, so we reap them and can tell when the last one has exited.
+//! On Linux, `exec` is also the *subreaper* of its descendants: when a process of the command
+//! exits and leaves children behind, they become ours, wherever they went — another process
+//! group (`set -m`), another session (`setsid`). So the command is over when `exec` has no
+//! child left but the watchdog, and a signal meant for the command reaches, besides the group,
+//! every descendant that left it (found through `/proc`, see `tree`).
 
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
 use nix::errno::Errno;
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+
+use super::tree;
 
 /// How the command's first process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +37,10 @@ pub(crate) struct CommandGroup {
     empty: bool,
     /// A process of the group was stopped (SIGTSTP, SIGTTIN, SIGSTOP) since the last look.
     stopped: bool,
+    /// The watchdog, our child too but not part of the command.
+    watchdog: Option<Pid>,
+    /// The watchdog exited (and was reaped here, with the command's processes).
+    watchdog_exited: bool,
 }
 
 /// Makes this process the subreaper of its descendants (Linux), so that processes the command
@@ -50,7 +59,12 @@ impl CommandGroup {
     /// # Errors
     ///
     /// The command could not be started (not found, not executable).
-    pub(crate) fn spawn(argv: &[String], env: &[(&str, String)]) -> io::Result<Self> {
+    /// `watchdog` is our child that is not part of the command.
+    pub(crate) fn spawn(
+        argv: &[String],
+        env: &[(&str, String)],
+        watchdog: Option<Pid>,
+    ) -> io::Result<Self> {
         let Some((program, args)) = argv.split_first() else {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
         };
@@ -70,6 +84,8 @@ impl CommandGroup {
             leader: None,
             empty: false,
             stopped: false,
+            watchdog,
+            watchdog_exited: false,
         })
     }
 
@@ -83,7 +99,8 @@ impl CommandGroup {
         self.leader
     }
 
-    /// Sends `signal` to every process of the group. A group that is already gone is fine.
+    /// Sends `signal` to every process of the group, and to every descendant that left it.
+    /// Processes that are already gone are fine.
     pub(crate) fn signal(&self, signal: Signal) {
         if self.empty {
             return;
@@ -92,19 +109,38 @@ impl CommandGroup {
             Ok(()) | Err(Errno::ESRCH) => {}
             Err(e) => tracing::warn!(error = %e, %signal, "cannot signal the command's processes"),
         }
+        // The group's members got it once already: a second copy of SIGINT could reach a
+        // handler twice.
+        for p in tree::my_descendants(self.watchdog) {
+            if p.pgid != self.pgid {
+                match kill(p.pid, signal) {
+                    Ok(()) | Err(Errno::ESRCH) => {}
+                    Err(e) => tracing::warn!(error = %e, %signal, pid = %p.pid,
+                        "cannot signal a process the command started"),
+                }
+            }
+        }
     }
 
-    /// Reaps whatever of the group has exited, and says whether the group is over: the leader
-    /// has exited and no process of the group is left.
+    /// Reaps whatever of the command has exited, and says whether the command is over: the
+    /// leader has exited and no process it started is left, in its group or out of it.
     pub(crate) fn poll(&mut self) -> bool {
         if self.empty {
             return true;
         }
-        self.reap();
-        // Until the leader is reaped its zombie keeps the group alive, so this is never true
-        // before `reap` has recorded the leader's status.
-        self.empty = self.leader.is_some() && killpg(self.pgid, None) == Err(Errno::ESRCH);
+        let none_left = self.reap();
+        // Until the leader is reaped its zombie is our child, so this is never true before
+        // `reap` has recorded the leader's status.
+        // Without `/proc` (not Linux) the group is all that can be seen.
+        self.empty = self.leader.is_some()
+            && (none_left
+                || (!self.has_children() && killpg(self.pgid, None) == Err(Errno::ESRCH)));
         self.empty
+    }
+
+    /// `true` once the watchdog has exited (it was reaped here).
+    pub(crate) fn watchdog_exited(&self) -> bool {
+        self.watchdog_exited
     }
 
     /// `true` once after a process of the group was stopped (Ctrl-Z at a terminal).
@@ -112,24 +148,45 @@ impl CommandGroup {
         std::mem::take(&mut self.stopped)
     }
 
-    fn reap(&mut self) {
-        let group = Pid::from_raw(-self.pgid.as_raw());
+    /// Reaps every child of ours that has exited: the command's processes, and those they left
+    /// behind, which are ours as their subreaper. Returns `true` when we have no child left at
+    /// all.
+    fn reap(&mut self) -> bool {
         loop {
-            match waitpid(group, Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED)) {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == self.pgid => {
                     self.leader = Some(Ended::Code(code));
                 }
                 Ok(WaitStatus::Signaled(pid, signal, _)) if pid == self.pgid => {
                     self.leader = Some(Ended::Signal(signal as i32));
                 }
-                Ok(WaitStatus::Stopped(..)) => self.stopped = true,
-                Ok(WaitStatus::StillAlive) => return,
+                Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _))
+                    if Some(pid) == self.watchdog =>
+                {
+                    self.watchdog_exited = true;
+                }
+                Ok(WaitStatus::Stopped(pid, _)) if Some(pid) != self.watchdog => {
+                    self.stopped = true;
+                }
+                Ok(WaitStatus::StillAlive) => return false,
                 // A process the command left behind, adopted by us and now reaped.
                 Ok(_) | Err(Errno::EINTR) => {}
-                // ECHILD: none of our children is in the group any more.
-                Err(_) => return,
+                Err(Errno::ECHILD) => return true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot wait for the command's processes");
+                    return false;
+                }
             }
         }
+    }
+
+    /// Whether a child of ours other than the watchdog exists: a process of the command, or
+    /// one it left behind (possibly exited and not reaped yet).
+    fn has_children(&self) -> bool {
+        let me = nix::unistd::getpid();
+        tree::processes()
+            .iter()
+            .any(|p| p.ppid == me && Some(p.pid) != self.watchdog)
     }
 }
 

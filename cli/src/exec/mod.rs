@@ -2,18 +2,21 @@
 //! of masters, renewing it in the background, and never lets the command run without the lock:
 //!
 //! * the command runs in a process group of its own (`group`), and "the command is over" means
-//!   the whole group is gone; only then is the lock released;
-//! * SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to `exec` go to the group, then SIGKILL after
+//!   every process it started is gone, in the group or out of it (`setsid`, `set -m`: found
+//!   through `/proc`, `tree`); only then is the lock released;
+//! * SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to `exec` go to all of them, then SIGKILL after
 //!   `--grace` (`signals`, `supervise`);
-//! * a lost lock stops the group before the lease ends (`supervise`);
+//! * a lost lock stops them before the lease ends (`supervise`);
 //! * if `exec` itself dies, even by SIGKILL, the kernel (parent-death signal) and the watchdog
-//!   kill the group (`watchdog`);
+//!   kill them; if it stops renewing (stopped, starved), the watchdog kills them by the lease's
+//!   deadline (`watchdog`);
 //! * at a terminal the command gets the foreground, as a shell would give it (`terminal`).
 
 mod group;
 mod signals;
 mod supervise;
 mod terminal;
+mod tree;
 pub(crate) mod watchdog;
 
 use std::cell::Cell;
@@ -39,7 +42,8 @@ Examples:
       quorumlock exec --resource migrate --ttl 20s -w 10m --fencing \\
       -c 'migrate --fence \"$QUORUMLOCK_FENCE\"'
 
-  # Hold the lock without a command (like etcdctl lock) until stdin closes or a signal.
+  # Hold the lock without a command (like etcdctl lock) until a signal; when stdin is a pipe
+  # or a terminal, also until it closes (from /dev/null, as a script's background job: a signal).
   quorumlock exec --resource maintenance --wait forever
 
   # At most 4 exports at a time across every machine (a semaphore, like consul lock -n 4).
@@ -51,12 +55,13 @@ Examples:
 
 The command gets QUORUMLOCK_RESOURCE (and QUORUMLOCK_FENCE with --fencing) in its environment;
 with --permits, QUORUMLOCK_RESOURCE names the slot it holds (<resource>:permit:<i>).
-It runs in a process group of its own; the lock is released only once every process of that
-group has exited. SIGTERM, SIGHUP, SIGQUIT and SIGINT sent to quorumlock are passed to the
-group, then SIGKILL follows after --grace (at once on a second signal). At a terminal the
-command is in the foreground: Ctrl-C and Ctrl-\\ reach it directly, once. If the lock is lost,
-the group gets SIGTERM, and SIGKILL before the lease ends. If quorumlock dies (even by SIGKILL),
-the group is killed.";
+It runs in a process group of its own; the lock is released only once every process it started
+has exited, in that group or out of it (setsid, set -m). SIGTERM, SIGHUP, SIGQUIT and SIGINT
+sent to quorumlock are passed to all of them, then SIGKILL follows after --grace (at once on a
+second signal). At a terminal the command is in the foreground: Ctrl-C and Ctrl-\\ reach it
+directly, once. If the lock is lost, they get SIGTERM, and SIGKILL before the lease ends. If
+quorumlock dies (even by SIGKILL), they are killed; if it stops renewing (stopped, starved), a
+watchdog process kills them by the lease's deadline.";
 
 /// Options of `quorumlock exec`.
 #[derive(Debug, clap::Args)]
@@ -123,7 +128,7 @@ pub(crate) struct CommandArgs {
     )]
     shell_command: Option<String>,
     /// The command and its arguments. Without a command (and without -c), the lock is held
-    /// until stdin closes or a signal arrives.
+    /// until a signal arrives, or until stdin closes when it is a pipe or a terminal.
     #[arg(last = true, value_name = "COMMAND")]
     argv: Vec<String>,
 }
@@ -313,5 +318,19 @@ fn outcome_code(outcome: Outcome) -> u8 {
         }
         Outcome::Stopped(signal) => exit::signalled(signal as i32),
         Outcome::HoldEnded => 0,
+        Outcome::StdinClosed => {
+            eprintln!(
+                "quorumlock: stdin was already closed: the hold ended as soon as it began \
+                 (with stdin from /dev/null, a hold lasts until a signal)"
+            );
+            exit::FAILURE
+        }
+        Outcome::Expired => {
+            eprintln!(
+                "quorumlock: the lease ran out before it could be renewed (was quorumlock \
+                 stopped or starved?); the command was stopped by its deadline"
+            );
+            exit::LOST
+        }
     }
 }

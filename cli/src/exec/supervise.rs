@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use nix::sys::signal::Signal;
 use quorumlock::{Held, LossReason};
-use tokio::io::AsyncReadExt;
+use tokio::io::AsyncReadExt as _;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::group::{CommandGroup, Ended};
@@ -46,6 +46,12 @@ pub(crate) enum Outcome {
     Stopped(Signal),
     /// Holding without a command: stdin closed.
     HoldEnded,
+    /// Holding without a command: stdin was closed already when the lock was granted, so the
+    /// hold ended at once (and "locked" was not printed).
+    StdinClosed,
+    /// The lease ran out before the command was over — `exec` could not renew it in time
+    /// (stopped, starved) — and the watchdog stopped the command by the deadline.
+    Expired,
 }
 
 /// The timing of a stop, from the TTL and `--grace`.
@@ -125,16 +131,74 @@ pub(crate) async fn run(held: Held, cx: Context<'_>) -> anyhow::Result<Outcome> 
     outcome
 }
 
-/// Holds the lock with no command: prints it, and waits for stdin to close, a signal, or the
-/// loss of the lock.
+/// What ends a hold without a command, besides a signal and the loss of the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stdin {
+    /// A pipe, socket or terminal: its end (the writer is gone, Ctrl-D) ends the hold.
+    Watched,
+    /// Watched, but closed already.
+    Closed,
+    /// Anything else — `/dev/null` (a script's background job), a file, nothing: the hold
+    /// lasts until a signal.
+    Ignored,
+}
+
+fn stdin() -> Stdin {
+    use std::io::IsTerminal;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+
+    let stdin = std::io::stdin();
+    let watched = stdin.is_terminal()
+        || stdin
+            .as_fd()
+            .try_clone_to_owned()
+            .and_then(|fd| std::fs::File::from(fd).metadata())
+            .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_socket());
+    if !watched {
+        return Stdin::Ignored;
+    }
+    let mut fds = [nix::poll::PollFd::new(
+        stdin.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let hung_up = nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO).is_ok()
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(nix::poll::PollFlags::POLLHUP));
+    if hung_up {
+        Stdin::Closed
+    } else {
+        Stdin::Watched
+    }
+}
+
+/// Holds the lock with no command: prints it, and waits for a signal, the loss of the lock,
+/// or — when stdin is a pipe or a terminal — for stdin to close.
 async fn hold(held: &Held, mut signals: Termination) -> anyhow::Result<Outcome> {
+    let stdin = stdin();
+    if stdin == Stdin::Closed {
+        return Ok(Outcome::StdinClosed);
+    }
     match held.fencing_token() {
         Some(fence) => out!("locked {} fence {fence}", held.resource())?,
         None => out!("locked {}", held.resource())?,
     }
-    let mut stdin = tokio::io::stdin();
-    let mut sink = [0u8; 512];
+    tracing::info!(
+        resource = held.resource(),
+        until = if stdin == Stdin::Watched {
+            "stdin closes or a signal"
+        } else {
+            "a signal"
+        },
+        "holding"
+    );
     let stdin_closed = async {
+        if stdin == Stdin::Ignored {
+            return std::future::pending().await;
+        }
+        let mut stdin = tokio::io::stdin();
+        let mut sink = [0u8; 512];
         // Anything typed is ignored; the end of input (or an error reading it) ends the hold.
         while matches!(stdin.read(&mut sink).await, Ok(n) if n > 0) {}
     };
@@ -182,32 +246,74 @@ async fn run_command(
     if let Some(fence) = held.fencing_token() {
         env.push(("QUORUMLOCK_FENCE", fence.to_string()));
     }
-    let mut group = match CommandGroup::spawn(argv, &env) {
+    let mut group = match CommandGroup::spawn(argv, &env, watchdog.pid()) {
         Ok(group) => group,
         Err(e) => {
-            watchdog.dismiss().await;
+            watchdog.dismiss(false).await;
             let program = argv.first().map_or("", String::as_str);
             return Ok(Outcome::NotStarted(format!("cannot run {program:?}: {e}")));
         }
     };
-    if let Err(e) = watchdog.guard(group.id()) {
+    // The command must be stopped by the lease's deadline, whatever becomes of us: tell the
+    // watchdog that moment now and after every renewal.
+    let kill_at = |held: &Held| {
+        let deadline = held.deadline();
+        deadline
+            .checked_sub(plan.kill_before_deadline())
+            .unwrap_or(deadline)
+    };
+    let guarded = watchdog
+        .guard(group.id())
+        .and_then(|()| watchdog.kill_at(kill_at(held)));
+    if let Err(e) = guarded {
         // Unguarded, a crash of ours would leave the command running: stop it instead.
         group.signal(Signal::SIGKILL);
         while !group.poll() {
+            group.signal(Signal::SIGKILL);
             tokio::time::sleep(POLL).await;
         }
         return Err(anyhow::Error::from(e).context("the watchdog exited; the command was stopped"));
     }
+    tracing::debug!(pid = %group.id(), "command started");
     let terminal = Terminal::hand_over(group.id());
 
     let mut stop = Stop::default();
     let mut seen = 0;
+    let mut renewals = held.renewals();
+    let mut unguarded = None;
     let mut tick = tokio::time::interval(POLL);
     while !group.poll() {
         if group.take_stopped() && terminal.is_interactive() {
             terminal
                 .suspend(|| held.is_held() && held.remaining() > 2 * plan.kill_before_deadline());
             continue;
+        }
+        if held.renewals() != renewals {
+            renewals = held.renewals();
+            tracing::debug!(
+                renewals,
+                remaining_ms = held.remaining().as_millis(),
+                "lease renewed"
+            );
+        }
+        if unguarded.is_none() {
+            let told = if group.watchdog_exited() {
+                Err(std::io::Error::other("the watchdog exited"))
+            } else if held.is_held() {
+                watchdog.kill_at(kill_at(held))
+            } else {
+                Ok(())
+            };
+            if let Err(e) = told {
+                // Nothing would stop the command should we stall or die: stop it now.
+                tracing::warn!(error = %e, "the command is no longer guarded; stopping it");
+                unguarded = Some(e);
+                stop.kill_by(Instant::now());
+            }
+        }
+        if stop.killed {
+            // A process forking as it was killed may have started another one.
+            group.signal(Signal::SIGKILL);
         }
         let kill_at = stop.kill_at.filter(|_| !stop.killed);
         tokio::select! {
@@ -218,6 +324,7 @@ async fn run_command(
                 seen = count;
                 if first {
                     // Passed on as is: the command may handle it (a clean shutdown on SIGTERM).
+                    tracing::info!(%signal, grace_ms = plan.grace.as_millis(), "stopping the command");
                     group.signal(signal);
                     stop.reason = Some(Reason::Signal(signal));
                     stop.kill_by(Instant::now() + plan.grace);
@@ -251,9 +358,16 @@ async fn run_command(
         }
     }
     terminal.take_back();
-    watchdog.dismiss().await;
+    let expired = Instant::now() >= held.deadline();
+    watchdog.dismiss(group.watchdog_exited()).await;
+    if let Some(e) = unguarded {
+        return Err(anyhow::Error::from(e).context("the command was stopped"));
+    }
     Ok(match (stop.reason, group.leader()) {
         (Some(Reason::Signal(signal)), _) => Outcome::Stopped(signal),
+        // Over only after the lease's deadline: it did not end on its own in time, the
+        // watchdog stopped it (we were not running to renew or to see it).
+        (None, _) if expired => Outcome::Expired,
         (_, Some(ended)) => Outcome::Exited(ended),
         // Lost (the library reports it), or no status (cannot happen once the group is gone).
         (_, None) => Outcome::Exited(Ended::Signal(Signal::SIGKILL as i32)),
