@@ -27,7 +27,7 @@ use crate::lock::Lock;
 use crate::node::Node;
 use crate::redlock::Redlock;
 use crate::scripts;
-use crate::token::{fingerprint, LockToken};
+use crate::token::fingerprint;
 
 /// The longest value a leader can announce, in bytes.
 pub const MAX_LEADER_VALUE: usize = 4096;
@@ -124,26 +124,17 @@ impl Redlock {
         }
         let lease = self.inner().lease(ttl)?;
         let key = self.inner().key(name)?;
-        loop {
-            // A fresh token for each term, carrying the announced value.
-            let token = format!("{}:{value}", LockToken::generate().expose());
-            let keys = Keys::Owned {
-                key: key.clone(),
-                owner: LockToken::owner(&token),
-                always_fenced: true,
-            };
-            match self.acquire_keys(name, &keys, &lease, true).await {
-                Ok(lock) => {
-                    tracing::info!(election = name, term = ?lock.fencing_token(), "elected");
-                    self.mark_elected(&key, &lock).await;
-                    return Ok(lock);
-                }
-                Err(e) if e.is_retriable() => {
-                    tracing::debug!(election = name, error = %e, "not elected yet; campaigning on");
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        // Every attempt writes a fresh token carrying the announced value (see `Keys::Term`).
+        let keys = Keys::Term {
+            key: key.clone(),
+            value: value.into(),
+        };
+        // One acquire for the whole campaign, so that the candidate keeps its place in line:
+        // the one that waited longest leads next.
+        let lock = self.acquire_keys_until_won(name, &keys, &lease).await?;
+        tracing::info!(election = name, term = ?lock.fencing_token(), "elected");
+        self.mark_elected(&key, &lock).await;
+        Ok(lock)
     }
 
     /// Marks the key of a campaign that won (`lock`) as the elected leader's, on every master

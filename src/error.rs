@@ -329,6 +329,9 @@ pub struct NodeError {
 pub enum NodeErrorKind {
     /// The key is held by another token: the node refused to grant it.
     Held,
+    /// The key was free but others wait in its line, and this attempt had no place in it (or,
+    /// for a waiter, was not at its head): the node refused to grant it.
+    Line,
     /// The key no longer holds this lock's token (it expired, or another holder has it since):
     /// the node refused to extend or fence it.
     TokenGone,
@@ -362,9 +365,10 @@ impl NodeError {
         &self.kind
     }
 
-    /// `true` when the node refused because another token holds the key.
+    /// `true` when the node refused because another token holds the key, or others wait for
+    /// it in line.
     pub fn is_contention(&self) -> bool {
-        matches!(self.kind, NodeErrorKind::Held)
+        matches!(self.kind, NodeErrorKind::Held | NodeErrorKind::Line)
     }
 
     /// `true` when the node no longer holds this lock's token.
@@ -401,6 +405,7 @@ impl fmt::Display for NodeErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NodeErrorKind::Held => f.write_str("held by another token"),
+            NodeErrorKind::Line => f.write_str("others wait in line for it"),
             NodeErrorKind::TokenGone => f.write_str("no longer holds this lock's token"),
             NodeErrorKind::Timeout(t) => write!(f, "no reply within {t:?}"),
             NodeErrorKind::Unresponsive => {

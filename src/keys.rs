@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::NodeError;
+use crate::error::{NodeError, NodeErrorKind};
 use redis::{Cmd, RedisWrite, ToRedisArgs};
 
-use crate::node::{Grant, Node, ScriptInput};
+use crate::node::{Node, ScriptInput};
 use crate::quorum::Lease;
 use crate::scripts;
 use crate::token::LockToken;
@@ -26,16 +26,15 @@ pub(crate) enum Keys {
     Slot(Arc<str>),
     /// Several resources, taken all or nothing by one script per node.
     Many(Arc<[String]>),
-    /// One resource taken under an owner id instead of a fresh token
-    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)): a node where the key already
-    /// holds that id grants by renewing it.
-    /// With `always_fenced`, every grant advances the fencing counter whatever the client's
-    /// setting: a leader's fence is its term (see `election`).
-    Owned {
-        key: Arc<str>,
-        owner: LockToken,
-        always_fenced: bool,
-    },
+    /// One resource taken under an owner id
+    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)): a node where the key holds an
+    /// earlier attempt of the same owner grants by taking it over (see
+    /// [`LockToken::for_owner`]).
+    Owned { key: Arc<str>, owner: Arc<str> },
+    /// One term of an election (see `election`): a [`One`](Keys::One) whose tokens carry the
+    /// value the leader announces, and whose every grant advances the fencing counter whatever
+    /// the client's setting: a leader's fence is its term.
+    Term { key: Arc<str>, value: Arc<str> },
     /// A reader's hold of a read-write lock ([`RwLock`](crate::RwLock)): the token in the
     /// sorted set `<key>:readers`, refused while a writer holds `key` or waits for it.
     Read(Arc<str>),
@@ -56,6 +55,9 @@ pub(crate) enum Acquired {
     Granted(Vec<u64>),
     /// At least one key is held by another token; nothing was set.
     Held,
+    /// Others wait in line for a key: an attempt with no place in the line is refused, so that
+    /// a key that fell free goes to the head of its line; nothing was set.
+    Line,
 }
 
 impl Keys {
@@ -65,6 +67,7 @@ impl Keys {
             Keys::One(key)
             | Keys::Slot(key)
             | Keys::Owned { key, .. }
+            | Keys::Term { key, .. }
             | Keys::Read(key)
             | Keys::Write { key, .. } => (Some(&**key), None),
             Keys::Many(keys) => (None, Some(keys.iter().map(String::as_str))),
@@ -78,18 +81,28 @@ impl Keys {
             Keys::One(_)
             | Keys::Slot(_)
             | Keys::Owned { .. }
+            | Keys::Term { .. }
             | Keys::Read(_)
             | Keys::Write { .. } => 1,
             Keys::Many(keys) => keys.len(),
         }
     }
 
-    /// The owner id an acquire of these keys stores, instead of a fresh token.
-    pub(crate) fn owner(&self) -> Option<&LockToken> {
+    /// A fresh token for one attempt on these keys: no two attempts write the same value, so
+    /// a cleanup (which compares the whole value) only ever removes its own attempt's keys.
+    pub(crate) fn attempt_token(&self) -> LockToken {
         match self {
-            Keys::Owned { owner, .. } => Some(owner),
-            _ => None,
+            Keys::Owned { owner, .. } => LockToken::for_owner(owner),
+            Keys::Term { value, .. } => LockToken::for_term(value),
+            _ => LockToken::generate(),
         }
+    }
+
+    /// Whether a lock on these keys belongs to an id rather than to the task that acquired
+    /// it: an owner's (reentrant by its id) or an election term's (renewed by whoever runs the
+    /// campaign). Such a lock is not one of its task's holds.
+    pub(crate) fn held_by_id(&self) -> bool {
+        matches!(self, Keys::Owned { .. } | Keys::Term { .. })
     }
 
     /// The primitive these keys are, as metrics label it (see `telemetry`).
@@ -98,10 +111,7 @@ impl Keys {
             Keys::One(_) => "mutex",
             Keys::Slot(_) => "permit",
             Keys::Many(_) => "multi",
-            Keys::Owned {
-                always_fenced: true,
-                ..
-            } => "leader",
+            Keys::Term { .. } => "leader",
             Keys::Owned { .. } => "owned",
             Keys::Read(_) => "read",
             Keys::Write { .. } => "write",
@@ -119,7 +129,7 @@ impl Keys {
     pub(crate) fn fenced(&self, configured: bool) -> bool {
         match self {
             Keys::Read(_) => false,
-            Keys::Owned { always_fenced, .. } => configured || *always_fenced,
+            Keys::Term { .. } => true,
             _ => configured,
         }
     }
@@ -154,28 +164,25 @@ impl Keys {
         timeout: Duration,
     ) -> Result<Acquired, NodeError> {
         match (self, in_line) {
-            (Keys::One(key) | Keys::Slot(key), None) => {
-                let fence_key = fenced.then(|| fence_key(key));
-                let grant = node
-                    .acquire(key, fence_key.as_deref(), token, ttl_ms, timeout)
-                    .await?;
-                Ok(match grant {
-                    Grant::Granted { fence } => Acquired::Granted(fence.into_iter().collect()),
-                    Grant::Held => Acquired::Held,
-                })
-            }
-            (Keys::Owned { key, .. }, None) => {
-                let mut call = scripts::ACQUIRE_OWNED.prepare_invoke();
-                call.key(&**key);
+            (Keys::One(_) | Keys::Slot(_) | Keys::Term { .. } | Keys::Owned { .. }, None) => {
+                let mut call = match self {
+                    Keys::Owned { .. } => scripts::ACQUIRE_OWNED.prepare_invoke(),
+                    _ => scripts::ACQUIRE.prepare_invoke(),
+                };
+                self.line_keys(&mut call);
                 if fenced {
-                    call.key(fence_key(key));
+                    self.fence_keys(&mut call);
                 }
                 call.arg(token).arg(ttl_ms);
-                let grant: u64 = node.invoke(call, timeout).await?;
-                Ok(match grant {
-                    0 => Acquired::Held,
-                    fence if fenced => Acquired::Granted(vec![fence]),
-                    _ => Acquired::Granted(Vec::new()),
+                if let Keys::Owned { owner, .. } = self {
+                    call.arg(&**owner);
+                }
+                let grant: i64 = node.invoke(call, timeout).await?;
+                Ok(match u64::try_from(grant) {
+                    Err(_) => Acquired::Line,
+                    Ok(0) => Acquired::Held,
+                    Ok(fence) if fenced => Acquired::Granted(vec![fence]),
+                    Ok(_) => Acquired::Granted(Vec::new()),
                 })
             }
             (Keys::Read(key), _) => {
@@ -207,25 +214,19 @@ impl Keys {
             }
             (Keys::Many(keys), None) => {
                 let mut call = scripts::ACQUIRE_MANY.prepare_invoke();
-                for key in keys.iter() {
-                    call.key(key.as_str());
-                }
+                self.line_keys(&mut call);
                 if fenced {
-                    for key in keys.iter() {
-                        call.key(fence_key(key));
-                    }
+                    self.fence_keys(&mut call);
                 }
                 call.arg(token).arg(ttl_ms).arg(keys.len());
-                let fences: Option<Vec<u64>> = node.invoke(call, timeout).await?;
-                Ok(fences.map_or(Acquired::Held, Acquired::Granted))
+                let reply: redis::Value = node.invoke(call, timeout).await?;
+                fences_or_refusal(node, reply)
             }
             (_, Some((ticket, entry_lease))) => {
                 let mut call = scripts::ACQUIRE_QUEUED.prepare_invoke();
                 self.line_keys(&mut call);
                 if fenced {
-                    for key in self.iter() {
-                        call.key(fence_key(key));
-                    }
+                    self.fence_keys(&mut call);
                 }
                 call.arg(token)
                     .arg(ttl_ms)
@@ -233,8 +234,11 @@ impl Keys {
                     .arg(&ticket.id)
                     .arg(ticket.order)
                     .arg(millis(entry_lease));
-                let fences: Option<Vec<u64>> = node.invoke(call, timeout).await?;
-                Ok(fences.map_or(Acquired::Held, Acquired::Granted))
+                if let Keys::Owned { owner, .. } = self {
+                    call.arg(&**owner);
+                }
+                let reply: redis::Value = node.invoke(call, timeout).await?;
+                fences_or_refusal(node, reply)
             }
         }
     }
@@ -249,6 +253,13 @@ impl Keys {
         }
         for key in self.iter() {
             call.key(Suffixed(key, LEASES_SUFFIX));
+        }
+    }
+
+    /// Adds the keys' fencing counters, in key order.
+    fn fence_keys(&self, call: &mut redis::ScriptInvocation<'_>) {
+        for key in self.iter() {
+            call.key(fence_key(key));
         }
     }
 
@@ -316,6 +327,14 @@ impl Keys {
             | Keys::Slot(key)
             | Keys::Owned { key, .. }
             | Keys::Write { key, .. } => node.extend(key, token, ttl_ms, timeout).await,
+            Keys::Term { key, .. } => {
+                // The term was won and marked on a quorum: a renewal marks it where the mark
+                // missed.
+                let mut call = scripts::EXTEND.prepare_invoke();
+                call.key(&**key).arg(token).arg(ttl_ms).arg("mark");
+                let renewed: i64 = node.invoke(call, timeout).await?;
+                Ok(renewed == 1)
+            }
             Keys::Read(key) => {
                 let mut call = scripts::EXTEND_READ.prepare_invoke();
                 call.key(readers_key(key)).arg(token).arg(ttl_ms);
@@ -348,6 +367,7 @@ impl Keys {
                 Keys::One(key)
                 | Keys::Slot(key)
                 | Keys::Owned { key, .. }
+                | Keys::Term { key, .. }
                 | Keys::Write { key, .. },
                 [fence],
             ) => {
@@ -387,9 +407,15 @@ pub(crate) const ELECTED_PREFIX: &str = "~elected:";
 pub(crate) struct HandOff {
     /// How long a key reserved for the head of its line stays reserved: the entry lease.
     pub(crate) reserve: Duration,
-    /// For the rollback of a waiter's failed attempt: the waiter and its entry lease, put back
-    /// in each line before the head is chosen, so that it keeps its place.
-    pub(crate) requeue: Option<(Ticket, Duration)>,
+    /// For the cleanup of a waiter's failed attempt: the waiter. A key handed back to it is
+    /// reserved without announcing it: the waiter already knows, and a wake-up would send it
+    /// straight back against the same holder.
+    pub(crate) waiter: Option<Ticket>,
+    /// For the rollback of a waiter's failed attempt while it still waits: its entry lease. It
+    /// is put back in each line before the head is chosen, so that it keeps its place. Never
+    /// for a cleanup that may run after the waiter left the line (a retried rollback, a
+    /// straggler's): that would put it back in line.
+    pub(crate) requeue: Option<Duration>,
 }
 
 impl HandOff {
@@ -403,7 +429,17 @@ impl HandOff {
     pub(crate) fn to_line(reserve: Duration) -> Self {
         HandOff {
             reserve,
+            waiter: None,
             requeue: None,
+        }
+    }
+
+    /// This hand-off as a cleanup that may run after its waiter left the line: it does not put
+    /// the waiter back.
+    pub(crate) fn without_requeue(&self) -> Self {
+        HandOff {
+            requeue: None,
+            ..self.clone()
         }
     }
 }
@@ -421,10 +457,10 @@ impl ScriptInput for ReleaseInput<'_> {
     fn args(&self) -> usize {
         1 + 3 * self.keys.len()
             + 3
-            + if self.hand_off.requeue.is_some() {
-                3
-            } else {
-                0
+            + match (&self.hand_off.waiter, self.hand_off.requeue) {
+                (None, _) => 0,
+                (Some(_), None) => 1,
+                (Some(_), Some(_)) => 3,
             }
     }
 
@@ -448,10 +484,11 @@ impl ScriptInput for ReleaseInput<'_> {
         cmd.arg(self.token)
             .arg(millis(self.hand_off.reserve))
             .arg(keys.len());
-        if let Some((ticket, entry_lease)) = &self.hand_off.requeue {
-            cmd.arg(&ticket.id)
-                .arg(ticket.order)
-                .arg(millis(*entry_lease));
+        if let Some(ticket) = &self.hand_off.waiter {
+            cmd.arg(&ticket.id);
+            if let Some(entry_lease) = self.hand_off.requeue {
+                cmd.arg(ticket.order).arg(millis(entry_lease));
+            }
         }
     }
 }
@@ -463,6 +500,34 @@ impl ToRedisArgs for Suffixed<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         out.write_arg_fmt(format_args!("{}{}", self.0, self.1));
     }
+}
+
+/// The reply of a script that grants several keys at once (`lua/acquire_many.lua`,
+/// `lua/acquire_queued.lua`): the new fence counters in key order, nil when a key is held, -1
+/// when refused for the line alone.
+fn fences_or_refusal(node: &Node, reply: redis::Value) -> Result<Acquired, NodeError> {
+    match reply {
+        redis::Value::Int(-1) => Ok(Acquired::Line),
+        redis::Value::Nil => Ok(Acquired::Held),
+        redis::Value::Array(fences) => fences
+            .iter()
+            .map(|fence| match fence {
+                redis::Value::Int(fence) => u64::try_from(*fence).ok(),
+                _ => None,
+            })
+            .collect::<Option<Vec<u64>>>()
+            .map(Acquired::Granted)
+            .ok_or_else(|| unexpected(node, &fences)),
+        other => Err(unexpected(node, &other)),
+    }
+}
+
+/// A reply no script returns, as `node`'s error.
+fn unexpected(node: &Node, reply: &impl std::fmt::Debug) -> NodeError {
+    NodeError::new(
+        node.id(),
+        NodeErrorKind::UnexpectedReply(format!("{reply:?}")),
+    )
 }
 
 /// Whole milliseconds, at least 1, as the scripts take them.

@@ -145,6 +145,18 @@ impl Lock {
     /// Cancel safe: if dropped, the deadline is as after a failure (see above). Nodes that
     /// received the request may still renew the key, which only delays other clients.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        self.extend_telling(ttl, |_| ()).await
+    }
+
+    /// [`extend`](Lock::extend), calling `moved` with the new deadline each time it moves —
+    /// before the requests go out as well as after a win — so that a wrapper sharing the
+    /// deadline (a [`ReentrantLock`](crate::ReentrantLock)'s holds) is as cancel safe as the
+    /// lock: a dropped extend leaves it where the lock's is.
+    pub(crate) async fn extend_telling(
+        &mut self,
+        ttl: Duration,
+        moved: impl Fn(Instant),
+    ) -> Result<(), Error> {
         let lease = self.inner.lease(ttl)?;
         if !self.is_valid() {
             return Err(Error::Expired {
@@ -159,6 +171,7 @@ impl Lock {
         if let Some(bound) = start.checked_add(lease.ttl.saturating_sub(lease.drift)) {
             self.deadline = self.deadline.min(bound);
             self.renew_task();
+            moved(self.deadline);
         }
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         // Confirmations that arrive after the current deadline do not count: by then another
@@ -188,6 +201,7 @@ impl Lock {
                 self.lease = lease;
                 self.deadline = start + elapsed + validity;
                 self.renew_task();
+                moved(self.deadline);
                 Counters::bump(&self.inner.counters().renewals);
                 span.in_scope(|| tracing::debug!(?elapsed, ?validity, "extended"));
                 return Ok(());
@@ -279,7 +293,9 @@ impl Drop for Lock {
         self.leave_task();
         // Always: a late acquire request must not leave its key behind, valid or not.
         let in_flight = self.close_gate();
-        if !self.release_done && self.is_valid() {
+        // Expired or not: a key a master still keeps past the deadline (the drift allowance)
+        // is released now and handed to the line, instead of making the line wait out its TTL.
+        if !self.release_done {
             spawn_release(
                 self.inner.clone(),
                 self.keys.clone(),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{MultiplexedConnection, PubSub};
 use redis::{
     Client, Cmd, ConnectionInfo, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation,
-    ServerErrorKind, Value,
+    ServerErrorKind,
 };
 
 use crate::error::{NodeError, NodeErrorKind};
@@ -33,15 +33,6 @@ pub(crate) trait ScriptInput {
     fn bytes(&self) -> usize;
     /// Writes the key count, the keys and the arguments.
     fn write(&self, cmd: &mut Cmd);
-}
-
-/// A node's answer to an acquire request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Grant {
-    /// The key was set; with fencing, the node's new counter value.
-    Granted { fence: Option<u64> },
-    /// Another token holds the key.
-    Held,
 }
 
 /// One configured master.
@@ -111,48 +102,6 @@ impl Node {
     /// is not counted.
     pub(crate) fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
-    }
-
-    /// `SET key token NX PX ttl`, or the fenced acquire script when `fence_key` is given.
-    pub(crate) async fn acquire(
-        &self,
-        key: &str,
-        fence_key: Option<&str>,
-        token: &str,
-        ttl_ms: u64,
-        timeout: Duration,
-    ) -> Result<Grant, NodeError> {
-        match fence_key {
-            None => {
-                let mut cmd = Cmd::with_capacity(6, key.len() + token.len() + 32);
-                cmd.arg("SET")
-                    .arg(key)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms);
-                // `OK`, or nil when held: read as a `Value`, it needs no allocation.
-                let reply: Value = self
-                    .bounded(timeout, |mut conn| async move {
-                        cmd.query_async(&mut conn).await
-                    })
-                    .await?;
-                match reply {
-                    Value::Okay => Ok(Grant::Granted { fence: None }),
-                    Value::Nil => Ok(Grant::Held),
-                    other => Err(self.error(NodeErrorKind::UnexpectedReply(format!("{other:?}")))),
-                }
-            }
-            Some(fence_key) => {
-                let mut call = scripts::ACQUIRE_FENCED.prepare_invoke();
-                call.key(key).key(fence_key).arg(token).arg(ttl_ms);
-                let fence: u64 = self.invoke(call, timeout).await?;
-                Ok(match fence {
-                    0 => Grant::Held,
-                    fence => Grant::Granted { fence: Some(fence) },
-                })
-            }
-        }
     }
 
     /// The release script (`lua/release.lua`) with the key count, keys and arguments `input`

@@ -68,6 +68,19 @@ impl Failure {
     }
 }
 
+/// How an acquire loop goes on after a failed attempt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One attempt, never in line.
+    Once,
+    /// Within the acquire timeout and the retry count, in line once contended.
+    Retry,
+    /// As `Retry`, in line from the first attempt.
+    Line,
+    /// In line once contended, until it wins.
+    UntilWon,
+}
+
 /// How many nodes answered [`Redlock::connect`].
 #[derive(Debug)]
 #[non_exhaustive]
@@ -225,7 +238,8 @@ impl Redlock {
         lease: &Lease,
         retry: bool,
     ) -> Result<Lock, Error> {
-        self.acquire_loop(label, keys, lease, retry, false).await
+        let mode = if retry { Mode::Retry } else { Mode::Once };
+        self.acquire_loop(label, keys, lease, mode).await
     }
 
     /// As [`acquire_keys`](Redlock::acquire_keys) with retries, but the first attempt is
@@ -237,7 +251,19 @@ impl Redlock {
         keys: &Keys,
         lease: &Lease,
     ) -> Result<Lock, Error> {
-        self.acquire_loop(label, keys, lease, true, true).await
+        self.acquire_loop(label, keys, lease, Mode::Line).await
+    }
+
+    /// As [`acquire_keys`](Redlock::acquire_keys) with retries, but with no acquire timeout
+    /// and no retry count: a campaign waits in line until it wins, keeping its place (its
+    /// arrival) all along, and fails only for what no retry can mend.
+    pub(crate) async fn acquire_keys_until_won(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+    ) -> Result<Lock, Error> {
+        self.acquire_loop(label, keys, lease, Mode::UntilWon).await
     }
 
     async fn acquire_loop(
@@ -245,9 +271,9 @@ impl Redlock {
         label: &str,
         keys: &Keys,
         lease: &Lease,
-        retry: bool,
-        in_line: bool,
+        mode: Mode,
     ) -> Result<Lock, Error> {
+        let (retry, in_line) = (mode != Mode::Once, mode == Mode::Line);
         let span = tracing::debug_span!("acquire", resource = label, ttl = ?lease.ttl);
         let waiting = Waiting::start(keys.primitive());
         // A waiter's place in line is its arrival, not the end of its first attempt.
@@ -263,7 +289,10 @@ impl Redlock {
                 .settings()
                 .acquire_timeout
                 .unwrap_or(DEFAULT_ACQUIRE_TIMEOUT);
-            let deadline = Instant::now().checked_add(wait);
+            let deadline = match mode {
+                Mode::UntilWon => None,
+                _ => Instant::now().checked_add(wait),
+            };
             // In line, a waiter attempts at least this often: each attempt renews its entry.
             let poll = lease.entry_lease() / 3;
             let (mut attempts, mut failures) = (0, 0);
@@ -293,7 +322,8 @@ impl Redlock {
                 if !in_the_way {
                     failures += 1;
                 }
-                if !retry || failures >= policy.attempts() {
+                let out_of_retries = mode != Mode::UntilWon && failures >= policy.attempts();
+                if !retry || out_of_retries {
                     return Err(self.give_up(label, failure, attempts));
                 }
                 let now = Instant::now();
@@ -342,7 +372,7 @@ impl Redlock {
     /// wait for a release that only the waiting task could send. (Another task's acquire
     /// waits as usual; a lock taken under an owner id is reentrant by that id.)
     fn not_held_by_this_task(&self, label: &str, keys: &Keys) -> Result<(), Error> {
-        if keys.owner().is_some() {
+        if keys.held_by_id() {
             return Ok(());
         }
         let task = TaskId::current();
@@ -385,7 +415,7 @@ impl Redlock {
     ) -> Result<Lock, Failure> {
         // A read-write lock's waiter is woken by its releases but has no place in a line.
         let in_line = waiter.filter(|_| keys.waits_in_line()).map(Waiter::ticket);
-        let token = keys.owner().cloned().unwrap_or_else(LockToken::generate);
+        let token = keys.attempt_token();
         let fenced = keys.fenced(self.inner.settings().fencing);
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
@@ -393,7 +423,8 @@ impl Redlock {
         let start = Instant::now();
         let entry_lease = lease.entry_lease();
         let hand_off = HandOff {
-            requeue: in_line.map(|ticket| (ticket.clone(), entry_lease)),
+            waiter: in_line.cloned(),
+            requeue: in_line.map(|_| entry_lease),
             ..HandOff::for_lease(lease)
         };
         // By `start + ttl` every SET of the attempt that ran as it was sent has expired.
@@ -410,6 +441,7 @@ impl Redlock {
         let judge = |grant| match grant {
             Acquired::Granted(fences) => Ok(fences),
             Acquired::Held => Err(NodeErrorKind::Held),
+            Acquired::Line => Err(NodeErrorKind::Line),
         };
         let (mut outcome, mut stragglers) = self
             .inner
@@ -449,9 +481,7 @@ impl Redlock {
                         rollback.disarm();
                         let deadline = start + elapsed + validity;
                         // A lock under an owner id is reentrant by that id: no task owns it.
-                        let task = keys
-                            .owner()
-                            .is_none()
+                        let task = (!keys.held_by_id())
                             .then(|| self.inner.task_holds().enter(keys.iter(), deadline));
                         if let Some(waiter) = waiter {
                             waiter.granted_by(outcome.yes.iter().map(|(index, _)| *index));
@@ -508,7 +538,7 @@ impl Redlock {
             keys: keys.clone(),
             token: token.clone(),
             node_timeout: lease.node_timeout,
-            hand_off,
+            hand_off: hand_off.without_requeue(),
         });
         // A node that refused set nothing: only the others need the rollback.
         rollback.release_now(&outcome.refused).await;

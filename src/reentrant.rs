@@ -118,10 +118,11 @@ impl ReentrantLock {
     /// As [`Lock::extend`].
     pub async fn extend(&self, ttl: Duration) -> Result<(), Error> {
         let mut lock = self.shared.lock.lock().await;
-        let extended = lock.extend(ttl).await;
-        // Also after a failure: a failed extend may move the deadline earlier.
-        *sync::lock(&self.shared.deadline) = lock.deadline();
-        extended
+        // Every move, the one made before the requests go out included: a shortening extend
+        // dropped midway may still shorten the keys, and every hold must see that at once.
+        let deadline = &self.shared.deadline;
+        lock.extend_telling(ttl, |moved| *sync::lock(deadline) = moved)
+            .await
     }
 
     /// Ends this hold. The last hold releases the lock on the masters and returns what they
@@ -145,18 +146,22 @@ impl ReentrantLock {
 }
 
 impl Redlock {
-    /// Acquires `resource` for `ttl` under `owner`, an id the caller chooses, instead of a
-    /// fresh random token. Each master grants where the key is free **or already holds
-    /// `owner`** (it then only sets the expiry). The quorum, validity and rollback rules are
-    /// those of [`acquire`](Redlock::acquire), and so is the waiting in line.
+    /// Acquires `resource` for `ttl` under `owner`, an id the caller chooses. Each master
+    /// grants where the key is free **or already holds a lock of `owner`**, which it then takes
+    /// over. The quorum, validity and rollback rules are those of
+    /// [`acquire`](Redlock::acquire), and so is the waiting in line.
     ///
     /// The use case: a worker that restarts under the same owner id takes its own lock back at
     /// once, instead of waiting for the old lease to run out.
     ///
-    /// **Two live processes using one owner id share the lock**: both are granted, and either's
-    /// release, extend, or failed acquire (rolled back like any other) acts for both. Give each
-    /// worker an id of its own, stable across its restarts (a hostname plus a slot number, say);
-    /// and treat it as a secret, like a token: whoever knows it can release the lock.
+    /// Each attempt still writes a value of its own: the owner id behind a fresh nonce (see
+    /// [`LockToken::expose`]). The rollback of a failed attempt, even one retried long after,
+    /// compares that whole value, so it can never delete a later attempt's grant, and the
+    /// returned lock's extend and release act on this acquisition alone. **Two live processes
+    /// using one owner id take the lock from each other**: the later acquire takes over the
+    /// keys, and the earlier holder's extend then fails (its hold is lost) while its release
+    /// leaves the keys alone. Give each worker an id of its own, stable across its restarts (a
+    /// hostname plus a slot number, say).
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -185,8 +190,7 @@ impl Redlock {
         let lease = self.inner().lease(ttl)?;
         let keys = Keys::Owned {
             key: self.inner().key(resource)?,
-            owner: LockToken::owner(owner),
-            always_fenced: false,
+            owner: owner.into(),
         };
         self.acquire_keys(resource, &keys, &lease, true).await
     }

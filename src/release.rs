@@ -195,7 +195,8 @@ impl<'a> Rollback<'a> {
             let release = Pending {
                 keys: self.keys.clone(),
                 token: self.token.clone(),
-                hand_off: self.hand_off.clone(),
+                // By the time it is answered the waiter may have acquired or given up.
+                hand_off: self.hand_off.without_requeue(),
                 node_timeout: self.node_timeout,
                 expires: self.keys_expire,
             };
@@ -223,7 +224,7 @@ impl Drop for Rollback<'_> {
                 self.inner.clone(),
                 self.keys.clone(),
                 self.token.clone(),
-                HandOff::to_line(self.hand_off.reserve),
+                self.hand_off.without_requeue(),
                 self.node_timeout,
                 self.untouched(),
             );

@@ -37,14 +37,15 @@ pub(crate) static DEQUEUE: LazyLock<Script> =
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
-/// `SET NX PX` plus `INCR` of the fencing counter, atomically.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/acquire_fenced.lua")));
+/// A plain attempt: `SET NX PX` unless others wait in the key's line, plus the `INCR` of the
+/// fencing counter with fencing, atomically.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/acquire.lua"))));
 
-/// Set a key, or renew it where it already holds the same owner id (`Redlock::acquire_as`),
-/// plus the fencing counter when fencing is on.
+/// Set a key, or take it over where it holds an earlier attempt of the same owner id
+/// (`Redlock::acquire_as`), plus the fencing counter when fencing is on.
 pub(crate) static ACQUIRE_OWNED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/acquire_owned.lua")));
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/acquire_owned.lua"))));
 
 /// A reader's attempt on a read-write lock.
 pub(crate) static ACQUIRE_READ: LazyLock<Script> =
@@ -72,7 +73,7 @@ pub(crate) static RAISE_FENCE: LazyLock<Script> =
 
 /// All-or-nothing `SET NX PX` over several keys, plus their fencing counters when fencing is on.
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/acquire_many.lua")));
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/acquire_many.lua"))));
 
 /// A winning candidate marks the election's key as the leader's (see `election`).
 pub(crate) static CONFIRM_LEADER: LazyLock<Script> =
@@ -151,6 +152,7 @@ mod tests {
         }
         let suffix = format!("'{}'", elected_channel(""));
         for source in [
+            include_str!("lua/extend.lua"),
             include_str!("lua/release.lua"),
             include_str!("lua/confirm_leader.lua"),
         ] {

@@ -17,15 +17,29 @@ impl LockToken {
         LockToken(uuid::Uuid::new_v4().simple().to_string().into())
     }
 
-    /// An owner id used as the token ([`Redlock::acquire_as`](crate::Redlock::acquire_as)),
-    /// already checked.
-    pub(crate) fn owner(id: &str) -> Self {
-        LockToken(id.into())
+    /// The token of one attempt under an owner id
+    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)), already checked: a fresh nonce,
+    /// [`OWNER_SEPARATOR`], then the id. The nonce makes every attempt's value its own, so a
+    /// cleanup of one attempt (which compares the whole value) never deletes another attempt's
+    /// grant; the id, at a fixed offset, is what lets the owner take its key again.
+    pub(crate) fn for_owner(id: &str) -> Self {
+        Self::nonce_then(OWNER_SEPARATOR, id)
     }
 
-    /// The token as stored in Redis: 32 hex digits, or the owner id of
-    /// [`Redlock::acquire_as`](crate::Redlock::acquire_as). Treat it as a secret: whoever has it can
-    /// release or extend the lock.
+    /// The token of one campaign attempt for an election's term: a fresh nonce, `:`, then the
+    /// value the leader announces (see `election`).
+    pub(crate) fn for_term(value: &str) -> Self {
+        Self::nonce_then(':', value)
+    }
+
+    fn nonce_then(separator: char, tail: &str) -> Self {
+        let nonce = uuid::Uuid::new_v4().simple();
+        LockToken(format!("{nonce}{separator}{tail}").into())
+    }
+
+    /// The token as stored in Redis: 32 hex digits; under an owner id
+    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)), 32 hex digits, `@` and the id.
+    /// Treat it as a secret: whoever has it can release or extend the lock.
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -42,6 +56,11 @@ impl LockToken {
         fingerprint(token)
     }
 }
+
+/// What stands between an owner attempt's nonce (32 hex digits) and its owner id in the token:
+/// `lua/acquire_owned.lua` and `lua/acquire_queued.lua` recognise an owner's key by it, at that
+/// offset. An election's tokens have `:` there, so no owner id ever re-enters a leader's key.
+pub(crate) const OWNER_SEPARATOR: char = '@';
 
 /// A short non-reversible fingerprint of a token: FNV-1a, 32 bits, as 8 hex digits.
 pub(crate) fn fingerprint(token: &str) -> String {

@@ -105,10 +105,13 @@ async fn a_restarted_worker_takes_its_own_lock_back_under_its_owner_id() {
         .acquire_as("shard:7", "worker-7", Duration::from_secs(30))
         .await
         .unwrap();
-    assert_eq!(old.token().expose(), "worker-7");
+    // A nonce of its own, then the owner id: `<32 hex digits>@worker-7`.
+    let value = old.token().expose().to_owned();
+    assert_eq!(value.len(), 32 + 1 + "worker-7".len(), "{value}");
+    assert!(value.ends_with("@worker-7"), "{value}");
     assert!(
         eventually(Duration::from_secs(2), || holders(
-            &nodes, "shard:7", "worker-7"
+            &nodes, "shard:7", &value
         ) == 5)
         .await
     );
@@ -174,15 +177,21 @@ async fn an_owner_waits_in_line_like_any_acquire_and_advances_the_fence_on_every
     assert!(second_fence > first_fence);
     // On a quorum, not necessarily on all five: the owner attempts once a quorum of masters has
     // handed it the key, and a master the holder's release had not reached yet refuses it.
-    let granted = holders(&nodes, "report", "reporter-1");
+    let granted = holders(&nodes, "report", lock.token().expose());
     assert!(granted >= 3, "the owner holds the key on {granted} masters");
 
-    // Taken again by the same owner: granted where it holds, with a fence above the last.
+    // Taken again by the same owner: taken over where it holds, with a fence above the last.
     let again = owner.acquire_as("report", "reporter-1", TTL).await.unwrap();
     assert!(again.fencing_token().unwrap() > second_fence);
-    drop(lock); // releases by owner id: the key both share
+    assert_ne!(again.token(), lock.token());
+    // The earlier acquisition's release leaves the later one's keys alone...
+    let value = again.token().expose().to_owned();
+    lock.release().await.unwrap();
+    let kept = holders(&nodes, "report", &value);
+    assert!(kept >= 3, "the later acquisition kept {kept} masters");
+    // ...and the later one's release removes them.
+    again.release().await.unwrap();
     assert!(eventually(Duration::from_secs(2), || present(&nodes, "report") == 0).await);
-    drop(again);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,10 +1,17 @@
--- All or nothing: SET NX PX every key, or none if any of them exists. With fencing, also INCR
--- each key's persistent fencing counter.
--- KEYS: n lock keys, then (with fencing) their n fence counter keys; ARGV[1] token; ARGV[2] TTL
--- in milliseconds; ARGV[3] n.
--- Returns nil if any key is held (nothing was set), else the new counter values in key order
--- (an empty array without fencing).
+-- All or nothing (line.lua goes ahead of this): SET NX PX every key, or none if any of them
+-- exists or has others waiting in its line. With fencing, also INCR each key's persistent fencing
+-- counter.
+-- KEYS: n lock keys, their n lines and their n lines' leases (see acquire_queued.lua), then (with
+-- fencing) their n fence counter keys; ARGV[1] token; ARGV[2] TTL in milliseconds; ARGV[3] n.
+-- Returns -1 if others wait for a key, nil if any key is held (nothing was set in either case),
+-- else the new counter values in key order (an empty array without fencing).
 local n = tonumber(ARGV[3])
+local now = now_ms()
+for i = 1, n do
+  if others_wait(KEYS[n + i], KEYS[2 * n + i], now) then
+    return -1
+  end
+end
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then
     return false
@@ -13,8 +20,8 @@ end
 local fences = {}
 for i = 1, n do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
-  if #KEYS > n then
-    fences[i] = redis.call('INCR', KEYS[n + i])
+  if #KEYS > 3 * n then
+    fences[i] = redis.call('INCR', KEYS[3 * n + i])
   end
 end
 return fences

@@ -1,14 +1,24 @@
--- Take a lock under an owner id: set it where the key is free, or only renew its expiry where
--- it already holds this owner's id; advance the fencing counter on every grant when fencing is on.
--- KEYS[1] lock key; KEYS[2] (fencing only) its fence counter; ARGV[1] owner id; ARGV[2] TTL in ms.
--- Returns 0 if another value holds the key (a token, another owner, a reservation), else the new
--- fence counter value, or 1 without fencing.
+-- Take a lock under an owner id (line.lua goes ahead of this): set it where the key is free and
+-- nobody waits in its line, or where it holds an earlier attempt of the same owner
+-- (`<32 hex digits>@<owner>`, see token.rs); advance the fencing counter on every grant when
+-- fencing is on. Each attempt writes its own value, so a cleanup of an earlier attempt (a
+-- compare-and-delete of that attempt's value) leaves this grant alone.
+-- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] (fencing only) its
+-- fence counter. ARGV[1] this attempt's token; ARGV[2] TTL in ms; ARGV[3] the owner id.
+-- Returns -1 if the key is free but others wait in its line, 0 if another value holds the key
+-- (a token, another owner, a reservation), else the new fence counter value, or 1 without
+-- fencing.
 local value = redis.call('GET', KEYS[1])
-if value and value ~= ARGV[1] then
+local owner = ARGV[3]
+if value and not (#value == 33 + #owner and string.sub(value, 33, 33) == '@'
+    and string.sub(value, 34) == owner) then
   return 0
 end
+if not value and others_wait(KEYS[2], KEYS[3], now_ms()) then
+  return -1
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if KEYS[2] then
-  return redis.call('INCR', KEYS[2])
+if KEYS[4] then
+  return redis.call('INCR', KEYS[4])
 end
 return 1

@@ -4,27 +4,45 @@
 -- order the waiter chose), their n lease keys (`<key>:leases`, the same ids scored by the
 -- master's time in ms at which the entry lapses), then (with fencing) their n fence counters.
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] n; ARGV[4] waiter id; ARGV[5] the waiter's order;
--- ARGV[6] entry lease in ms.
--- Returns nil if refused (the entry is in place and renewed), else the new fence counter values
+-- ARGV[6] entry lease in ms; ARGV[7] (under an owner id only) the owner, whose earlier attempt's
+-- key (`<32 hex digits>@<owner>`, see acquire_owned.lua) this attempt takes over.
+-- Returns nil if refused while another token holds a key, -1 if refused only for the line (a key
+-- free or reserved for another waiter; the entry is in place and renewed either way), else the
+-- new fence counter values
 -- in key order (an empty array without fencing); the entry is gone from every line then.
+-- A waiter refused for one key passes on every other key it could have taken (reserved for it,
+-- or free while it heads that line) to the next waiter there: a head that cannot use what it is
+-- handed (a lock over several keys, one of them held elsewhere) must not hold up a line.
 local n = tonumber(ARGV[3])
 local me = ARGV[4]
 local reserved = '~queued:' .. me
 local now = now_ms()
-local granted = true
+local owner = ARGV[7]
+local granted, held = true, false
+local mine = {}
 for i = 1, n do
   local key, line, leases = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
   drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
-  -- A key that holds this very token is this attempt's own (an owner id, `acquire_as`).
-  if value ~= reserved and value ~= ARGV[1]
-      and (value or redis.call('ZRANGE', line, 0, 0)[1] ~= me) then
+  local owned = owner and value and #value == 33 + #owner
+    and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
+  if value == reserved or owned or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
+    mine[#mine + 1] = i
+  else
     granted = false
+    held = held or (value and string.sub(value, 1, 8) ~= '~queued:')
   end
 end
 if not granted then
-  return false
+  local reserve = math.min(tonumber(ARGV[6]), tonumber(ARGV[2]))
+  for _, i in ipairs(mine) do
+    hand_over(KEYS[i], KEYS[n + i], KEYS[2 * n + i], reserve, now, nil, me)
+  end
+  if held then
+    return false
+  end
+  return -1
 end
 local fences = {}
 for i = 1, n do

@@ -10,7 +10,7 @@ for i = 1, n do
   redis.call('ZREM', line, me)
   redis.call('ZREM', leases, me)
   if redis.call('GET', key) == '~queued:' .. me then
-    hand_over(key, line, leases, tonumber(ARGV[2]), now_ms())
+    hand_over(key, line, leases, tonumber(ARGV[2]), now_ms(), nil, nil)
   end
 end
 return 1

@@ -28,20 +28,42 @@ local function drop_lapsed(line, leases, now)
   end
 end
 
--- Hands `key` to the first live waiter in its line: reserves it for that waiter and publishes the
--- waiter's id on `<key>:released:<client>`, the client being the id's first 16 characters, so
--- that only the waiter's own client hears it; deletes the key when nobody waits. A reservation is a value no token
--- can equal: `SET NX` refuses it like any held key, compare scripts never match it, and only the
--- named waiter's attempt takes it over. It lasts `reserve` ms at most, and never longer than the
--- head's entry lives, so a dead head blocks its line for no longer than its entry lease.
-local function hand_over(key, line, leases, reserve, now)
+-- Hands `key` to the first live waiter in its line other than `skip`: reserves it for that
+-- waiter and publishes the waiter's id on `<key>:released:<client>`, the client being the id's
+-- first 16 characters, so that only the waiter's own client hears it (unless the waiter is
+-- `quiet`: the cleanup of that waiter's own failed attempt, which needs no wake-up, and must
+-- not get one: it would attempt again at once, against the same holder); deletes the key when
+-- nobody waits. A reservation is a value no token can equal: `SET NX` refuses it like any held
+-- key, compare scripts never match it, and only the named waiter's attempt takes it over. It
+-- lasts `reserve` ms at most, and never longer than the head's entry lives, so a dead head
+-- blocks its line for no longer than its entry lease.
+local function hand_over(key, line, leases, reserve, now, quiet, skip)
   drop_lapsed(line, leases, now)
-  local head = redis.call('ZRANGE', line, 0, 0)[1]
+  local head
+  for _, id in ipairs(redis.call('ZRANGE', line, 0, 1)) do
+    if id ~= skip then
+      head = id
+      break
+    end
+  end
   if not head then
     redis.call('DEL', key)
     return
   end
   local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
   redis.call('SET', key, '~queued:' .. head, 'PX', math.max(1, math.min(reserve, lapses - now)))
-  redis.call('PUBLISH', key .. ':released:' .. string.sub(head, 1, 16), head)
+  if head ~= quiet then
+    redis.call('PUBLISH', key .. ':released:' .. string.sub(head, 1, 16), head)
+  end
+end
+
+-- Whether anybody waits in `line`: a plain attempt (no place in line) is refused then, so that
+-- a key that fell free without a release (its holder's lease ran out) goes to the head of the
+-- line, not to whoever asks first.
+local function others_wait(line, leases, now)
+  if redis.call('EXISTS', line) == 0 then
+    return false
+  end
+  drop_lapsed(line, leases, now)
+  return redis.call('EXISTS', line) == 1
 end

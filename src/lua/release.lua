@@ -4,7 +4,9 @@
 -- when nobody waits. Keys that are gone or belong to another token are left alone.
 -- KEYS: n lock keys, their n line keys, their n lease keys (see acquire_queued.lua).
 -- ARGV[1] token; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] n; then, for the
--- rollback of a waiter's failed attempt, ARGV[4] its id, ARGV[5] its order and ARGV[6] its entry
+-- cleanup of a waiter's failed attempt, ARGV[4] its id (a key handed back to it is reserved
+-- quietly: it knows, and a wake-up would make it attempt again at once against the same
+-- holder), and for its rollback while it still waits, ARGV[5] its order and ARGV[6] its entry
 -- lease in ms: it is put back in each line first, so that it keeps its place.
 -- Returns how many keys were released.
 local n = tonumber(ARGV[3])
@@ -20,10 +22,10 @@ for i = 1, n do
     end
     if ARGV[4] or redis.call('EXISTS', line) == 1 then
       local now = now_ms()
-      if ARGV[4] then
+      if ARGV[5] then
         take_place(line, leases, ARGV[4], ARGV[5], tonumber(ARGV[6]), now)
       end
-      hand_over(key, line, leases, tonumber(ARGV[2]), now)
+      hand_over(key, line, leases, tonumber(ARGV[2]), now, ARGV[4], nil)
     else
       redis.call('DEL', key)
     end

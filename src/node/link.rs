@@ -221,7 +221,7 @@ async fn load_scripts(conn: &MultiplexedConnection) {
     let scripts = [
         &*scripts::RELEASE,
         &*scripts::EXTEND,
-        &*scripts::ACQUIRE_FENCED,
+        &*scripts::ACQUIRE,
         &*scripts::RAISE_FENCE,
         &*scripts::ACQUIRE_MANY,
         &*scripts::INSPECT,
