@@ -17,7 +17,8 @@
 //! itself in `<resource>:writers` on that master, and while such a note is live new readers
 //! are refused there. Each attempt of a waiting writer renews its note; a writer that gives up
 //! or dies leaves a note that lapses within a few retry delays. A single attempt that does not
-//! wait ([`RwLock::try_write`]) leaves no note: it would hold readers back for nobody.
+//! wait ([`RwLock::try_write`], or [`RwLock::write`] with an acquire timeout of zero) leaves no
+//! note: it would hold readers back for nobody.
 //!
 //! Holds of a read-write lock take no place in the mutex's wait line (a release cannot name one
 //! of many readers). A refused hold waits for the masters' announcements on the lock's channel
@@ -132,7 +133,10 @@ impl RwLock {
     }
 
     /// Takes the write hold for `ttl`, waiting while readers or another writer hold the
-    /// resource (woken by the last reader's release or the writer's, retrying as a fallback). From its first refused attempt on, new readers wait behind it.
+    /// resource (woken by the last reader's release or the writer's, retrying as a fallback).
+    /// From its first refused attempt on, new readers wait behind it; with an
+    /// [acquire timeout](crate::RedlockBuilder::acquire_timeout) of zero it makes one attempt
+    /// and, like [`try_write`](RwLock::try_write), leaves nothing behind.
     ///
     /// # Errors
     ///
@@ -144,7 +148,10 @@ impl RwLock {
     /// few retry delays later.
     pub async fn write(&self, ttl: Duration) -> Result<Lock, Error> {
         let lease = self.rl.inner().lease(ttl)?;
-        let keys = self.writer(&lease, true);
+        // With an acquire timeout of zero this is one attempt that does not wait: as
+        // `try_write`, it leaves no note.
+        let waits = self.rl.inner().settings().acquire_timeout != Some(Duration::ZERO);
+        let keys = self.writer(&lease, waits);
         self.rl
             .acquire_keys(&self.resource, &keys, &lease, true)
             .await

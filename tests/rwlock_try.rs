@@ -53,6 +53,34 @@ async fn a_refused_try_write_leaves_no_note_and_new_readers_get_in_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_write_with_an_acquire_timeout_of_zero_is_one_attempt_that_leaves_no_note() {
+    let nodes = five();
+    let reading = client(&nodes)
+        .rw_lock("feed")
+        .unwrap()
+        .try_read(TTL)
+        .await
+        .unwrap();
+    // `exec --write -n`: one attempt, no wait.
+    let once = builder(&nodes)
+        .retry_count(0)
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    let refused = once.rw_lock("feed").unwrap().write(TTL).await.unwrap_err();
+    assert!(refused.is_contention(), "{refused}");
+    assert_eq!(notes(&nodes, "feed"), vec![0; 5], "{}", nodes.logs());
+    let second = client(&nodes)
+        .rw_lock("feed")
+        .unwrap()
+        .try_read(TTL)
+        .await
+        .unwrap_or_else(|e| panic!("a reader was kept out by a writer gone: {e}"));
+    second.release().await.unwrap();
+    reading.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_writer_still_notes_itself() {
     let nodes = five();
     let reading = client(&nodes)
