@@ -36,6 +36,42 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
+/// The shortest lease `exec` accepts: it is renewed every third of it, and each renewal needs a
+/// round trip to a quorum, the clock-drift allowance and the margin by which the command is
+/// stopped before the lease ends. Below this, even `true` would end with a lost lock.
+pub(crate) const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// The longest lease `exec` accepts. A lease is renewed while the command runs, so a long one
+/// buys nothing; it only keeps the lock from others for that long after a holder dies without
+/// releasing it (SIGKILL, a power cut).
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses a `--ttl`: what [`parse`] accepts, from [`MIN_TTL`] to [`MAX_TTL`].
+///
+/// # Errors
+///
+/// As [`parse`], and a TTL out of that range, with the reason.
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse(text)?;
+    if ttl < MIN_TTL {
+        return Err(format!(
+            "{:?} is too short: at least {}s (the lease is renewed every third of it, and each \
+             renewal needs round trips to the masters)",
+            text.trim(),
+            MIN_TTL.as_secs()
+        ));
+    }
+    if ttl > MAX_TTL {
+        return Err(format!(
+            "{:?} is too long: at most {}h (the lease is renewed while the command runs; a long \
+             TTL only keeps the lock from others after a holder dies)",
+            text.trim(),
+            MAX_TTL.as_secs() / 3600
+        ));
+    }
+    Ok(ttl)
+}
+
 /// How long to wait for a busy lock: a duration, or `forever` (also `inf`, `infinity`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wait {
@@ -61,7 +97,7 @@ pub(crate) fn parse_wait(text: &str) -> Result<Wait, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse, parse_wait, Wait};
+    use super::{parse, parse_ttl, parse_wait, Wait};
     use std::time::Duration;
 
     #[test]
@@ -78,6 +114,15 @@ mod tests {
         assert!(parse("soon").unwrap_err().contains("not a duration"));
         assert!(parse("5 days").unwrap_err().contains("unknown unit"));
         assert!(parse("-1s").unwrap_err().contains("negative"));
+    }
+
+    #[test]
+    fn a_ttl_that_cannot_work_or_is_absurd_is_refused() {
+        assert_eq!(parse_ttl("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_ttl("24h"), Ok(Duration::from_secs(24 * 3600)));
+        assert!(parse_ttl("10ms").unwrap_err().contains("too short"));
+        assert!(parse_ttl("1000000h").unwrap_err().contains("too long"));
+        assert!(parse_ttl("soon").unwrap_err().contains("not a duration"));
     }
 
     #[test]

@@ -28,14 +28,23 @@ pub(crate) struct Holder {
     pub(crate) since: String,
     /// The fingerprint of its token (as `status` shows it), to match the description to a lock.
     pub(crate) lock: String,
+    /// For a semaphore's permit (`exec --permits K`): K, so that a process passing another K
+    /// can be refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) permits: Option<u32>,
 }
 
 /// Longest command text kept in a description.
 const MAX_COMMAND: usize = 200;
 
 impl Holder {
-    /// This process, running `command`, holding the lock whose token has `fingerprint`.
-    pub(crate) fn me(command: Option<&[String]>, fingerprint: String) -> Self {
+    /// This process, running `command`, holding the lock whose token has `fingerprint` (a
+    /// permit of a semaphore of `permits`, if given).
+    pub(crate) fn me(
+        command: Option<&[String]>,
+        fingerprint: String,
+        permits: Option<u32>,
+    ) -> Self {
         let host = nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "unknown".to_owned());
@@ -45,6 +54,7 @@ impl Holder {
             command: command.map(describe_command),
             since: rfc3339(SystemTime::now()),
             lock: fingerprint,
+            permits,
         }
     }
 }

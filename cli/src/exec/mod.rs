@@ -21,12 +21,14 @@ pub(crate) mod watchdog;
 
 use std::cell::Cell;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quorumlock::{Error, HoldOptions, Lock, Redlock};
 
 use crate::duration::{self, Wait};
 use crate::exit;
+use crate::holder;
+use crate::masters::{self, Master};
 use crate::nodes::{self, NodesArg};
 use signals::Termination;
 use supervise::{Outcome, Plan, Work};
@@ -68,13 +70,21 @@ watchdog process kills them by the lease's deadline.";
 pub(crate) struct ExecArgs {
     #[command(flatten)]
     nodes: NodesArg,
-    /// The resource to lock.
+    /// The resource to lock (or give it with --resource).
+    #[arg(value_name = "RESOURCE", required_unless_present = "resource")]
+    resource_arg: Option<String>,
+    /// Words after the resource that are not behind `--`: a command without its `--`.
+    #[arg(hide = true, value_name = "WORDS")]
+    stray: Vec<String>,
+    /// The resource to lock (the same as the positional RESOURCE).
     #[arg(long)]
-    resource: String,
-    /// The lease: renewed every third of it while the command runs.
-    #[arg(long, default_value = "30s", value_parser = duration::parse, allow_hyphen_values = true)]
+    resource: Option<String>,
+    /// The lease: renewed every third of it while the command runs; from 1s to 24h.
+    #[arg(long, default_value = "30s", value_parser = duration::parse_ttl, allow_hyphen_values = true)]
     ttl: Duration,
-    /// How long to wait for a busy lock: a duration (0: one attempt) or `forever`.
+    /// How long to wait: for a busy lock, and for masters that do not answer (down, paused,
+    /// restarting) to come back within the same time. A duration (0: one attempt) or
+    /// `forever`.
     #[arg(
         short = 'w',
         long,
@@ -144,7 +154,9 @@ impl ExecArgs {
     ) -> ExecArgs {
         ExecArgs {
             nodes,
-            resource: name,
+            resource_arg: None,
+            stray: Vec::new(),
+            resource: Some(name),
             ttl,
             wait: Wait::Forever,
             no_wait: false,
@@ -158,6 +170,39 @@ impl ExecArgs {
         }
     }
 
+    /// The resource, given either way.
+    fn resource(&self) -> &str {
+        self.resource
+            .as_deref()
+            .or(self.resource_arg.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// Catches a command written without its `--` (`exec --resource x echo hi`, `exec x echo
+    /// hi`), which would otherwise lock a resource named after the command or fail obscurely.
+    fn check_usage(&self) -> Result<(), clap::Error> {
+        let hint = |resource: &str, words: &[&str]| {
+            clap::Error::raw(
+                clap::error::ErrorKind::UnknownArgument,
+                format!(
+                    "unexpected {:?}: the command goes after `--`, as in\n\n    \
+                     quorumlock exec {resource} -- {}\n",
+                    words.join(" "),
+                    words.join(" ")
+                ),
+            )
+        };
+        let stray: Vec<&str> = self.stray.iter().map(String::as_str).collect();
+        match (&self.resource, &self.resource_arg) {
+            (Some(resource), Some(first)) => {
+                let words: Vec<&str> = std::iter::once(first.as_str()).chain(stray).collect();
+                Err(hint(&format!("--resource {resource}"), &words))
+            }
+            (None, Some(resource)) if !stray.is_empty() => Err(hint(resource, &stray)),
+            _ => Ok(()),
+        }
+    }
+
     fn work(&self) -> Work {
         match &self.command.shell_command {
             Some(script) => Work::Command(vec!["sh".into(), "-c".into(), script.clone()]),
@@ -168,7 +213,7 @@ impl ExecArgs {
 
     /// Takes what the options ask for: the mutex, a permit, a read or the write hold.
     async fn acquire(&self, rl: &Redlock) -> Result<Lock, Error> {
-        let (resource, ttl) = (self.resource.as_str(), self.ttl);
+        let (resource, ttl) = (self.resource(), self.ttl);
         if let Some(value) = &self.elect {
             return rl.elect(resource, ttl, value).await;
         }
@@ -183,12 +228,153 @@ impl ExecArgs {
         }
     }
 
+    /// Takes the lock within the wait: masters that do not answer are waited for too, until
+    /// `give_up` (`None`: forever). With no wait, one attempt.
+    async fn acquire_within(&self, rl: &Redlock, give_up: Option<Instant>) -> Result<Lock, Error> {
+        let started = Instant::now();
+        let mut outcome = self.acquire(rl).await;
+        loop {
+            match outcome {
+                Err(e) if e.is_unavailable() && self.wait() != Wait::For(Duration::ZERO) => {
+                    let retry_at = Instant::now() + UNAVAILABLE_RETRY;
+                    if give_up.is_some_and(|g| retry_at >= g) {
+                        return Err(e);
+                    }
+                    tracing::info!(error = %e, "masters unavailable; waiting for them");
+                    tokio::time::sleep_until(retry_at.into()).await;
+                    // The library bounds each attempt by the whole wait; what is left of it
+                    // bounds this one.
+                    let attempt = self.acquire(rl);
+                    outcome = match give_up {
+                        Some(g) => match tokio::time::timeout_at(g.into(), attempt).await {
+                            Ok(outcome) => outcome,
+                            Err(_) => return Err(e),
+                        },
+                        None => attempt.await,
+                    };
+                }
+                Ok(lock) => {
+                    tracing::info!(
+                        resource = lock.resource(),
+                        waited_ms = started.elapsed().as_millis(),
+                        fence = lock.fencing_token(),
+                        "acquired"
+                    );
+                    return Ok(lock);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn wait(&self) -> Wait {
         if self.no_wait {
             Wait::For(Duration::ZERO)
         } else {
             self.wait
         }
+    }
+}
+
+/// Warns about each master that does not log to an append-only file: restarted from an older
+/// snapshot (or none), it hands out fencing tokens it already gave. Best effort: a master that
+/// cannot be asked is left for the lock itself to report.
+async fn warn_without_aof(masters: &[Master]) {
+    let looks = futures::future::join_all(masters.iter().map(|master| async move {
+        let mut conn = master.connect().await?;
+        let info: String =
+            masters::request(&mut conn, redis::cmd("INFO").arg("persistence")).await?;
+        Ok::<_, String>(info)
+    }))
+    .await;
+    for (master, look) in masters.iter().zip(looks) {
+        match look {
+            Ok(info) if info.lines().any(|l| l.trim() == "aof_enabled:0") => tracing::warn!(
+                node = master.node(),
+                "--fencing: this master has no AOF (appendonly no); restarted, it may hand out \
+                 fencing tokens it already gave"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(node = master.node(), error = %e, "cannot read INFO persistence")
+            }
+        }
+    }
+}
+
+/// Refuses `--permits K` when the semaphore's holders use another size: every process must
+/// count the same slots, or more than K could run at once. Best effort: it reads what the
+/// holders wrote about themselves, and the slots held (which needs `SCAN`); two processes
+/// starting at the same moment with different sizes are not caught.
+async fn check_permits(args: &ExecArgs, rl: &Redlock, permits: u32) -> anyhow::Result<()> {
+    let masters = args.nodes.masters(rl);
+    let key = args.nodes.key(args.resource());
+    let slots = masters::permit_slots(&masters, &key).await;
+    if let Some(slot) = slots.iter().copied().find(|slot| *slot >= permits) {
+        anyhow::bail!(
+            "--permits {permits} does not match the holders of {:?}: slot {slot} is held, so \
+             they use at least {} permits; pass the same --permits everywhere",
+            args.resource(),
+            slot + 1
+        );
+    }
+    for slot in slots {
+        let holder = holder::read(&masters, &format!("{key}:permit:{slot}")).await;
+        if let Some(theirs) = holder.and_then(|h| h.permits).filter(|k| *k != permits) {
+            anyhow::bail!(
+                "--permits {permits} does not match the holders of {:?}: they use --permits \
+                 {theirs}; pass the same --permits everywhere",
+                args.resource()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// How long `exec` waits between two looks at masters that do not answer, within `--wait`.
+const UNAVAILABLE_RETRY: Duration = Duration::from_millis(250);
+
+/// Checks the masters (see [`nodes::check`]); while fewer than a quorum answer, looks again
+/// until `give_up` (`None`: forever), so that `--wait` also waits out an outage.
+async fn check_within(rl: &Redlock, give_up: Option<Instant>) -> Result<(), Error> {
+    let mut said = false;
+    loop {
+        match nodes::check(rl).await {
+            Err(e) if e.is_unavailable() => {
+                let retry_at = Instant::now() + UNAVAILABLE_RETRY;
+                if give_up.is_some_and(|g| retry_at >= g) {
+                    return Err(e);
+                }
+                if !std::mem::replace(&mut said, true) {
+                    tracing::info!(error = %e, "masters unavailable; waiting for them");
+                }
+                tokio::time::sleep_until(retry_at.into()).await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// While waiting in line at `-v`, says now and then who holds the lock and how long the line
+/// is on the masters (this process included).
+async fn report_line(rl: &Redlock, resource: &str) -> std::convert::Infallible {
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return std::future::pending().await;
+    }
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let Ok(status) = rl.inspect(resource).await else {
+            continue;
+        };
+        let in_line = status
+            .nodes
+            .iter()
+            .map(|n| n.queue.len())
+            .max()
+            .unwrap_or(0);
+        tracing::info!(verdict = ?status.verdict, in_line, "waiting in line");
     }
 }
 
@@ -199,6 +385,10 @@ impl ExecArgs {
 /// Configuration errors (exit 1) and fewer than a quorum of masters answering (exit 69, see
 /// [`crate::exit::code_of`]). Every other outcome is an exit code.
 pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
+    if let Err(e) = args.check_usage() {
+        // A usage error, reported as clap reports its own (exit 2).
+        e.exit();
+    }
     let work = args.work();
     let mut builder = args.nodes.builder().fencing(args.fencing);
     // While the lock is held, `acquire` waits in line for as long as its acquire timeout;
@@ -209,7 +399,28 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
         Wait::Forever => builder.retry_count(u32::MAX).acquire_timeout(Duration::MAX),
     };
     let rl = builder.build()?;
-    nodes::check(&rl).await?;
+    if args.read && args.fencing {
+        tracing::warn!(
+            "--fencing with --read: readers share the resource and get no fencing token \
+             (QUORUMLOCK_FENCE is not set); fencing tokens order writers"
+        );
+    }
+    let give_up = match args.wait() {
+        Wait::For(wait) => Instant::now().checked_add(wait),
+        Wait::Forever => None,
+    };
+    if args.wait() == Wait::For(Duration::ZERO) {
+        nodes::check(&rl).await?;
+    } else {
+        check_within(&rl, give_up).await?;
+    }
+
+    if args.fencing {
+        warn_without_aof(&args.nodes.masters(&rl)).await;
+    }
+    if let Some(permits) = args.permits {
+        check_permits(args, &rl, permits).await?;
+    }
 
     group::adopt_orphans();
     let signals = Termination::listen()?;
@@ -224,6 +435,7 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
         masters: args.nodes.masters(&rl),
         // Readers share the resource: none of them is its holder.
         announce_under: (!args.read).then(|| args.nodes.key_prefix().to_owned()),
+        permits: args.permits,
     };
 
     // A signal that arrives while waiting for the lock ends the wait; once the lock is held,
@@ -232,7 +444,11 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     // The key held (a permit's slot, say) and its token, to see the release through.
     let held_as = std::cell::RefCell::new(None);
     let hold = async {
-        let lock = args.acquire(&rl).await?;
+        tracing::info!(resource = args.resource(), wait = ?args.wait(), "taking the lock");
+        let lock = tokio::select! {
+            lock = args.acquire_within(&rl, give_up) => lock?,
+            never = report_line(&rl, args.resource()) => match never {},
+        };
         rl.hold(lock, opts, |held| {
             holding.set(true);
             *held_as.borrow_mut() = Some((held.resource().to_owned(), held.token().fingerprint()));
@@ -252,7 +468,7 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
         } => {
             // An attempt in flight at this moment is rolled back in the background; should the
             // process exit first, its keys expire at the TTL.
-            eprintln!("quorumlock: {signal} while waiting for {:?}; not acquired", args.resource);
+            eprintln!("quorumlock: {signal} while waiting for {:?}; not acquired", args.resource());
             return Ok(ExitCode::from(exit::signalled(signal as i32)));
         }
     };

@@ -97,6 +97,8 @@ pub(crate) struct Context<'a> {
     /// The key prefix under which the holder is described beside the key it holds (see
     /// `holder`); `None` when the hold is shared (a reader's) and nobody is its holder.
     pub(crate) announce_under: Option<String>,
+    /// The semaphore's size, for a permit (`--permits`).
+    pub(crate) permits: Option<u32>,
 }
 
 /// The body run under the lock.
@@ -116,7 +118,7 @@ pub(crate) async fn run(held: Held, cx: Context<'_>) -> anyhow::Result<Outcome> 
         Work::Command(argv) => Some(argv.as_slice()),
         Work::Hold => None,
     };
-    let holder = Holder::me(command, held.token().fingerprint());
+    let holder = Holder::me(command, held.token().fingerprint(), cx.permits);
     let announcement = cx.announce_under.map(|prefix| {
         let key = format!("{prefix}{}", held.resource());
         Announcement::start(cx.masters, key, holder, cx.plan.ttl)
