@@ -14,8 +14,11 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use quorumlock::Redlock;
 use quorumlock_testkit::figures::{group_digits, nearest_rank};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::duration;
+use crate::nodes::NodesArg;
+use crate::output::out;
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
@@ -29,21 +32,23 @@ Examples:
   # 8 workers on one resource, each with its own client, holding it 1 ms per cycle.
   quorumlock bench --nodes ... --workers 8 --contended --separate-clients --hold 1ms
 
-Each worker acquires and releases a key of its own, named quorumlock-bench:<run>:<worker>
-(with --contended, all share quorumlock-bench:<run>:shared); every key is released at once
-(or expires after --ttl if the bench is killed).";
+  # Under the README's least-privilege ACL (keys locks:*).
+  quorumlock bench --nodes redis://quorumlock:PASSWORD@10.0.0.1:6379,... --key-prefix locks:
+
+Each worker acquires and releases a key of its own, named <prefix>quorumlock-bench:<run>:<worker>
+(with --contended, all share <prefix>quorumlock-bench:<run>:shared); every key is released at once
+(or expires after --ttl if the bench is killed). Ctrl-C or SIGTERM stops the run early; the
+summary is still printed.";
 
 /// Options of `quorumlock bench`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// The independent Redis masters, comma-separated
-    /// (`redis://[user:password@]host:port[/db]`).
-    #[arg(long, env = "QUORUMLOCK_NODES", value_delimiter = ',', required = true)]
-    nodes: Vec<String>,
+    #[command(flatten)]
+    nodes: NodesArg,
     /// Concurrent workers, each cycling on its own resource.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     workers: u32,
-    /// How long to run (Ctrl-C stops early and still prints the summary).
+    /// How long to run (Ctrl-C or SIGTERM stops early and still prints the summary).
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     duration: Duration,
     /// The lease each cycle takes.
@@ -142,19 +147,15 @@ fn counters(clients: &[Redlock]) -> [u64; 4] {
 /// # Errors
 ///
 /// When the masters cannot be used at all: a bad URL or TTL, fewer than a quorum reachable, or
-/// not one cycle completed.
+/// not one cycle completed; when the summary cannot be written (a full disk; a reader that
+/// has gone is a normal end, as for every subcommand).
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let urls: Vec<&str> = args
-        .nodes
-        .iter()
-        .map(|u| u.trim())
-        .filter(|u| !u.is_empty())
-        .collect();
-    let rl = Redlock::builder(&urls).build()?;
-    let health = rl.connect().await.context("the masters are not usable")?;
-    for unreachable in &health.unreachable {
-        eprintln!("warning: {unreachable}");
-    }
+    // Listening from the start: a SIGTERM while connecting ends the run with its summary too.
+    // Without a handler (only for lack of resources), SIGTERM ends the process as before.
+    let mut term = signal(SignalKind::terminate()).ok();
+    let rl = args.nodes.builder().build()?;
+    // The library warns about each master that did not answer.
+    rl.connect().await.context("the masters are not usable")?;
     // Checks the TTL against this configuration before any worker starts.
     let run_id = run_id();
     let probe = format!("quorumlock-bench:{run_id}:probe");
@@ -169,7 +170,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut clients = Vec::new();
     if args.separate_clients {
         for _ in 0..args.workers {
-            let own = Redlock::builder(&urls).build()?;
+            let own = args.nodes.builder().build()?;
             own.connect().await.context("the masters are not usable")?;
             clients.push(own);
         }
@@ -202,7 +203,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         .collect();
 
     let progress = progress_bar(args.duration);
-    let interrupted = drive(&progress, &live, started, args.duration).await;
+    let interrupted = drive(&progress, &live, started, args.duration, term.as_mut()).await;
     live.stop.store(true, Ordering::Relaxed);
     let mut total = Total::default();
     for handle in workers {
@@ -221,13 +222,14 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let elapsed = started.elapsed();
     progress.finish_and_clear();
 
-    print_summary(&rl, &args, &total, elapsed, interrupted);
+    let printed = print_summary(&rl, &args, &total, elapsed, interrupted);
     if total.all.acquire.count() == 0 {
         anyhow::bail!(
             "no cycle completed{}",
             total
                 .all
                 .last_error
+                .as_ref()
                 .map(|e| format!("; last error: {e}"))
                 .unwrap_or_default()
         );
@@ -238,7 +240,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             total.overlaps
         );
     }
-    Ok(())
+    printed.context("writing the summary")
 }
 
 /// What each cycle of a worker does.
@@ -306,16 +308,31 @@ fn progress_bar(duration: Duration) -> ProgressBar {
     bar
 }
 
-/// Updates the progress line until `duration` has passed or Ctrl-C; `true` when interrupted.
-async fn drive(bar: &ProgressBar, live: &Live, started: Instant, duration: Duration) -> bool {
+/// Updates the progress line until `duration` has passed, Ctrl-C or SIGTERM; `true` when
+/// interrupted.
+async fn drive(
+    bar: &ProgressBar,
+    live: &Live,
+    started: Instant,
+    duration: Duration,
+    term: Option<&mut Signal>,
+) -> bool {
     let deadline = tokio::time::Instant::from_std(started) + duration;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    let terminated = async {
+        match term {
+            Some(term) => term.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(terminated);
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => return false,
             _ = &mut ctrl_c => return true,
+            _ = &mut terminated => return true,
             _ = tick.tick() => {
                 let elapsed = started.elapsed();
                 let cycles = live.cycles.load(Ordering::Relaxed);
@@ -337,7 +354,7 @@ fn print_summary(
     total: &Total,
     elapsed: Duration,
     interrupted: bool,
-) {
+) -> std::io::Result<()> {
     let cycles = total.all.acquire.count();
     let mode = match (args.contended, args.separate_clients) {
         (false, false) => "",
@@ -350,7 +367,7 @@ fn print_summary(
     } else {
         format!(", held {:?}", args.hold)
     };
-    println!(
+    out!(
         "quorumlock bench: {} nodes (quorum {}), {} worker(s){mode}, TTL {:?}{hold}, {:.1} s{}",
         rl.node_count(),
         rl.quorum(),
@@ -358,49 +375,53 @@ fn print_summary(
         args.ttl,
         elapsed.as_secs_f64(),
         if interrupted { " (interrupted)" } else { "" }
-    );
-    println!("nodes: {}", rl.nodes().collect::<Vec<_>>().join(", "));
-    println!();
-    println!(
+    )?;
+    out!("nodes: {}", rl.nodes().collect::<Vec<_>>().join(", "))?;
+    out!()?;
+    out!(
         "cycles      {:>12}   ({} acquire + release per second)",
         group_digits(cycles),
         group_digits(per_second(cycles, elapsed) as u64)
-    );
+    )?;
     let total_calls = cycles + total.all.failed_acquires;
-    println!(
+    out!(
         "failed      {:>12}   ({} acquire(s), {:.2} % of acquire calls; {} release(s))",
         group_digits(total.all.failed_acquires + total.all.failed_releases),
         total.all.failed_acquires,
         100.0 * total.all.failed_acquires as f64 / total_calls.max(1) as f64,
         total.all.failed_releases
-    );
+    )?;
     if args.contended {
         let min = total.per_worker.iter().min().copied().unwrap_or(0);
         let max = total.per_worker.iter().max().copied().unwrap_or(0);
-        println!(
+        out!(
             "per worker  {:>12.2}   (min/max of the workers' cycles: {} to {})",
             min as f64 / max.max(1) as f64,
             group_digits(min),
             group_digits(max)
-        );
-        println!(
+        )?;
+        out!(
             "overlaps    {:>12}   (two workers inside at once; must be 0)",
             total.overlaps
-        );
+        )?;
         let [attempts, acquired, contended, wakeups] = total.counters;
         let per = |n: u64| n as f64 / acquired.max(1) as f64;
-        println!(
+        out!(
             "attempts    {:>12.2}   (per lock acquired; {:.2} met contention, {:.2} woken by a hand-off)",
             per(attempts),
             per(contended),
             per(wakeups)
-        );
+        )?;
     }
-    println!();
-    println!(
+    out!()?;
+    out!(
         "{:<10} {:>10} {:>10} {:>10} {:>10}",
-        "latency", "p50", "p90", "p99", "max"
-    );
+        "latency",
+        "p50",
+        "p90",
+        "p99",
+        "max"
+    )?;
     let mut rows = vec![
         ("acquire", &total.all.acquire),
         ("release", &total.all.release),
@@ -409,24 +430,23 @@ fn print_summary(
         rows.push(("hand-off", &total.all.gap));
     }
     for (name, h) in rows {
-        println!(
+        out!(
             "{name:<10} {:>10} {:>10} {:>10} {:>10}",
             show(h.quantile(0.50)),
             show(h.quantile(0.90)),
             show(h.quantile(0.99)),
             show(h.max()),
-        );
+        )?;
     }
     if args.contended {
-        println!();
-        println!(
-            "hand-off: from one holder's call to release to the next holder's acquire returning"
-        );
+        out!()?;
+        out!("hand-off: from one holder's call to release to the next holder's acquire returning")?;
     }
     if let Some(e) = &total.all.last_error {
-        println!();
-        println!("last error: {e}");
+        out!()?;
+        out!("last error: {e}")?;
     }
+    Ok(())
 }
 
 fn per_second(count: u64, elapsed: Duration) -> f64 {

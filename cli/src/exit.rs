@@ -46,13 +46,14 @@ pub(crate) fn code_of(e: &anyhow::Error) -> u8 {
 /// Printed under `--help`.
 pub(crate) const HELP: &str = "\
 Exit codes:
-  0      success; status: the resource is free
+  0      success; status: the resource is free; unlock without --force: shown
          (exec returns the command's own exit code)
   1      quorumlock itself failed (configuration, invalid TTL, a master listed twice, ...)
   2      command-line usage error
   69     fewer than a quorum of masters answered (down, wrong address or password)
   75     exec: the lock is busy and was not acquired within --wait (change it with -E)
-         status: the resource is held, or handed over to a waiter
+         status: the resource is held, read, or handed over to a waiter, or (without
+         --permits) a semaphore with permits held
   76     exec: the lock was lost while the command ran; the command was stopped
   127    exec: the command could not be started
   128+N  exec: the command was killed by signal N, or quorumlock got signal N

@@ -1,5 +1,6 @@
 //! `quorumlock list [--prefix P]`: the locks present on the masters, found with SCAN, each with
-//! the quorum's verdict and its holder.
+//! the quorum's verdict and its holder. A read-write lock held by readers has no key of its own:
+//! it is found by its readers' sorted set.
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -10,7 +11,7 @@ use quorumlock::{Inspection, Redlock, Verdict};
 use serde_json::json;
 
 use crate::holder::{self, Holder};
-use crate::masters::{self, Master};
+use crate::masters::{self, glob_escape, Master};
 use crate::nodes::{self, NodesArg};
 use crate::output::out;
 
@@ -20,10 +21,15 @@ Examples:
   quorumlock list --prefix reports:
   QUORUMLOCK_KEY_PREFIX=locks: quorumlock list --json
 
-A lock shows up when at least one master has its key: `held` on a quorum; `handed-over` when a
-release reserved it on a quorum for the first waiter in line, which is about to take it; `split`
-when no token is on a quorum and fewer than a quorum are free; `leftover` when a minority still
-has a key (of a failed attempt or an expiring lease), which expires at its TTL.";
+A lock shows up when at least one master has its key or a live reader: `held` on a quorum;
+`reading` when readers hold a read-write lock on a quorum; `handed-over` when a release reserved
+it on a quorum for the first waiter in line, which is about to take it; `split` when no token is
+on a quorum and fewer than a quorum are free; `leftover` when a minority still has a key (of a
+failed attempt or an expiring lease), which expires at its TTL. A semaphore's permits are the
+locks <resource>:permit:<i>. Resource names are quoted, as `status` shows them.
+
+Listing needs SCAN on the masters (`+scan` in a least-privilege ACL). It fails, rather than
+show too little, unless enough masters answered it to see every lock held on a quorum.";
 
 /// Options of `quorumlock list`.
 #[derive(Debug, clap::Args)]
@@ -37,9 +43,6 @@ pub(crate) struct ListArgs {
     #[arg(long)]
     json: bool,
 }
-
-/// Keys scanned per master at most: a listing, not an export.
-const MAX_KEYS: usize = 100_000;
 
 /// Lists the locks.
 ///
@@ -55,6 +58,7 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
         glob_escape(&format!("{}{}", args.nodes.key_prefix(), args.prefix))
     );
     let mut resources = BTreeSet::new();
+    let mut failed = Vec::new();
     for (master, found) in masters
         .iter()
         .zip(join_all(masters.iter().map(|m| lock_keys(m, &pattern))).await)
@@ -64,13 +68,36 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
                 .extend(keys.into_iter().filter_map(|key| {
                     key.strip_prefix(args.nodes.key_prefix()).map(str::to_owned)
                 })),
-            Err(e) => tracing::warn!(node = master.node(), error = %e, "not listed"),
+            Err(e) => failed.push(format!("{}: {e}", master.node())),
         }
+    }
+    // A lock held on a quorum has its key on at least one of any N - quorum + 1 masters: fewer
+    // listed could miss it, and "no locks" would be a lie.
+    let needed = rl.node_count() - rl.quorum() + 1;
+    let listed = rl.node_count() - failed.len();
+    if listed < needed {
+        let hint = match failed.iter().any(|e| e.to_lowercase().contains("noperm")) {
+            true => "; listing needs SCAN: grant it with +scan (see the README's ACL)",
+            false => "",
+        };
+        anyhow::bail!(
+            "listed on {listed} of {} masters, and at least {needed} must answer to show every \
+             lock held on a quorum ({}){hint}",
+            rl.node_count(),
+            failed.join("; ")
+        );
+    }
+    for e in &failed {
+        tracing::warn!("not listed on {e}");
     }
 
     let mut rows = Vec::new();
     for resource in resources {
         let status = rl.inspect(&resource).await?;
+        // Readers' sets whose holds all ended, kept until their key expires.
+        if !status.nodes.iter().any(|n| n.exists() || n.readers > 0) {
+            continue;
+        }
         let holder = if matches!(status.verdict, Verdict::Held { .. } | Verdict::Split) {
             holder::read(&masters, &args.nodes.key(&resource)).await
         } else {
@@ -86,38 +113,25 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The keys on `master` matching `pattern` that look like lock keys: strings holding a token
-/// (32 hex digits) or reserved for a waiter, not one of the keys kept beside a lock.
+/// The keys on `master` matching `pattern` that are locks: strings holding a token (32 hex
+/// digits) or reserved for a waiter, not one of the keys kept beside a lock; and the lock keys
+/// of read-write locks that readers hold (their `<key>:readers` sets). Only SCAN and GET: what
+/// the least-privilege ACL grants, plus `+scan`.
 async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String> {
     const AUXILIARY: [&str; 4] = [":fence", ":released", ":queue", ":holder"];
     let mut conn = master.connect().await?;
-    let mut keys = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let scan = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .arg("TYPE")
-            .arg("string")
-            .clone();
-        let (next, batch): (u64, Vec<String>) = masters::request(&mut conn, &scan).await?;
-        keys.extend(
-            batch
-                .into_iter()
-                .filter(|k| !AUXILIARY.iter().any(|s| k.ends_with(s))),
-        );
-        cursor = next;
-        if cursor == 0 || keys.len() >= MAX_KEYS {
-            break;
-        }
-    }
-    let mut locks = Vec::new();
+    let mut locks: Vec<String> = masters::scan(&mut conn, pattern, "zset")
+        .await?
+        .iter()
+        .filter_map(|key| key.strip_suffix(":readers").map(str::to_owned))
+        .collect();
+    let keys: Vec<String> = masters::scan(&mut conn, pattern, "string")
+        .await?
+        .into_iter()
+        .filter(|k| !AUXILIARY.iter().any(|s| k.ends_with(s)))
+        .collect();
     for chunk in keys.chunks(500) {
-        let values: Vec<Option<String>> =
-            masters::request(&mut conn, redis::cmd("MGET").arg(chunk)).await?;
+        let values = masters::get_all(&mut conn, chunk).await?;
         locks.extend(
             chunk
                 .iter()
@@ -150,21 +164,13 @@ fn looks_like_reservation(value: &str) -> bool {
         .is_some_and(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// `text` with SCAN's glob characters escaped, to match it literally.
-fn glob_escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
-}
-
 /// The verdict as one word, how many masters have a key, and the shortest TTL among them.
 fn summary(status: &Inspection) -> (&'static str, usize, Option<Duration>) {
-    let present = status.nodes.iter().filter(|n| n.exists()).count();
+    let present = status
+        .nodes
+        .iter()
+        .filter(|n| n.exists() || n.readers > 0)
+        .count();
     let ttl = status.nodes.iter().filter_map(|n| n.ttl()).min();
     let state = match status.verdict {
         Verdict::Held { .. } => "held",
@@ -181,9 +187,14 @@ fn print_table(rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
     if rows.is_empty() {
         return out!("no locks");
     }
-    let width = rows
+    // Quoted as `status` quotes them: a name with a newline or a tab stays on its row.
+    let names: Vec<String> = rows
         .iter()
-        .map(|(s, _)| s.resource.len())
+        .map(|(s, _)| format!("{:?}", s.resource))
+        .collect();
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
         .max()
         .unwrap_or(0)
         .max(8);
@@ -194,15 +205,12 @@ fn print_table(rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
         "masters",
         "ttl"
     )?;
-    for (status, holder) in rows {
+    for ((status, holder), name) in rows.iter().zip(&names) {
         let (state, present, ttl) = summary(status);
         let masters = format!("{present}/{}", status.nodes.len());
         let ttl = ttl.map_or("-".to_owned(), |t| format!("{:.1}s", t.as_secs_f64()));
         let holder = holder.as_ref().map_or("-".to_owned(), Holder::to_string);
-        out!(
-            "{:<width$}  {state:<11}  {masters:<7}  {ttl:<10}  {holder}",
-            status.resource
-        )?;
+        out!("{name:<width$}  {state:<11}  {masters:<7}  {ttl:<10}  {holder}")?;
     }
     Ok(())
 }
@@ -237,13 +245,7 @@ fn print_json(rl: &Redlock, rows: &[(Inspection, Option<Holder>)]) -> std::io::R
 
 #[cfg(test)]
 mod tests {
-    use super::{glob_escape, looks_like_reservation, looks_like_token};
-
-    #[test]
-    fn glob_characters_match_literally() {
-        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
-        assert_eq!(glob_escape("reports:"), "reports:");
-    }
+    use super::{looks_like_reservation, looks_like_token};
 
     #[test]
     fn only_token_shaped_values_count_as_locks() {

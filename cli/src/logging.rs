@@ -20,10 +20,15 @@ pub(crate) fn init(verbosity: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| OneLine(io::stderr()))
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(std::io::stderr().is_terminal() && !no_color())
         .with_target(verbosity > 1)
         .without_time()
         .try_init();
+}
+
+/// `NO_COLOR` set to anything but the empty string turns colours off (<https://no-color.org>).
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
 }
 
 /// Writes each log event on one line: a server's multi-line error (a web server answering where

@@ -42,6 +42,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 #[command(after_help = exit::HELP)]
 struct Cli {
     /// Show what the library does: -v for progress, -vv for every request. RUST_LOG overrides.
+    /// Log lines are coloured at a terminal unless NO_COLOR is set.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
     /// Print the library's metrics (waits, holds, held and waiting locks, node errors) on

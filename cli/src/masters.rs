@@ -78,6 +78,103 @@ pub(crate) async fn invoke<T: redis::FromRedisValue>(
     }
 }
 
+/// Keys scanned per master at most: a listing, not an export.
+pub(crate) const MAX_KEYS: usize = 100_000;
+
+/// The keys of type `kind` (`string`, `zset`) on `conn` matching the glob `pattern` (see
+/// [`glob_escape`]), at most [`MAX_KEYS`], found with `SCAN` (which a least-privilege ACL must
+/// grant: `+scan`).
+///
+/// # Errors
+///
+/// The first request that failed (a `NOPERM` when the ACL does not grant `SCAN`), on one line.
+pub(crate) async fn scan(
+    conn: &mut MultiplexedConnection,
+    pattern: &str,
+    kind: &str,
+) -> Result<Vec<String>, String> {
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let scan = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .arg("TYPE")
+            .arg(kind)
+            .clone();
+        let (next, batch): (u64, Vec<String>) = request(conn, &scan).await?;
+        keys.extend(batch);
+        cursor = next;
+        if cursor == 0 || keys.len() >= MAX_KEYS {
+            return Ok(keys);
+        }
+    }
+}
+
+/// `text` with SCAN's glob characters escaped, to match it literally.
+pub(crate) fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The slots of a semaphore on `key` that some master has a key for (`<key>:permit:<i>`,
+/// `exec --permits`), in order. Empty when none do, or when no master lets us look (an ACL
+/// without `+scan`).
+pub(crate) async fn permit_slots(masters: &[Master], key: &str) -> Vec<u32> {
+    let pattern = format!("{}:permit:*", glob_escape(key));
+    let prefix = format!("{key}:permit:");
+    let found = futures::future::join_all(masters.iter().map(|master| {
+        let pattern = &pattern;
+        async move {
+            let mut conn = master.connect().await?;
+            scan(&mut conn, pattern, "string").await
+        }
+    }))
+    .await;
+    let mut slots: Vec<u32> = Vec::new();
+    for (master, keys) in masters.iter().zip(found) {
+        match keys {
+            Ok(keys) => slots.extend(
+                keys.iter()
+                    .filter_map(|k| k.strip_prefix(&prefix)?.parse::<u32>().ok()),
+            ),
+            Err(e) => tracing::debug!(node = master.node(), error = %e, "no look for permits"),
+        }
+    }
+    slots.sort_unstable();
+    slots.dedup();
+    slots
+}
+
+/// The values of `keys` (strings) on `conn`, in one round trip, bounded by [`REQUEST_TIMEOUT`].
+///
+/// # Errors
+///
+/// As [`request`].
+pub(crate) async fn get_all(
+    conn: &mut MultiplexedConnection,
+    keys: &[String],
+) -> Result<Vec<Option<String>>, String> {
+    let mut gets = redis::pipe();
+    for key in keys {
+        gets.cmd("GET").arg(key);
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, gets.query_async(conn)).await {
+        Ok(Ok(values)) => Ok(values),
+        Ok(Err(e)) => Err(one_line(&e)),
+        Err(_) => Err(format!("no reply within {REQUEST_TIMEOUT:?}")),
+    }
+}
+
 /// An error's text on one line, at most 120 characters: a table row stays a row even when a
 /// server that is not Redis answers with something long.
 pub(crate) fn one_line(e: &dyn std::fmt::Display) -> String {
@@ -95,7 +192,13 @@ pub(crate) fn one_line(e: &dyn std::fmt::Display) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use super::{glob_escape, one_line};
+
+    #[test]
+    fn glob_characters_match_literally() {
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+        assert_eq!(glob_escape("reports:"), "reports:");
+    }
 
     #[test]
     fn one_line_joins_lines_and_cuts_long_text() {

@@ -39,6 +39,19 @@ pub(crate) fn write_all(bytes: &[u8]) -> io::Result<()> {
     stdout.flush()
 }
 
+/// The exit code of a verdict already reached, whether or not its report could be written: a
+/// reader that closed early (`quorumlock status R | true`) does not turn "held" into "free".
+///
+/// # Errors
+///
+/// Any other write error (a full disk): the report asked for was not written.
+pub(crate) fn verdict(printed: io::Result<()>, code: u8) -> io::Result<std::process::ExitCode> {
+    match printed {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e),
+        _ => Ok(std::process::ExitCode::from(code)),
+    }
+}
+
 /// `true` when the error (or any error in its chain) is a write to a pipe nobody reads.
 pub(crate) fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {

@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 
 use crate::exit;
 use crate::holder::{self, Holder};
-use crate::masters::one_line;
+use crate::masters::{self, one_line};
 use crate::nodes::{self, NodesArg};
-use crate::output::out;
+use crate::output::{self, out};
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
@@ -27,11 +27,17 @@ Each master's line lists the waiters (`exec --wait`, `acquire`) first to last: h
 waited and when its entry lapses unless renewed. A release hands the lock to the first of them:
 until that waiter takes it, the masters show the key reserved for it (`handed over`).
 
+When every master has the same waiters in the same order, the line is shown once.
+
 A read-write lock's readers and waiting writers are listed per master, and an election's key
-shows its leader. `--permits K` shows each slot of a semaphore (`exec --permits K`).
+shows its leader. `--permits K` shows each slot of a semaphore (`exec --permits K`); without
+it, the permits held on a free resource's name are found (`<resource>:permit:<i>`, which needs
+SCAN on the masters) and shown with a reminder to give K.
 
 Exit codes: 0 free (with --permits: a permit is free), 75 held, read, handed over to a waiter,
-or split between holders (not acquirable now), 69 fewer than a quorum of masters answered.";
+or split between holders (not acquirable now), or a semaphore with permits held (without
+--permits), 69 fewer than a quorum of masters answered. The code is the verdict's even when
+the report cannot be written (a reader that closed early).";
 
 /// Options of `quorumlock status`.
 #[derive(Debug, clap::Args)]
@@ -64,14 +70,71 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
         return slots(&rl, &args, permits).await;
     }
     let (status, holder, leader) = look(&rl, &args.nodes, &args.resource).await?;
-    if args.json {
-        out!("{}", report(&status, holder.as_ref(), leader.as_ref()))?;
-    } else {
-        for line in table(&status, holder.as_ref(), leader.as_ref()) {
-            out!("{line}")?;
+    let free = status.verdict == Verdict::Free && status.nodes.iter().all(|n| n.readers == 0);
+    if free {
+        if let Some(code) = permits_held(&rl, &args).await? {
+            return Ok(code);
         }
     }
-    Ok(ExitCode::from(code(&status.verdict)))
+    let printed = if args.json {
+        out!("{}", report(&status, holder.as_ref(), leader.as_ref()))
+    } else {
+        table(&status, holder.as_ref(), leader.as_ref())
+            .iter()
+            .try_for_each(|line| out!("{line}"))
+    };
+    Ok(output::verdict(printed, code(&status.verdict))?)
+}
+
+/// A free resource that names a semaphore (`exec --permits K`): its permits are the locks
+/// `<resource>:permit:<i>`, and its own key is never taken. Shows the permits held and exits
+/// 75; `None` when no permit is held (or the masters do not let us look).
+async fn permits_held(rl: &Redlock, args: &StatusArgs) -> anyhow::Result<Option<ExitCode>> {
+    let masters = args.nodes.masters(rl);
+    let slots = masters::permit_slots(&masters, &args.nodes.key(&args.resource)).await;
+    let mut held = Vec::new();
+    for slot in slots {
+        let name = format!("{}:permit:{slot}", args.resource);
+        let found = look(rl, &args.nodes, &name).await?;
+        if found.0.verdict != Verdict::Free {
+            held.push((slot, found));
+        }
+    }
+    if held.is_empty() {
+        return Ok(None);
+    }
+    let hint = "a semaphore: give --permits K to see whether a permit is free";
+    let printed = if args.json {
+        let slots: Vec<Value> = held
+            .iter()
+            .map(|(_, (s, h, l))| report(s, h.as_ref(), l.as_ref()))
+            .collect();
+        out!(
+            "{}",
+            json!({
+                "resource": args.resource,
+                "verdict": "semaphore",
+                "held": held.len(),
+                "slots": slots,
+                "hint": hint,
+            })
+        )
+    } else {
+        let mut lines: Vec<String> = held
+            .iter()
+            .map(|(_, (status, holder, _))| {
+                let holder = holder.as_ref().map_or(String::new(), |h| format!("  {h}"));
+                format!("{:?}: {}{holder}", status.resource, verdict_text(status))
+            })
+            .collect();
+        lines.push(format!(
+            "{:?}: {} permit(s) held ({hint})",
+            args.resource,
+            held.len()
+        ));
+        lines.iter().try_for_each(|line| out!("{line}"))
+    };
+    Ok(Some(output::verdict(printed, exit::BUSY)?))
 }
 
 /// The exit code of a verdict: 0 free, 69 unknown, 75 anything that keeps an acquire out.
@@ -123,7 +186,7 @@ async fn slots(rl: &Redlock, args: &StatusArgs, permits: u32) -> anyhow::Result<
         .filter(|(s, _, _)| s.verdict == Verdict::Free)
         .count();
     let unknown = looks.iter().any(|(s, _, _)| s.verdict == Verdict::Unknown);
-    if args.json {
+    let printed = if args.json {
         let slots: Vec<Value> = looks
             .iter()
             .map(|(s, h, l)| report(s, h.as_ref(), l.as_ref()))
@@ -136,19 +199,27 @@ async fn slots(rl: &Redlock, args: &StatusArgs, permits: u32) -> anyhow::Result<
                 "free": free,
                 "slots": slots,
             })
-        )?;
+        )
     } else {
-        for (status, holder, _) in &looks {
-            let holder = holder.as_ref().map_or(String::new(), |h| format!("  {h}"));
-            out!("{}: {}{holder}", status.resource, verdict_text(status))?;
-        }
-        out!("{:?}: {free}/{permits} permits free", args.resource)?;
-    }
-    Ok(ExitCode::from(match (free, unknown) {
+        let mut lines: Vec<String> = looks
+            .iter()
+            .map(|(status, holder, _)| {
+                let holder = holder.as_ref().map_or(String::new(), |h| format!("  {h}"));
+                format!("{:?}: {}{holder}", status.resource, verdict_text(status))
+            })
+            .collect();
+        lines.push(format!(
+            "{:?}: {free}/{permits} permits free",
+            args.resource
+        ));
+        lines.iter().try_for_each(|line| out!("{line}"))
+    };
+    let code = match (free, unknown) {
         (_, true) => exit::NO_QUORUM,
         (0, false) => exit::BUSY,
         _ => 0,
-    }))
+    };
+    Ok(output::verdict(printed, code)?)
 }
 
 /// One node's row: its state, the token (or the waiter the key is reserved for), and the TTL
@@ -248,20 +319,47 @@ fn table(status: &Inspection, holder: Option<&Holder>, leader: Option<&Leader>) 
         lines.push("read-write lock:".to_owned());
         lines.extend(readers.into_iter().map(|r| format!("  {r}")));
     }
-    for node in status.nodes.iter().filter(|n| !n.queue.is_empty()) {
-        lines.push(format!("line on {}, first to last:", node.node));
-        let place_width = node.queue.len().to_string().len();
-        for (place, waiter) in node.queue.iter().enumerate() {
-            lines.push(format!(
-                "  {:>place_width$}. waiter {}  waited {:<10}  lapses in {:?}",
-                place + 1,
-                waiter.id,
-                format!("{:?}", waiter.waited),
-                waiter.lapses_in
-            ));
+    // Every master that answered shows the same waiters in the same order: one line for all.
+    let answered: Vec<&NodeStatus> = status
+        .nodes
+        .iter()
+        .filter(|n| !matches!(n.state, NodeState::Unreachable(_)))
+        .collect();
+    let same = |a: &NodeStatus, b: &NodeStatus| {
+        a.queue.len() == b.queue.len() && a.queue.iter().zip(&b.queue).all(|(x, y)| x.id == y.id)
+    };
+    match answered.split_first() {
+        Some((first, rest)) if answered.len() > 1 && rest.iter().all(|n| same(first, n)) => {
+            if !first.queue.is_empty() {
+                lines.push(format!(
+                    "line on every master that answered ({}), first to last:",
+                    answered.len()
+                ));
+                push_line(&mut lines, first);
+            }
+        }
+        _ => {
+            for node in status.nodes.iter().filter(|n| !n.queue.is_empty()) {
+                lines.push(format!("line on {}, first to last:", node.node));
+                push_line(&mut lines, node);
+            }
         }
     }
     lines
+}
+
+/// The waiters of one master's line, first to last.
+fn push_line(lines: &mut Vec<String>, node: &NodeStatus) {
+    let place_width = node.queue.len().to_string().len();
+    for (place, waiter) in node.queue.iter().enumerate() {
+        lines.push(format!(
+            "  {:>place_width$}. waiter {}  waited {:<10}  lapses in {:?}",
+            place + 1,
+            waiter.id,
+            format!("{:?}", waiter.waited),
+            waiter.lapses_in
+        ));
+    }
 }
 
 /// One waiter in a node's line, as JSON.

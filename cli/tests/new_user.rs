@@ -1,0 +1,454 @@
+//! What a new user's trial of the CLI ran into, each against real masters: secrets in `--help`,
+//! `list` under the README's ACL, `bench` on a closed pipe, a full disk and SIGTERM, `status`
+//! whose reader has gone, a semaphore's name, names that fake rows, `NO_COLOR`, and the
+//! messages and exit codes of `unlock` and `status`.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{exec, quorumlock, text, wait_for_file, wait_until, Witness};
+use quorumlock_testkit::RedisNodes;
+
+const PASSWORD: &str = "s3cret-readme-acl";
+
+/// A command for `exec` that marks `mark` as started, then runs until `done` exists.
+fn until_done(witness: &Witness, mark: &str) -> String {
+    format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        witness.path(mark).display(),
+        witness.path("done").display()
+    )
+}
+
+/// `exec <extra> -- <until_done(mark)>`, returned once its command runs.
+fn hold(nodes: &RedisNodes, witness: &Witness, mark: &str, extra: &[&str]) -> Child {
+    let child = exec(nodes, extra, &until_done(witness, mark))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_file(&witness.path(mark), Duration::from_secs(10)),
+        "{mark} never started"
+    );
+    child
+}
+
+/// Ends every holder (their commands see `done`) and checks they exited 0.
+fn finish(witness: &Witness, holders: Vec<Child>) {
+    std::fs::write(witness.path("done"), "").unwrap();
+    for holder in holders {
+        let out = holder.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    }
+}
+
+/// Runs `cmd` with its stdout a pipe whose reader has already gone (`cmd | true`).
+fn with_reader_gone(cmd: &mut Command) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    cmd.stdout(writer).stderr(Stdio::piped());
+    cmd.spawn().unwrap().wait_with_output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap()
+}
+
+/// The README's `ACL SETUSER quorumlock ...` lines, in order, with the password filled in.
+fn readme_acl() -> Vec<Vec<String>> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let rules: Vec<Vec<String>> = readme
+        .lines()
+        .filter(|l| l.starts_with("ACL SETUSER quorumlock "))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(2)
+                .map(|w| w.replace("PASSWORD", PASSWORD))
+                .collect()
+        })
+        .collect();
+    assert!(!rules.is_empty(), "the README shows no ACL rule");
+    rules
+}
+
+/// Gives every master the user `quorumlock` with `rules` (each an `ACL SETUSER` after the
+/// command name).
+fn set_acl(nodes: &RedisNodes, rules: &[Vec<String>]) {
+    for server in nodes.iter() {
+        let mut conn = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        for rule in rules {
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("SETUSER");
+            for part in rule {
+                cmd.arg(part);
+            }
+            let () = cmd.query(&mut conn).unwrap();
+        }
+    }
+}
+
+/// The masters' URLs as the ACL user `quorumlock`.
+fn acl_urls(nodes: &RedisNodes) -> String {
+    nodes
+        .iter()
+        .map(|s| format!("redis://quorumlock:{PASSWORD}@127.0.0.1:{}", s.port()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+// -------------------------------------------------------------------------------------------
+// 4. `bench --help` showed the password in QUORUMLOCK_NODES.
+
+#[test]
+fn no_help_shows_the_password_in_quorumlock_nodes() {
+    let nodes = RedisNodes::spawn(1).unwrap();
+    let url = format!("redis://:hunter2-in-env@127.0.0.1:{}", nodes[0].port());
+    for subcommand in ["bench", "exec", "elect", "status", "list", "unlock"] {
+        let out = quorumlock(&nodes)
+            .env("QUORUMLOCK_NODES", &url)
+            .args([subcommand, "--help"])
+            .output()
+            .unwrap();
+        let shown = text(&out);
+        assert!(out.status.success(), "{subcommand}: {shown}");
+        assert!(shown.contains("QUORUMLOCK_NODES"), "{subcommand}: {shown}");
+        assert!(!shown.contains("hunter2"), "{subcommand} shows it: {shown}");
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// 5. `list` under the README's ACL: NoPerm warnings, then "no locks" and exit 0; read holds
+//    never listed.
+
+#[test]
+fn list_under_the_readme_acl_shows_a_held_and_a_read_held_lock() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    set_acl(&nodes, &readme_acl());
+    let witness = Witness::new();
+    let prefix = ["--key-prefix", "locks:"];
+    let holders = vec![
+        hold(
+            &nodes,
+            &witness,
+            "job",
+            &[&prefix[..], &["--resource", "job"]].concat(),
+        ),
+        hold(
+            &nodes,
+            &witness,
+            "catalog",
+            &[&prefix[..], &["--resource", "catalog", "--read"]].concat(),
+        ),
+    ];
+    let out = run(quorumlock(&nodes)
+        .env("QUORUMLOCK_NODES", acl_urls(&nodes))
+        .arg("list")
+        .args(prefix));
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(!shown.contains("NOPERM"), "{shown}");
+    let row = |name: &str| {
+        stdout(&out)
+            .lines()
+            .find(|l| l.starts_with(&format!("{name:?} ")))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no row for {name}: {shown}"))
+    };
+    assert!(row("job").contains(" held "), "{shown}");
+    assert!(row("catalog").contains(" reading "), "{shown}");
+    assert!(row("catalog").contains(" 3/3 "), "{shown}");
+
+    let json = run(quorumlock(&nodes)
+        .env("QUORUMLOCK_NODES", acl_urls(&nodes))
+        .args(["list", "--json"])
+        .args(prefix));
+    assert_eq!(json.status.code(), Some(0), "{}", text(&json));
+    let listed: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let states: Vec<(&str, &str)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["resource"].as_str().unwrap(),
+                l["state"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [("catalog", "reading"), ("job", "held")],
+        "{listed:#}"
+    );
+    finish(&witness, holders);
+}
+
+#[test]
+fn list_fails_when_the_masters_refuse_scan_instead_of_saying_no_locks() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    // The library's rule alone: everything but SCAN.
+    let mut rules = readme_acl();
+    rules.truncate(1);
+    assert!(!rules[0].iter().any(|c| c == "+scan"), "{rules:?}");
+    set_acl(&nodes, &rules);
+    let witness = Witness::new();
+    let holders = vec![hold(
+        &nodes,
+        &witness,
+        "job",
+        &["--key-prefix", "locks:", "--resource", "job"],
+    )];
+    for format in [&[][..], &["--json"][..]] {
+        let out = run(quorumlock(&nodes)
+            .env("QUORUMLOCK_NODES", acl_urls(&nodes))
+            .args(["list", "--key-prefix", "locks:"])
+            .args(format));
+        let shown = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{shown}");
+        assert!(stdout(&out).is_empty(), "{shown}");
+        assert!(shown.contains("+scan"), "{shown}");
+    }
+    finish(&witness, holders);
+}
+
+// -------------------------------------------------------------------------------------------
+// 6. `exec --write -n` left a waiting-writer note that kept new readers out.
+
+#[test]
+fn a_refused_exec_write_without_waiting_keeps_no_reader_out() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let reader = hold(
+        &nodes,
+        &witness,
+        "reader",
+        &["--resource", "feed", "--read"],
+    );
+    let writer = run(&mut exec(
+        &nodes,
+        &["--resource", "feed", "--write", "-n"],
+        "true",
+    ));
+    assert_eq!(writer.status.code(), Some(75), "{}", text(&writer));
+    let second = run(&mut exec(
+        &nodes,
+        &["--resource", "feed", "--read", "-n"],
+        "true",
+    ));
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    finish(&witness, vec![reader]);
+}
+
+// -------------------------------------------------------------------------------------------
+// 7. `bench`: a panic on a closed pipe or a full disk, exit 1 for a URL without a scheme, no
+//    --key-prefix, no summary on SIGTERM.
+
+#[test]
+fn bench_ends_quietly_when_its_reader_has_gone_and_fails_cleanly_on_a_full_disk() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let bench = || {
+        let mut cmd = quorumlock(&nodes);
+        cmd.args(["bench", "--duration", "300ms"]);
+        cmd
+    };
+    let gone = with_reader_gone(&mut bench());
+    assert_eq!(gone.status.code(), Some(0), "{}", text(&gone));
+    assert!(!text(&gone).contains("panicked"), "{}", text(&gone));
+
+    let full = run(bench().stdout(std::fs::File::create("/dev/full").unwrap()));
+    let shown = text(&full);
+    assert_eq!(full.status.code(), Some(1), "{shown}");
+    assert!(!shown.contains("panicked"), "{shown}");
+    assert!(shown.contains("No space left on device"), "{shown}");
+}
+
+#[test]
+fn bench_takes_a_key_prefix_and_explains_a_url_without_a_scheme() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let bare = format!("127.0.0.1:{}", nodes[0].port());
+    let out = run(quorumlock(&nodes).env("QUORUMLOCK_NODES", &bare).args([
+        "bench",
+        "--duration",
+        "100ms",
+    ]));
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(shown.contains(&format!("redis://{bare}")), "{shown}");
+
+    // Under the README's ACL, whose keys are locks:*.
+    set_acl(&nodes, &readme_acl());
+    let out = run(quorumlock(&nodes)
+        .env("QUORUMLOCK_NODES", acl_urls(&nodes))
+        .args(["bench", "--duration", "300ms", "--key-prefix", "locks:"]));
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(stdout(&out).contains("cycles"), "{shown}");
+    assert!(stdout(&out).contains("failed                 0"), "{shown}");
+}
+
+#[test]
+fn bench_prints_its_summary_when_terminated() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let child = quorumlock(&nodes)
+        .args(["bench", "--duration", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Cycles run once the three masters are connected.
+    let cycled = wait_until(Duration::from_secs(10), || {
+        nodes.iter().any(|s| {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(
+                    &mut redis::Client::open(s.url())
+                        .unwrap()
+                        .get_connection()
+                        .unwrap(),
+                )
+                .unwrap();
+            info.contains("cmdstat_evalsha:calls=")
+        })
+    });
+    assert!(cycled, "the bench never ran a cycle");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(stdout(&out).contains("(interrupted)"), "{shown}");
+    assert!(stdout(&out).contains("acquire"), "{shown}");
+}
+
+// -------------------------------------------------------------------------------------------
+// 8. `status` said free (exit 0) for a held lock when its reader closed early.
+
+#[test]
+fn status_exits_with_its_verdict_even_when_its_reader_has_gone() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let holders = vec![
+        hold(&nodes, &witness, "job", &["--resource", "job"]),
+        hold(
+            &nodes,
+            &witness,
+            "exports",
+            &["--resource", "exports", "--permits", "1"],
+        ),
+    ];
+    for args in [
+        &["job"][..],
+        &["--json", "job"],
+        &["--permits", "1", "exports"],
+        &["--permits", "1", "--json", "exports"],
+    ] {
+        let out = with_reader_gone(quorumlock(&nodes).arg("status").args(args));
+        assert_eq!(out.status.code(), Some(75), "{args:?}: {}", text(&out));
+    }
+    let free = with_reader_gone(quorumlock(&nodes).args(["status", "other"]));
+    assert_eq!(free.status.code(), Some(0), "{}", text(&free));
+    finish(&witness, holders);
+}
+
+// -------------------------------------------------------------------------------------------
+// 9. `status R` on a semaphore's resource without --permits said free.
+
+#[test]
+fn status_of_a_semaphore_without_permits_shows_the_permits_held() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let permits = ["--resource", "exports", "--permits", "2"];
+    let holders = vec![
+        hold(&nodes, &witness, "first", &permits),
+        hold(&nodes, &witness, "second", &permits),
+    ];
+    let out = run(quorumlock(&nodes).args(["status", "exports"]));
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(75), "{shown}");
+    assert!(!stdout(&out).contains("\"exports\": free"), "{shown}");
+    for slot in 0..2 {
+        assert!(
+            stdout(&out).contains(&format!("\"exports:permit:{slot}\": held by ")),
+            "{shown}"
+        );
+    }
+    assert!(stdout(&out).contains("--permits K"), "{shown}");
+    let json = run(quorumlock(&nodes).args(["status", "--json", "exports"]));
+    assert_eq!(json.status.code(), Some(75), "{}", text(&json));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["verdict"], "semaphore", "{report:#}");
+    assert_eq!(report["held"], 2, "{report:#}");
+    finish(&witness, holders);
+}
+
+// -------------------------------------------------------------------------------------------
+// 10. `list` printed resource names raw: a newline faked a row.
+
+#[test]
+fn list_quotes_resource_names_so_a_newline_cannot_fake_a_row() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let name = "evil\nfake                     held         3/3      9.9s        pid 1";
+    let holders = vec![hold(&nodes, &witness, "evil", &["--resource", name])];
+    let out = run(quorumlock(&nodes).arg("list"));
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    let listed = stdout(&out);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "a header and one row: {shown}");
+    assert!(lines[1].starts_with(r#""evil\nfake "#), "{shown}");
+    finish(&witness, holders);
+}
+
+// -------------------------------------------------------------------------------------------
+// 11. NO_COLOR was ignored for log lines at a terminal.
+
+/// Runs the binary under `script`, which gives it a terminal; returns what it wrote there.
+fn at_a_terminal(nodes: &RedisNodes, no_color: Option<&str>, args: &str) -> String {
+    let bin = env!("CARGO_BIN_EXE_quorumlock");
+    assert!(Path::new(bin).exists());
+    let mut cmd = Command::new("script");
+    cmd.args(["-q", "-e", "-c", &format!("'{bin}' {args}"), "/dev/null"])
+        .env("QUORUMLOCK_NODES", nodes.urls().join(","))
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null());
+    if let Some(value) = no_color {
+        cmd.env("NO_COLOR", value);
+    }
+    let out = cmd
+        .output()
+        .expect("`script` (util-linux) runs a command at a terminal");
+    text(&out)
+}
+
+#[test]
+fn no_color_turns_colours_off_in_log_lines_at_a_terminal() {
+    // One master: `status` warns that a single master is as safe as that one server.
+    let nodes = RedisNodes::spawn(1).unwrap();
+    let coloured = at_a_terminal(&nodes, None, "status job");
+    assert!(coloured.contains("single master"), "{coloured}");
+    assert!(
+        coloured.contains("\x1b["),
+        "colours at a terminal: {coloured:?}"
+    );
+    for value in ["1", "true"] {
+        let plain = at_a_terminal(&nodes, Some(value), "status job");
+        assert!(plain.contains("single master"), "{plain}");
+        assert!(!plain.contains("\x1b["), "NO_COLOR={value}: {plain:?}");
+    }
+}
