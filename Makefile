@@ -3,7 +3,7 @@ CARGO ?= cargo
 
 .PHONY: demo test lint bench chaos redis-server
 
-## Install redis-server (and openssl for the TLS tests) when missing.
+## Install redis-server when missing (the demo, the benchmarks and the chaos suite need nothing else).
 redis-server:
 	@scripts/ensure-redis-server.sh
 
@@ -13,8 +13,10 @@ demo: redis-server
 	$(CARGO) run --release -p quorumlock-cli -- demo
 
 ## The whole test suite against real redis-server processes (the chaos suite in its short
-## version, failover evidence, fencing, TLS and ACL included).
-test: redis-server
+## version, failover evidence, fencing, TLS and ACL included). Also installs openssl, which the
+## TLS tests use to make their certificate authority.
+test:
+	@scripts/ensure-redis-server.sh --tls
 	$(CARGO) test --workspace --all-features --lib --bins --tests --examples
 	$(CARGO) test --workspace --all-features --doc
 

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # Makes sure a redis-server binary is available for the tests and the demo.
 # Uses $QUORUMLOCK_REDIS_SERVER or redis-server on PATH; otherwise installs Debian's redis-server
-# package (as root, or through passwordless sudo). Also installs openssl, which the TLS tests use
-# to make their throw-away certificate authority.
+# package (as root, or through passwordless sudo). With --tls, also openssl, which only the TLS
+# tests use (to make their throw-away certificate authority): `make test` asks for it, the demo
+# does not.
 set -euo pipefail
+
+tls=false
+for arg in "$@"; do
+  case "$arg" in
+    --tls) tls=true ;;
+    *) echo "usage: $0 [--tls]" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 if [[ -n "${QUORUMLOCK_REDIS_SERVER:-}" ]]; then
@@ -14,7 +23,9 @@ if [[ -n "${QUORUMLOCK_REDIS_SERVER:-}" ]]; then
 elif ! command -v redis-server >/dev/null 2>&1; then
   missing+=(redis-server)
 fi
-command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if $tls && ! command -v openssl >/dev/null 2>&1; then
+  missing+=(openssl)
+fi
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0

@@ -452,3 +452,49 @@ fn no_color_turns_colours_off_in_log_lines_at_a_terminal() {
         assert!(!plain.contains("\x1b["), "NO_COLOR={value}: {plain:?}");
     }
 }
+
+// -------------------------------------------------------------------------------------------
+// `make demo` installed openssl, which only the TLS tests need.
+
+/// Runs `scripts/ensure-redis-server.sh <args>` with a PATH holding only redis-server.
+fn ensure_redis_server(args: &[&str]) -> Output {
+    let found = run(Command::new("sh").args(["-c", "command -v redis-server"]));
+    let server = String::from_utf8(found.stdout).unwrap();
+    assert!(
+        found.status.success(),
+        "redis-server is on PATH (make redis-server)"
+    );
+    let bin = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(server.trim(), bin.path().join("redis-server")).unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/ensure-redis-server.sh"
+    );
+    run(Command::new("/bin/bash")
+        .arg(script)
+        .args(args)
+        .env("PATH", bin.path())
+        .env_remove("QUORUMLOCK_REDIS_SERVER"))
+}
+
+#[test]
+fn the_demo_needs_no_openssl_and_only_the_test_run_asks_for_it() {
+    let demo = ensure_redis_server(&[]);
+    assert_eq!(demo.status.code(), Some(0), "{}", text(&demo));
+    assert!(!text(&demo).contains("openssl"), "{}", text(&demo));
+    // Without openssl, and without apt-get to install it, the TLS tests' setup says so.
+    let tls = ensure_redis_server(&["--tls"]);
+    assert_ne!(tls.status.code(), Some(0), "{}", text(&tls));
+    assert!(text(&tls).contains("openssl"), "{}", text(&tls));
+
+    let makefile = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let plan = |target: &str| {
+        let out = run(Command::new("make").args(["-n", "-C", makefile, target]));
+        assert!(out.status.success(), "{}", text(&out));
+        stdout(&out)
+    };
+    let demo = plan("demo");
+    assert!(demo.contains("ensure-redis-server.sh"), "{demo}");
+    assert!(!demo.contains("--tls"), "{demo}");
+    assert!(plan("test").contains("ensure-redis-server.sh --tls"));
+}
