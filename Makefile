@@ -32,7 +32,9 @@ bench: redis-server
 	$(CARGO) bench --bench compare
 	$(CARGO) bench --bench primitives
 
-## Formatting and lints, as CI runs them.
+## Formatting and lints, as CI runs them; then the three crates packaged and built as crates.io
+## would see them (needs the crates.io index; --allow-dirty so that it checks a working tree too).
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	$(CARGO) publish --workspace --dry-run --allow-dirty

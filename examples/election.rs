@@ -6,17 +6,20 @@
 //! cargo run --example election   # starts three local masters for the run
 //! QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 cargo run --example election
 //! ```
-
-mod common;
+//!
+//! Copied out of this repository, it needs `quorumlock`, `quorumlock-testkit` (its `Masters`
+//! reads the masters to use, or starts three local ones) and `tokio` with the `rt-multi-thread`
+//! and `macros` features.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use quorumlock::Redlock;
+use quorumlock_testkit::Masters;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let masters = common::Masters::find()?;
+    let masters = Masters::find()?;
     let observer = Redlock::builder(masters.urls()).build()?;
     let watching = tokio::spawn(async move {
         let mut leaders = Box::pin(observer.observe("scheduler", Duration::from_secs(1)));

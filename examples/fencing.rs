@@ -10,13 +10,16 @@
 //! QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 cargo run --example fencing
 //! cargo run --example fencing -- redis://127.0.0.1:7001 redis://127.0.0.1:7002 redis://127.0.0.1:7003
 //! ```
-
-mod common;
+//!
+//! Copied out of this repository, it needs `quorumlock`, `quorumlock-testkit` (its `Masters`
+//! reads the masters to use, or starts three local ones) and `tokio` with the `rt-multi-thread`
+//! and `macros` features.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
 use quorumlock::Redlock;
+use quorumlock_testkit::Masters;
 
 /// A store that remembers the highest fencing token it has seen and refuses anything older.
 #[derive(Default)]
@@ -37,7 +40,7 @@ impl FencedStore {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let masters = common::Masters::find()?;
+    let masters = Masters::find()?;
     let rl = Redlock::builder(masters.urls()).fencing(true).build()?;
     let store = FencedStore::default();
 

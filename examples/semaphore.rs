@@ -5,18 +5,21 @@
 //! cargo run --example semaphore   # starts three local masters for the run
 //! QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 cargo run --example semaphore
 //! ```
-
-mod common;
+//!
+//! Copied out of this repository, it needs `quorumlock`, `quorumlock-testkit` (its `Masters`
+//! reads the masters to use, or starts three local ones) and `tokio` with the `rt-multi-thread`
+//! and `macros` features.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use quorumlock::Redlock;
+use quorumlock_testkit::Masters;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let masters = common::Masters::find()?;
+    let masters = Masters::find()?;
     let exporting = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for worker in 0..8 {

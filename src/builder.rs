@@ -209,6 +209,7 @@ impl RedlockBuilder {
     /// handshake and counts as a failed node; nothing is ever sent in plain text instead.
     /// Needs the `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, ca_pem: impl Into<Vec<u8>>) -> Self {
         self.tls.root_certificate = Some(ca_pem.into());
         self
@@ -217,6 +218,7 @@ impl RedlockBuilder {
     /// Presents this client certificate and private key (PEM) to `rediss://` nodes that require
     /// mutual TLS (`tls-auth-clients yes`). Needs the `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
         mut self,
         cert_pem: impl Into<Vec<u8>>,
@@ -320,7 +322,11 @@ impl RedlockBuilder {
                 marker_key(&self.key_prefix).into(),
             );
         }
-        Node::new(info, self.connect_timeout, marker_key(&self.key_prefix).into())
+        Node::new(
+            info,
+            self.connect_timeout,
+            marker_key(&self.key_prefix).into(),
+        )
     }
 }
 

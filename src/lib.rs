@@ -83,6 +83,42 @@
 //! decides who tries, never who holds: a lock still needs a quorum of grants within its
 //! validity. [`Redlock::try_acquire`] makes one attempt and never waits.
 //!
+//! # Feature flags
+//!
+//! Both are off by default; they are additive, and tokio stays the only runtime.
+//!
+//! * **`tls`** — `rediss://` masters, through rustls with the `ring` crypto provider: the
+//!   system's root certificates, or a private CA with
+//!   [`RedlockBuilder::tls_root_certificate`], and mutual TLS with
+//!   [`RedlockBuilder::tls_client_certificate`]. A certificate that does not verify is a failed
+//!   node, never a fallback to plain text. Without the feature, [`RedlockBuilder::build`]
+//!   refuses `rediss://` URLs.
+//! * **`metrics`** — records through the [`metrics`](https://docs.rs/metrics) facade (install
+//!   any recorder, e.g. a Prometheus exporter); without it nothing is recorded and nothing is
+//!   linked:
+//!
+//!   | name | type | labels | what |
+//!   |---|---|---|---|
+//!   | `quorumlock_wait_seconds` | histogram | `primitive`, `outcome` | time from an acquire call to its result |
+//!   | `quorumlock_hold_seconds` | histogram | `primitive` | time from acquiring a lock to its release (or drop) |
+//!   | `quorumlock_waiting` | gauge | `primitive` | acquire calls in progress |
+//!   | `quorumlock_held` | gauge | `primitive` | locks held now |
+//!   | `quorumlock_node_errors_total` | counter | `node`, `kind` | failed requests per master |
+//!
+//!   `primitive` is one of `mutex`, `multi`, `permit`, `read`, `write`, `owned`, `leader`;
+//!   `outcome` is `acquired`, `contended`, `unavailable` or `failed`; `node` is a configured
+//!   master's `host:port`; `kind` is `timeout`, `unresponsive`, `redis` or `protocol`. Resource
+//!   names never appear.
+//!
+//! # Key layout
+//!
+//! The names of the keys on the masters are part of the contract between clients: two clients
+//! that disagree on them do not see each other's locks. This version writes and expects layout
+//! [`KEY_LAYOUT`], and marks every master it connects to at `<prefix>`[`LAYOUT_MARKER`]; a
+//! master marked with another layout is not used, and every error about it says "key layout
+//! mismatch" and names it. A change of layout is a breaking release, announced in the
+//! CHANGELOG.
+//!
 //! # Layout
 //!
 //! * [`Redlock`] / [`RedlockBuilder`] — the client and its configuration.
@@ -113,6 +149,7 @@
 //! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant`, `rwlock`, `election` | features built on the client |
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod builder;

@@ -19,8 +19,8 @@ use redis::{
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 use health::{Health, TIMEOUTS_BEFORE_UNRESPONSIVE};
-pub use layout::{KEY_LAYOUT, LAYOUT_MARKER};
 pub(crate) use layout::marker_key;
+pub use layout::{KEY_LAYOUT, LAYOUT_MARKER};
 use link::{Link, NotOpened};
 
 /// What a script call sends after the script: its key count, keys and arguments, written
@@ -62,7 +62,11 @@ impl Node {
         connect_timeout: Duration,
         marker: Arc<str>,
     ) -> RedisResult<Self> {
-        Ok(Self::with_client(Client::open(info)?, connect_timeout, marker))
+        Ok(Self::with_client(
+            Client::open(info)?,
+            connect_timeout,
+            marker,
+        ))
     }
 
     /// A node over an already configured client (a `rediss://` one with its own certificates).

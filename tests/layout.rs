@@ -13,10 +13,7 @@ const TTL: Duration = Duration::from_secs(10);
 
 /// What a client of the next layout leaves on a master it connected to first.
 fn mark_as_other_layout(server: &quorumlock_testkit::RedisServer, key: &str) {
-    let _: () = query(
-        server,
-        redis::cmd("SET").arg(key).arg(KEY_LAYOUT + 1),
-    );
+    let _: () = query(server, redis::cmd("SET").arg(key).arg(KEY_LAYOUT + 1));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -81,7 +78,9 @@ async fn a_majority_of_another_layout_leaves_no_quorum_and_every_such_master_is_
 
     let err = rl.connect().await.unwrap_err();
     let Error::Unavailable {
-        reachable, nodes: failed, ..
+        reachable,
+        nodes: failed,
+        ..
     } = &err
     else {
         panic!("not Unavailable: {err}");
@@ -93,7 +92,9 @@ async fn a_majority_of_another_layout_leaves_no_quorum_and_every_such_master_is_
     expected.sort();
     assert_eq!(named, expected, "{err}");
     assert!(
-        failed.iter().all(|e| e.to_string().contains("key layout mismatch")),
+        failed
+            .iter()
+            .all(|e| e.to_string().contains("key layout mismatch")),
         "{err}"
     );
 

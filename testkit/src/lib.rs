@@ -33,7 +33,7 @@
 //! let worker = {
 //!     let (rl, touches) = (rl.clone(), touches.clone());
 //!     tokio::spawn(async move {
-//!         rl.with_lock("jobs", Duration::from_millis(600), |held| async move {
+//!         rl.with_lock("jobs", Duration::from_secs(3), |held| async move {
 //!             loop {
 //!                 tokio::select! {
 //!                     _ = held.lost() => return,
@@ -58,7 +58,7 @@
 //! let outcome = worker.await?;
 //! assert!(outcome.is_err_and(|e| e.is_lost()));
 //! let last = *touches.lock().unwrap().last().unwrap();
-//! assert!(last < cut + Duration::from_millis(600), "touched after the lease ran out");
+//! assert!(last < cut + Duration::from_secs(3), "touched after the lease ran out");
 //! masters[0].resume()?;
 //! # Ok(()) }
 //! ```
@@ -83,6 +83,8 @@
 //!   (kill/restart, pause/resume).
 //! * [`proxy`] — [`FaultProxy`]: a per-master TCP proxy with latency, blackhole, held replies,
 //!   reset, refuse/accept, retarget, and heal.
+//! * [`masters`] — [`Masters`]: the masters a small program was given, or three local ones
+//!   (what quorumlock's examples use).
 //! * [`history`] — [`History`]: records the operations of a test's clients and the faults, and
 //!   checks them for violations (overlapping leases, fences out of order, two holders inside a
 //!   critical section at once), with the witnesses clients call inside their critical sections.
@@ -99,6 +101,7 @@
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod history;
+pub mod masters;
 pub mod proxy;
 pub mod server;
 
@@ -136,6 +139,10 @@ pub mod naive_semaphore;
 // Sandboxed masters.
 #[doc(no_inline)]
 pub use server::{RedisNodes, RedisServer, RedisServerBuilder, REDIS_SERVER_ENV};
+
+// The masters an example runs against.
+#[doc(no_inline)]
+pub use masters::{Masters, NODES_ENV};
 
 // The fault proxy.
 #[doc(no_inline)]
