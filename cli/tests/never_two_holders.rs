@@ -215,6 +215,49 @@ fn sigterm_stops_processes_that_left_the_group_before_the_lock_passes_on() {
 }
 
 #[test]
+fn a_lost_lock_stops_processes_that_left_the_group_before_the_lease_ends() {
+    let nodes = RedisNodes::spawn(5).unwrap();
+    let witness = Witness::new();
+    let release = witness.path("release");
+    let _cleanup = Cleanup::new(&witness);
+    let first = spawn(
+        &witness,
+        "A",
+        exec(
+            &nodes,
+            &[
+                "--resource",
+                "left-then-lost",
+                "--ttl",
+                "2s",
+                "--grace",
+                "10s",
+            ],
+            &leaver(&witness, &release, true),
+        ),
+    );
+    assert!(witness.wait_started("A"));
+    let left = left_behind(&witness);
+    assert_eq!(left.len(), 2);
+
+    for i in [0, 1, 2] {
+        nodes[i].pause().unwrap();
+    }
+    // The loss is signalled before the lease ends; the lock can be taken again once the first
+    // holder's keys expire.
+    let stopped = wait_until(Duration::from_secs(10), || left.iter().all(|p| !alive(*p)));
+    for i in [0, 1, 2] {
+        nodes[i].resume().unwrap();
+    }
+    let first = first.finish();
+    assert!(stopped, "{:#?}", witness.lines());
+    assert_eq!(first.status.code(), Some(76), "{}", text(&first));
+    let second = follower(&nodes, &witness, "left-then-lost").finish();
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    witness.assert_one_after_the_other("A", "B");
+}
+
+#[test]
 fn a_stalled_quorumlock_still_stops_its_command_by_the_lease_deadline() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let witness = Witness::new();
