@@ -29,7 +29,10 @@ async fn in_line_everywhere(nodes: &RedisNodes, key: &str, waiters: usize) {
         nodes.iter().all(|s| line(s, key).len() == waiters)
     })
     .await;
-    assert!(queued, "{waiters} waiter(s) never stood in the line of {key}");
+    assert!(
+        queued,
+        "{waiters} waiter(s) never stood in the line of {key}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -56,7 +59,10 @@ async fn a_waiter_granted_by_a_master_that_lost_the_key_does_not_hand_the_lock_t
         "{attempts} attempts and {wakeups} wake-ups in 2 s while nobody released"
     );
     holder.release().await.unwrap();
-    let lock = waiter.await.unwrap().expect("handed the lock by the release");
+    let lock = waiter
+        .await
+        .unwrap()
+        .expect("handed the lock by the release");
     lock.release().await.unwrap();
 }
 
@@ -93,7 +99,10 @@ async fn a_head_that_cannot_take_a_key_passes_it_to_the_waiter_behind() {
     // While it holds `a`, nobody else does; once it releases, the head may have it with `b`.
     lock.release().await.unwrap();
     b.release().await.unwrap();
-    let both = both.await.unwrap().expect("the head takes both keys once both are free");
+    let both = both
+        .await
+        .unwrap()
+        .expect("the head takes both keys once both are free");
     both.release().await.unwrap();
 }
 
@@ -173,7 +182,10 @@ async fn a_refusal_by_the_line_says_so() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_candidate_that_waited_longest_leads_next_whatever_its_acquire_timeout() {
     let nodes = five();
-    let leader = client(&nodes).elect("scheduler", TTL, "leader").await.unwrap();
+    let leader = client(&nodes)
+        .elect("scheduler", TTL, "leader")
+        .await
+        .unwrap();
     // An acquire timeout far shorter than the wait: the campaign must not start over behind
     // later candidates each time it passes. The later candidate's never passes.
     let early = builder(&nodes)
