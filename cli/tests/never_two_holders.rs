@@ -215,6 +215,45 @@ fn sigterm_stops_processes_that_left_the_group_before_the_lock_passes_on() {
 }
 
 #[test]
+fn sigkill_of_quorumlock_takes_processes_that_left_the_group_with_it() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let release = witness.path("release");
+    let _cleanup = Cleanup::new(&witness);
+    let first = spawn(
+        &witness,
+        "A",
+        exec(
+            &nodes,
+            &["--resource", "left-then-killed", "--ttl", "2s"],
+            &leaver(&witness, &release, true),
+        ),
+    );
+    assert!(witness.wait_started("A"));
+    let left = left_behind(&witness);
+    assert_eq!(left.len(), 2);
+    // The watchdog learns the command's processes by looking every 50 ms; once quorumlock is
+    // dead, those outside its group can no longer be traced back to it. Let it look a few
+    // times first.
+    std::thread::sleep(Duration::from_secs(1));
+
+    kill(pid(&first.child), Signal::SIGKILL).unwrap();
+    let second = follower(&nodes, &witness, "left-then-killed").finish();
+    let first = first.finish();
+
+    assert_eq!(first.status.code(), None, "{}", text(&first));
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    witness.assert_one_after_the_other("A", "B");
+    for pid in left {
+        assert!(
+            !alive(pid),
+            "process {pid} survived: {:#?}",
+            witness.lines()
+        );
+    }
+}
+
+#[test]
 fn a_lost_lock_stops_processes_that_left_the_group_before_the_lease_ends() {
     let nodes = RedisNodes::spawn(5).unwrap();
     let witness = Witness::new();

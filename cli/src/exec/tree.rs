@@ -83,6 +83,46 @@ pub(crate) fn descendants(table: &[Process], roots: &[Pid]) -> Vec<Process> {
     found
 }
 
+/// The descendants of `root` that are alive now, found by following the kernel's lists of
+/// each thread's children (`/proc/<pid>/task/<tid>/children`): reads only the tree itself, not
+/// every process of the system. `None` when the kernel keeps no such lists
+/// (`CONFIG_PROC_CHILDREN`); then use [`processes`] and [`descendants`].
+pub(crate) fn descendants_of(root: Pid) -> Option<Vec<Process>> {
+    let mut found = Vec::new();
+    let mut queue = vec![children(root)?];
+    while let Some(pids) = queue.pop() {
+        for pid in pids {
+            // One that exits meanwhile is no longer there to find.
+            let Some(p) = process(pid) else { continue };
+            if !p.zombie {
+                found.push(p);
+            }
+            queue.push(children(pid).unwrap_or_default());
+        }
+    }
+    Some(found)
+}
+
+/// The children of every thread of `pid`: an orphan is reparented to one thread of its
+/// subreaper, not necessarily the main one.
+fn children(pid: Pid) -> Option<Vec<Pid>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut found = Vec::new();
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        any = true;
+        found.extend(
+            list.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .map(Pid::from_raw),
+        );
+    }
+    any.then_some(found)
+}
+
 /// The live descendants of this process, leaving out `except` (the watchdog, say).
 pub(crate) fn my_descendants(except: Option<Pid>) -> Vec<Process> {
     let me = nix::unistd::getpid();
@@ -142,15 +182,19 @@ mod tests {
     }
 
     #[test]
-    fn this_process_finds_a_child_that_left_its_group() {
+    fn this_process_finds_a_child_that_left_its_group_both_ways() {
         let mut child = std::process::Command::new("setsid")
             .args(["sleep", "5"])
             .spawn()
             .unwrap();
         let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
-        let found = my_descendants(None).iter().any(|p| p.pid == pid);
+        let in_table = my_descendants(None).iter().any(|p| p.pid == pid);
+        let in_lists =
+            descendants_of(nix::unistd::getpid()).map(|found| found.iter().any(|p| p.pid == pid));
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(found);
+        assert!(in_table);
+        // Where the kernel keeps the lists, they find it too.
+        assert_ne!(in_lists, Some(false));
     }
 }

@@ -37,7 +37,7 @@ use super::tree;
 const ARG: &str = "__watchdog";
 
 /// How often the watchdog looks for the command's processes, to know them should `exec` die.
-const SCAN: Duration = Duration::from_millis(20);
+const SCAN: Duration = Duration::from_millis(50);
 
 /// How long the watchdog keeps killing a command whose processes keep appearing (forking as
 /// they are killed) before it looks at its pipe again.
@@ -300,12 +300,20 @@ impl Watch {
         found
     }
 
-    /// Remembers the command's processes running now.
+    /// Remembers the command's processes running now. While `exec` lives (the usual case, every
+    /// [`SCAN`]) only its own tree is read, not the whole process table.
     fn scan(&mut self) {
-        let table = tree::processes();
-        let command = self.command(&table);
-        self.known
-            .retain(|pid, start| table.iter().any(|p| p.pid == *pid && p.start == *start));
+        let me = nix::unistd::getpid();
+        let exec = self
+            .exec
+            .filter(|(pid, start)| tree::process(*pid).is_some_and(|p| p.start == *start));
+        let command = match exec.and_then(|(pid, _)| tree::descendants_of(pid)) {
+            Some(found) => found.into_iter().filter(|p| p.pid != me).collect(),
+            None => self.command(&tree::processes()),
+        };
+        self.known.retain(|pid, start| {
+            tree::process(*pid).is_some_and(|p| p.start == *start && !p.zombie)
+        });
         for p in command {
             self.known.insert(p.pid, p.start);
         }
