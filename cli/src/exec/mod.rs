@@ -35,9 +35,13 @@ use supervise::{Outcome, Plan, Work};
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
-  # Run the nightly report on exactly one machine; the others exit 75 at once.
+  # Run the nightly report on exactly one machine; the others exit 75 at once. The resource
+  # comes first (or as --resource), the command after `--`.
   quorumlock exec --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
-      --resource nightly-report --ttl 30s -- ./report.sh --full
+      nightly-report --ttl 30s -- ./report.sh --full
+
+  # Wait up to a minute, through a restart of the masters too; -v says what it waits for.
+  quorumlock -v exec nightly-report -w 1m -- ./report.sh
 
   # Wait up to 10 minutes for the lock; pass the fencing token to the job (like flock -c).
   QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 \\
@@ -101,7 +105,7 @@ pub(crate) struct ExecArgs {
     #[arg(long)]
     fencing: bool,
     /// A semaphore: at most K commands hold the resource at a time (like `consul lock -n`).
-    /// Every process must pass the same K.
+    /// Every process must pass the same K: a K other than the current holders' is refused.
     #[arg(long, value_name = "K", conflicts_with_all = ["read", "write"])]
     permits: Option<u32>,
     /// A read hold of a read-write lock: runs beside other readers, never beside a writer.
@@ -444,7 +448,11 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     // The key held (a permit's slot, say) and its token, to see the release through.
     let held_as = std::cell::RefCell::new(None);
     let hold = async {
-        tracing::info!(resource = args.resource(), wait = ?args.wait(), "taking the lock");
+        let wait = match args.wait() {
+            Wait::For(wait) => format!("{wait:?}"),
+            Wait::Forever => "forever".to_owned(),
+        };
+        tracing::info!(resource = args.resource(), wait, "taking the lock");
         let lock = tokio::select! {
             lock = args.acquire_within(&rl, give_up) => lock?,
             never = report_line(&rl, args.resource()) => match never {},

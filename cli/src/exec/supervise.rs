@@ -145,6 +145,9 @@ enum Stdin {
     Ignored,
 }
 
+/// What stdin is, for a hold without a command: only a pipe, socket or terminal can close in a
+/// way that means "stop" (a script's background job gets `/dev/null`, which reads as closed at
+/// once).
 fn stdin() -> Stdin {
     use std::io::IsTerminal;
     use std::os::fd::AsFd;
