@@ -52,8 +52,8 @@ impl Redlock {
     /// dropped then.
     ///
     /// It waits in line for as long as it takes to be elected (wrap it in
-    /// `tokio::time::timeout` to bound that): the client's acquire timeout only paces the
-    /// retries. **The term** is [`Held::fencing_token`]: strictly greater than every earlier
+    /// `tokio::time::timeout` to bound that), as one acquire that keeps its place: the client's
+    /// acquire timeout and retry count do not apply. **The term** is [`Held::fencing_token`]: strictly greater than every earlier
     /// leader's, whatever the client's fencing setting; pass it to what the leader writes to.
     ///
     /// To resign, return from the body: the lock is released and the candidate that waited

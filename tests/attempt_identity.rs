@@ -20,21 +20,18 @@ use quorumlock_testkit::RedisNodes;
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// Pauses every master, and resumes them all after `for_`, in the background.
-fn pause_all(nodes: &RedisNodes, for_: Duration) -> std::thread::JoinHandle<()> {
-    let pids: Vec<u32> = nodes.iter().map(|s| s.pid().unwrap()).collect();
+fn pause_all(nodes: &RedisNodes) {
     for server in nodes.iter() {
         server.pause().unwrap();
     }
-    std::thread::spawn(move || {
-        std::thread::sleep(for_);
-        for pid in pids {
-            // SIGCONT by PID: the servers are borrowed by the test, not movable into a thread.
-            let _ = std::process::Command::new("kill")
-                .args(["-CONT", &pid.to_string()])
-                .status();
-        }
-    })
+}
+
+/// Resumes every master `after` from now.
+async fn resume_all_after(nodes: &RedisNodes, after: Duration) {
+    tokio::time::sleep(after).await;
+    for server in nodes.iter() {
+        server.resume().unwrap();
+    }
 }
 
 fn slow_nodes(nodes: &RedisNodes) -> Redlock {
@@ -53,12 +50,12 @@ async fn a_retried_rollback_of_an_owners_attempt_leaves_its_later_attempts_grant
     let nodes = RedisNodes::spawn(3).unwrap();
     let rl = slow_nodes(&nodes);
     rl.connect().await.unwrap();
-    let resumed = pause_all(&nodes, Duration::from_millis(1_550));
-    let lock = rl
-        .acquire_as("shard:7", "worker-7", TTL)
-        .await
-        .expect("granted once the masters resume");
-    resumed.join().unwrap();
+    pause_all(&nodes);
+    let (lock, ()) = tokio::join!(
+        rl.acquire_as("shard:7", "worker-7", TTL),
+        resume_all_after(&nodes, Duration::from_millis(1_550)),
+    );
+    let lock = lock.expect("granted once the masters resume");
     assert!(rl.stats().attempts >= 2, "{:?}", rl.stats());
     // Every late cleanup has run by now: retried rollbacks pause 100 ms, then up to 1 s.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -85,12 +82,12 @@ async fn a_retried_rollback_of_a_campaign_attempt_leaves_the_elected_term_alone(
     let nodes = RedisNodes::spawn(3).unwrap();
     let rl = slow_nodes(&nodes);
     rl.connect().await.unwrap();
-    let resumed = pause_all(&nodes, Duration::from_millis(1_550));
-    let term = rl
-        .elect("scheduler", TTL, "host-a")
-        .await
-        .expect("elected once the masters resume");
-    resumed.join().unwrap();
+    pause_all(&nodes);
+    let (term, ()) = tokio::join!(
+        rl.elect("scheduler", TTL, "host-a"),
+        resume_all_after(&nodes, Duration::from_millis(1_550)),
+    );
+    let term = term.expect("elected once the masters resume");
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Another candidate cannot be elected while the first term is valid...

@@ -25,9 +25,7 @@ for i = 1, n do
   drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
-  local owned = owner and value and #value == 33 + #owner
-    and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
-  if value == reserved or owned or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
+  if value == reserved or owned_by(value, owner) or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
     mine[#mine + 1] = i
   else
     granted = false

@@ -57,6 +57,13 @@ local function hand_over(key, line, leases, reserve, now, quiet, skip)
   end
 end
 
+-- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an
+-- owner id (see token.rs). The nonce's fixed length makes the owner's offset certain.
+local function owned_by(value, owner)
+  return owner ~= nil and value ~= nil and value ~= false and #value == 33 + #owner
+    and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
+end
+
 -- Whether anybody waits in `line`: a plain attempt (no place in line) is refused then, so that
 -- a key that fell free without a release (its holder's lease ran out) goes to the head of the
 -- line, not to whoever asks first.
