@@ -59,6 +59,35 @@ impl Holder {
     }
 }
 
+/// Whether a holder's process still runs, as far as this machine can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Process {
+    /// On this host, a `quorumlock` process with its pid runs.
+    Running,
+    /// On this host, no `quorumlock` process has its pid: the holder died without releasing
+    /// (SIGKILL, a crash, a reboot), and the lock lapses only with its TTL.
+    Gone,
+    /// It ran on another host: nothing here can tell.
+    Elsewhere,
+}
+
+impl Holder {
+    /// Whether this holder's process still runs, looked up when it ran on this host. A pid
+    /// taken over by another program counts as gone: the process's name must still be
+    /// `quorumlock`.
+    pub(crate) fn process(&self) -> Process {
+        let here = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned());
+        if here.ok().as_deref() != Some(self.host.as_str()) {
+            return Process::Elsewhere;
+        }
+        let name = std::fs::read_to_string(format!("/proc/{}/comm", self.pid));
+        match name {
+            Ok(name) if name.trim_end() == "quorumlock" => Process::Running,
+            _ => Process::Gone,
+        }
+    }
+}
+
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "pid {} on {} since {}", self.pid, self.host, self.since)?;
@@ -219,22 +248,22 @@ pub(crate) async fn read(masters: &[Master], lock_key: &str) -> Option<Holder> {
         .map(|(h, _)| h)
 }
 
+/// `arg` as a shell would read it back: as it is when plain, single-quoted otherwise.
+pub(crate) fn shell_word(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
 /// The command as a shell would show it, cut to [`MAX_COMMAND`] characters.
 fn describe_command(argv: &[String]) -> String {
-    let quoted: Vec<String> = argv
-        .iter()
-        .map(|arg| {
-            let plain = !arg.is_empty()
-                && arg
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
-            if plain {
-                arg.clone()
-            } else {
-                format!("'{}'", arg.replace('\'', r"'\''"))
-            }
-        })
-        .collect();
+    let quoted: Vec<String> = argv.iter().map(|arg| shell_word(arg)).collect();
     let text = quoted.join(" ");
     match text.char_indices().nth(MAX_COMMAND) {
         Some((cut, _)) => format!("{}...", &text[..cut]),

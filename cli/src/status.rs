@@ -300,6 +300,13 @@ fn table(status: &Inspection, holder: Option<&Holder>, leader: Option<&Leader>) 
     ));
     if let Some(holder) = holder {
         lines.push(format!("holder {}: {holder}", holder.lock));
+        if holder.process() == holder::Process::Gone {
+            lines.push(format!(
+                "its process is gone: no quorumlock process {} on this host; the lock lapses with its TTL, or `quorumlock unlock {} --force` frees it now",
+                holder.pid,
+                holder::shell_word(&status.resource)
+            ));
+        }
     }
     if let Some(leader) = leader {
         lines.push(format!("leader: {}", leader.value));
@@ -430,6 +437,11 @@ fn report(status: &Inspection, holder: Option<&Holder>, leader: Option<&Leader>)
         "holding": holding,
         "quorum": status.quorum,
         "holder": holder,
+        "holder_process": holder.map(|h| match h.process() {
+            holder::Process::Running => "running",
+            holder::Process::Gone => "gone",
+            holder::Process::Elsewhere => "elsewhere",
+        }),
         "leader": leader.map(|l| l.value.as_str()),
         "nodes": status.nodes.iter().map(node_json).collect::<Vec<_>>(),
     })

@@ -206,3 +206,51 @@ fn unlock_deletes_a_read_held_lock_and_names_a_semaphores_permits() {
     );
     end(&witness, vec![reader, permit]);
 }
+
+#[test]
+fn status_says_when_the_recorded_holders_process_is_gone() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let mut holder = hold(
+        &nodes,
+        &witness,
+        "first",
+        &["--resource", "nightly", "--ttl", "1h"],
+    );
+    let live = run(quorumlock(&nodes).args(["status", "nightly"]));
+    assert!(stdout(&live).contains("holder "), "{}", text(&live));
+    assert!(!stdout(&live).contains("is gone"), "{}", text(&live));
+    let json = run(quorumlock(&nodes).args(["status", "--json", "nightly"]));
+    assert!(
+        stdout(&json).contains(r#""holder_process":"running""#),
+        "{}",
+        text(&json)
+    );
+
+    // SIGKILL: nothing is released, the lock stays for its hour.
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let dead = run(quorumlock(&nodes).args(["status", "nightly"]));
+    let shown = stdout(&dead);
+    assert!(shown.contains("held"), "{}", text(&dead));
+    assert!(
+        shown.contains(&format!(
+            "its process is gone: no quorumlock process {} on this host",
+            holder.id()
+        )),
+        "{}",
+        text(&dead)
+    );
+    assert!(
+        shown.contains("`quorumlock unlock nightly --force` frees it now"),
+        "{}",
+        text(&dead)
+    );
+    let json = run(quorumlock(&nodes).args(["status", "--json", "nightly"]));
+    assert!(
+        stdout(&json).contains(r#""holder_process":"gone""#),
+        "{}",
+        text(&json)
+    );
+    std::fs::write(witness.path("done"), "").unwrap();
+}
