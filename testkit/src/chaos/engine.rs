@@ -402,6 +402,11 @@ impl Ctl {
         self.stop.load(Ordering::SeqCst)
     }
 
+    /// The flag that says the run stopped, for tasks the driver starts beside it.
+    pub(super) fn stop_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.stop)
+    }
+
     /// Sleeps `d`, waking early when the run stops; `true` if the run goes on.
     pub(super) async fn sleep(&self, d: Duration) -> bool {
         let until = Instant::now() + d;
@@ -528,6 +533,25 @@ pub(super) struct Ran {
     pub(super) capacity: Option<OccupancyWitness>,
     /// The read-write lock's witness.
     pub(super) rw: Option<ReadWriteWitness>,
+    /// The library's own counts, summed over the clients of a lock workload.
+    pub(super) counted: ClientCounts,
+}
+
+/// What the clients of a lock workload counted (see [`quorumlock::Stats`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ClientCounts {
+    /// Attempts sent, retries included.
+    pub(super) attempts: u64,
+    /// Waits cut short by a hand-off.
+    pub(super) wakeups: u64,
+}
+
+impl ClientCounts {
+    fn add(&mut self, rl: &Redlock) {
+        let stats = rl.stats();
+        self.attempts += stats.attempts;
+        self.wakeups += stats.wakeups;
+    }
 }
 
 /// Shared by every client task of a run.
@@ -559,6 +583,7 @@ pub(super) struct Shared {
     watched_waiters: AtomicUsize,
     /// The tasks that follow each waiter killed at the head of a line.
     head_kills: Mutex<Vec<tokio::task::JoinHandle<HeadKill>>>,
+    counted: Mutex<ClientCounts>,
 }
 
 /// Runs `setup` with `driver` injecting faults, until the target or the time limit.
@@ -618,6 +643,7 @@ where
         probe: Arc::new(Probe::new(cluster.addrs())),
         watched_waiters: AtomicUsize::new(0),
         head_kills: Mutex::new(Vec::new()),
+        counted: Mutex::new(ClientCounts::default()),
     });
 
     let stall_meter = tokio::spawn(measure_stalls(Arc::clone(&stop)));
@@ -719,6 +745,7 @@ where
     let rounds = std::mem::take(&mut *mutex::lock(&rounds));
     let capacity = shared.capacity.clone();
     let rw = shared.rw.clone();
+    let counted = *mutex::lock(&shared.counted);
     Ok(Ran {
         setup,
         history,
@@ -736,6 +763,7 @@ where
         stalls,
         capacity,
         rw,
+        counted,
     })
 }
 
@@ -1013,6 +1041,7 @@ async fn free_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
             // new process takes its place and wants the same resource at once.
             mutex::lock(&shared.kills).push((resource.clone(), Instant::now()));
             std::mem::forget(lock);
+            mutex::lock(&shared.counted).add(&rl);
             rl = shared.redlock();
             while !shared.stopped() {
                 if let Some(mut lock) = shared.acquire(&rl, client, &resource, false).await {
@@ -1045,6 +1074,7 @@ async fn free_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
 
         let _ = shared.release(client, lock).await;
     }
+    mutex::lock(&shared.counted).add(&rl);
 }
 
 /// A client of a group that starts every round at the same instant on one resource: up to

@@ -13,13 +13,14 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, Script};
 
-use super::engine::{Ctl, Ran, Setup, KEY_PREFIX};
+use super::engine::{ClientCounts, Ctl, Ran, Setup, KEY_PREFIX};
 use super::Check;
 use crate::mutex;
 use crate::{Op, OpKind};
@@ -105,6 +106,23 @@ if lapses and lapses > now and redis.call('ZSCORE', KEYS[2], ARGV[1]) then queue
 local reserved = 0
 if redis.call('GET', KEYS[1]) == '~queued:' .. ARGV[1] then reserved = 1 end
 return {queued, reserved}",
+    )
+});
+
+/// Per resource, whether its lock key is free (no holder, no reservation) while its line holds
+/// live waiters: 1 or 0 each. KEYS: per resource its lock key, its line and its leases.
+static FREE_AND_WAITED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local found = {}
+for i = 1, #KEYS, 3 do
+  local free = redis.call('EXISTS', KEYS[i]) == 0
+  local waited = redis.call('ZCOUNT', KEYS[i + 2], '(' .. now, '+inf') > 0
+  table.insert(found, (free and waited) and 1 or 0)
+end
+return found",
     )
 });
 
@@ -309,6 +327,29 @@ impl Probe {
         self.run(i, &LINE_ENTRIES, &[], &[pattern]).await
     }
 
+    /// Per resource `0..resources`, on how many masters its key is free while waiters stand in
+    /// its line (see `FREE_AND_WAITED`).
+    async fn free_and_waited(&self, resources: usize) -> Vec<usize> {
+        let names: Vec<[String; 3]> = (0..resources)
+            .map(|r| {
+                let key = lock_key(&Setup::resource(r));
+                [format!("{key}:queue"), format!("{key}:leases"), key]
+            })
+            .map(|[line, leases, key]| [key, line, leases])
+            .collect();
+        let keys: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
+        let found: Vec<Option<Vec<u8>>> = self.run_everywhere(&FREE_AND_WAITED, &keys, &[]).await;
+        (0..resources)
+            .map(|r| {
+                found
+                    .iter()
+                    .flatten()
+                    .filter(|answer| answer.get(r) == Some(&1))
+                    .count()
+            })
+            .collect()
+    }
+
     /// The line keys left on the masters that answer (`master i: key`), each with its PTTL.
     pub(super) async fn line_keys(&self) -> Vec<(String, Duration)> {
         let found: Vec<Option<Vec<(String, i64)>>> = self
@@ -395,6 +436,87 @@ pub(super) struct LineFaults {
     pub(super) faults_with_waiters: usize,
     /// The last resume of a paused master.
     pub(super) last_resume: Option<Instant>,
+    /// When a resource's key was free on a quorum while waiters stood in its line ...
+    pub(super) free_spells: Vec<FreeSpell>,
+    /// ... over this many samples of every master.
+    pub(super) free_samples: usize,
+}
+
+/// A time during which a resource's key was seen free (no holder, no reservation) on a quorum
+/// of masters while waiters stood in its line there: from the first sample that saw it to the
+/// first that did not.
+#[derive(Debug, Clone)]
+pub(super) struct FreeSpell {
+    pub(super) resource: String,
+    pub(super) from: Instant,
+    pub(super) to: Instant,
+}
+
+/// How often the free-key watch samples the masters.
+const FREE_WATCH_EVERY: Duration = Duration::from_millis(10);
+
+/// Samples every resource's key and line on every master until `stop`, and returns the spells
+/// during which a key was free on a quorum while waiters stood in its line.
+async fn watch_free_keys(
+    probe: Probe,
+    resources: usize,
+    stop: Arc<AtomicBool>,
+) -> (Vec<FreeSpell>, usize) {
+    let mut samples = 0;
+    let mut since: Vec<Option<Instant>> = vec![None; resources];
+    let mut spells = Vec::new();
+    let mut close = |r: usize, from: Instant, to: Instant| {
+        spells.push(FreeSpell {
+            resource: Setup::resource(r),
+            from,
+            to,
+        });
+    };
+    while !stop.load(Ordering::SeqCst) {
+        let asked = Instant::now();
+        let masters = probe.free_and_waited(resources).await;
+        samples += 1;
+        for (r, &free) in masters.iter().enumerate() {
+            match (since[r], free >= probe.quorum()) {
+                (None, true) => since[r] = Some(asked),
+                (Some(from), false) => {
+                    close(r, from, asked);
+                    since[r] = None;
+                }
+                _ => {}
+            }
+        }
+        tokio::time::sleep(FREE_WATCH_EVERY).await;
+    }
+    let end = Instant::now();
+    for (r, from) in since.into_iter().enumerate() {
+        if let Some(from) = from {
+            close(r, from, end);
+        }
+    }
+    (spells, samples)
+}
+
+/// Runs the line fault driver `driver` while watching the masters for keys left free while
+/// waiters stand in line (see [`no_waiter_refused_while_the_key_is_free`]); the spells go to
+/// `log`.
+pub(super) async fn watching_free_keys<F, Fut>(
+    ctl: Ctl,
+    log: Arc<Mutex<LineFaults>>,
+    driver: F,
+) -> io::Result<()>
+where
+    F: FnOnce(Ctl, Arc<Mutex<LineFaults>>) -> Fut,
+    Fut: std::future::Future<Output = io::Result<()>>,
+{
+    let probe = Probe::new(ctl.cluster.addrs());
+    let watch = tokio::spawn(watch_free_keys(probe, ctl.setup.resources, ctl.stop_flag()));
+    let driven = driver(ctl, Arc::clone(&log)).await;
+    let (spells, samples) = watch.await.map_err(io::Error::other)?;
+    let mut log = mutex::lock(&log);
+    (log.free_spells, log.free_samples) = (spells, samples);
+    drop(log);
+    driven
 }
 
 /// One dead waiter written at the head of a line on every master.
@@ -566,6 +688,109 @@ fn acquires(ran: &Ran) -> Vec<Op> {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// How often a waiter in line attempts when nothing wakes it: its retry delay, at most a third
+/// of its entry lease (each attempt renews its entry).
+fn poll_interval(s: &Setup) -> Duration {
+    (s.entry_lease() / 3).min(s.retry_delay.saturating_sub(s.retry_jitter))
+}
+
+/// Waiters do not spin: a waiter attempts at arrival, once more as it takes its place in line,
+/// then only when a hand-off wakes it or its poll interval ends. Wake-ups come from releases
+/// (one head per resource each), from killed waiters passing their reservation on, and from
+/// the rollback of a polled attempt that reached a key reserved for another waiter; never from
+/// a waiter's own rollback, which once woke the waiter itself and made it attempt again at
+/// once against the same holder (hundreds of attempts in a second, with nobody releasing).
+pub(super) fn waiters_attempt_once_per_hand_off(ran: &Ran) -> Check {
+    let s = &ran.setup;
+    let poll = poll_interval(s);
+    let ops = ran.history.ops();
+    let calls: Vec<&Op> = ops.iter().filter(|op| op.kind == OpKind::Acquire).collect();
+    let releases = ops
+        .iter()
+        .filter(|op| op.kind == OpKind::Release && op.succeeded())
+        .count() as u64;
+    let killed = ran.head_kills.len() as u64;
+    let timeout = s
+        .acquire_timeout
+        .unwrap_or(quorumlock::DEFAULT_ACQUIRE_TIMEOUT);
+    // The polls each call could make: its wait over the interval; a killed call waited at most
+    // its acquire timeout.
+    let polls_of = |waited: Duration| (waited.as_micros() / poll.as_micros().max(1)) as u64;
+    let polls: u64 = calls
+        .iter()
+        .map(|op| polls_of(op.end - op.start))
+        .sum::<u64>()
+        + killed * polls_of(timeout);
+    let calls = calls.len() as u64 + killed;
+    let ClientCounts { attempts, wakeups } = ran.counted;
+    let woken_bound = releases + killed + polls;
+    let attempts_bound = 2 * calls + wakeups + polls;
+    let per_release = |n: u64| n as f64 / releases.max(1) as f64;
+    Check::new(
+        "waiters attempt once per hand-off or poll: no waiter spins",
+        releases > 0 && wakeups <= woken_bound && attempts <= attempts_bound,
+        format!(
+            "{attempts} attempts ({:.2} per release; bound {attempts_bound} = 2 × {calls} calls + wake-ups + {polls} polls of {:.0}ms), {wakeups} wake-ups ({:.2} per release; bound {woken_bound} = {releases} releases + {killed} killed waiters + polls)",
+            per_release(attempts),
+            ms(poll),
+            per_release(wakeups),
+        ),
+    )
+}
+
+/// No waiter is refused while the key is free: a key free on a quorum of masters while waiters
+/// stand in its line there (a holder's lease ran out, or a waiter handed a key it could not use
+/// passed it on) is taken by the head within an entry lease, since the head attempts at least
+/// every third of one; a waiter that died in that line may hold it one entry lease more
+/// (`deaths`, as for [`contended_resources_come_back`]).
+pub(super) fn no_waiter_refused_while_the_key_is_free(
+    ran: &Ran,
+    log: &LineFaults,
+    deaths: &[(String, Instant)],
+) -> Check {
+    let s = &ran.setup;
+    let lease = s.entry_lease();
+    let origin = ran.history.origin();
+    let (mut judged, mut late) = (0, 0);
+    let mut worst = (Duration::ZERO, String::new());
+    for spell in &log.free_spells {
+        let dead = deaths
+            .iter()
+            .filter(|(r, at)| *r == spell.resource && *at + lease > spell.from && *at < spell.to)
+            .count() as u32;
+        let bound = lease * (1 + dead) + s.node_timeout + RECOVERY_SLACK;
+        if spell.from + bound >= ran.stopped_at {
+            continue;
+        }
+        judged += 1;
+        let lasted = ran.stalls.net(spell.from, spell.to);
+        late += usize::from(lasted > bound);
+        if lasted > worst.0 {
+            worst = (
+                lasted,
+                format!(
+                    " ({} from {:.0}ms, {dead} dead waiters, bound {:.0}ms)",
+                    spell.resource,
+                    ms(spell.from - origin),
+                    ms(bound)
+                ),
+            );
+        }
+    }
+    Check::new(
+        "no waiter is refused while the key is free: a free key with waiters goes to the head within an entry lease",
+        log.free_samples > 0 && late == 0,
+        format!(
+            "{} samples every {:.0}ms; {judged} spells of a key free on a quorum with waiters in line, longest {:.0}ms less stalls{}; late {late}; {}",
+            log.free_samples,
+            ms(FREE_WATCH_EVERY),
+            ms(worst.0),
+            worst.1,
+            ran.stalls.summary()
+        ),
+    )
 }
 
 /// Every acquire call, successful or not, returned within its acquire timeout plus one

@@ -95,7 +95,10 @@ pub enum Scenario {
     ///     on within one entry lease; no waiter waits past its acquire timeout.
     WaiterKilledAtHead,
     /// 16. Separate clients waiting in line while one or two masters holding lines are killed,
-    ///     left down for more than a TTL and restarted empty: their lines are lost.
+    ///     left down for more than a TTL and restarted empty: their lines are lost. Holds last
+    ///     up to 30 ms, so that waiters meet restarted masters without the holder's key. Like
+    ///     15 and 17, it checks that waiters neither spin (wake-ups and attempts per release)
+    ///     nor starve (a key free with waiters in line goes to the head within an entry lease).
     LineMasterRestarted,
     /// 17. Separate clients waiting in line while two masters at a time are paused (`SIGSTOP`)
     ///     with waiters queued, then resumed.

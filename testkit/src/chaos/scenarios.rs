@@ -181,16 +181,19 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             let log = Arc::new(Mutex::new(LineFaults::default()));
             let ran = engine::run(setup, seed, {
                 let log = Arc::clone(&log);
-                move |ctl| line::dead_heads(ctl, log)
+                move |ctl| line::watching_free_keys(ctl, log, line::dead_heads)
             })
             .await?;
             let lapsed = line::lines_lapse_within_an_entry_lease(&ran).await;
             let log = std::mem::take(&mut *mutex::lock(&log));
             let quorum = ran.setup.masters / 2 + 1;
+            let deaths = line::deaths(&ran, &log);
             let checks = vec![
                 line::killed_heads_leave_the_line(&ran),
                 line::dead_heads_block_for_at_most_an_entry_lease(&ran, &log, quorum),
-                line::contended_resources_come_back(&ran, &line::deaths(&ran, &log)),
+                line::contended_resources_come_back(&ran, &deaths),
+                line::no_waiter_refused_while_the_key_is_free(&ran, &log, &deaths),
+                line::waiters_attempt_once_per_hand_off(&ran),
                 line::no_waiter_past_its_timeout(&ran),
                 lapsed,
             ];
@@ -198,14 +201,17 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         }
         Scenario::LineMasterRestarted => {
             // Empty restarts reset the fencing counters (see FencedAofRestarts for fences).
+            // Holds long enough that a waiter often finds a restarted master without the
+            // holder's key: granted there, it must not wake itself with its own rollback.
             let setup = Setup {
                 fencing: false,
+                critical_section: Duration::from_millis(30),
                 ..in_line
             };
             let log = Arc::new(Mutex::new(LineFaults::default()));
             let ran = engine::run(setup, seed, {
                 let log = Arc::clone(&log);
-                move |ctl| line::line_masters_restarted(ctl, log)
+                move |ctl| line::watching_free_keys(ctl, log, line::line_masters_restarted)
             })
             .await?;
             let lapsed = line::lines_lapse_within_an_entry_lease(&ran).await;
@@ -213,6 +219,8 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             let checks = vec![
                 line::faults_hit_queued_waiters(&log, "masters killed"),
                 line::contended_resources_come_back(&ran, &[]),
+                line::no_waiter_refused_while_the_key_is_free(&ran, &log, &[]),
+                line::waiters_attempt_once_per_hand_off(&ran),
                 line::no_waiter_past_its_timeout(&ran),
                 lapsed,
             ];
@@ -226,7 +234,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             let log = Arc::new(Mutex::new(LineFaults::default()));
             let ran = engine::run(setup, seed, {
                 let log = Arc::clone(&log);
-                move |ctl| line::minority_paused_in_line(ctl, log)
+                move |ctl| line::watching_free_keys(ctl, log, line::minority_paused_in_line)
             })
             .await?;
             let log = std::mem::take(&mut *mutex::lock(&log));
@@ -240,6 +248,8 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 line::faults_hit_queued_waiters(&log, "masters paused"),
                 strays,
                 line::contended_resources_come_back(&ran, &[]),
+                line::no_waiter_refused_while_the_key_is_free(&ran, &log, &[]),
+                line::waiters_attempt_once_per_hand_off(&ran),
                 line::no_waiter_past_its_timeout(&ran),
                 lapsed,
             ];
