@@ -227,6 +227,23 @@ impl Redlock {
             nodes,
         })
     }
+
+    /// Whether `waiter`, read from a line by [`inspect`](Self::inspect), waits through this
+    /// client (any of its tasks or clones): a program that waits in line can find its own place.
+    ///
+    /// ```no_run
+    /// # async fn run(rl: quorumlock::Redlock) -> Result<(), quorumlock::Error> {
+    /// let status = rl.inspect("reports:nightly").await?;
+    /// for node in &status.nodes {
+    ///     if let Some(place) = node.queue.iter().position(|w| rl.is_own_waiter(w)) {
+    ///         println!("{}: place {} of {}", node.node, place + 1, node.queue.len());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn is_own_waiter(&self, waiter: &QueuedWaiter) -> bool {
+        waiter.id.starts_with(self.inner().wakeup().client())
+    }
 }
 
 /// One node's answer to `lua/inspect.lua`: the key's value and PTTL, the node's time in ms, the

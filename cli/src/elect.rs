@@ -34,9 +34,9 @@ pub(crate) struct ElectArgs {
     /// What this candidate announces as leader (default: hostname:pid).
     #[arg(long)]
     value: Option<String>,
-    /// The term's lease: renewed every third of it while leading. A dead leader is replaced
-    /// about this long after it died.
-    #[arg(long, default_value = "10s", value_parser = duration::parse, allow_hyphen_values = true)]
+    /// The term's lease: renewed every third of it while leading; from 1s to 24h. A dead leader
+    /// is replaced about this long after it died.
+    #[arg(long, default_value = "10s", value_parser = duration::parse_ttl, allow_hyphen_values = true)]
     ttl: Duration,
     /// Campaign again after the command ends or leadership is lost (not after a signal).
     #[arg(long)]

@@ -8,7 +8,7 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{exec, quorumlock, text, wait_for_file};
+use common::{exec, quorumlock, text, wait_for_file, wait_until, Witness};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use quorumlock_testkit::{RedisNodes, RedisServerBuilder};
@@ -59,6 +59,14 @@ fn a_ttl_that_cannot_work_or_is_absurd_is_refused() {
         assert_eq!(out.status.code(), Some(2), "{ttl}: {}", text(&out));
         assert!(stderr(&out).contains(why), "{ttl}: {}", text(&out));
         assert!(out.stdout.is_empty(), "{ttl}: {}", text(&out));
+        // A term's lease is bounded the same way.
+        let out = quorumlock(&nodes)
+            .args(["elect", "--name", "ttl", "--ttl", ttl, "--", "echo", "ran"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "elect {ttl}: {}", text(&out));
+        assert!(stderr(&out).contains(why), "elect {ttl}: {}", text(&out));
+        assert!(out.stdout.is_empty(), "elect {ttl}: {}", text(&out));
     }
 }
 
@@ -165,4 +173,49 @@ fn verbose_exec_says_what_it_waits_for_and_when_it_has_the_lock() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(stderr(&out).contains("taking the lock"), "{}", text(&out));
     assert!(stderr(&out).contains("acquired"), "{}", text(&out));
+}
+
+#[test]
+fn verbose_says_where_a_waiter_stands_in_line() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let done = witness.path("done");
+    let holder = exec(
+        &nodes,
+        &["--resource", "queue-me"],
+        &format!("while [ ! -e {} ]; do sleep 0.05; done", done.display()),
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let logged = |name: &str| witness.path(name);
+    let waiter = |name: &str| {
+        let log = std::fs::File::create(logged(name)).unwrap();
+        quorumlock(&nodes)
+            .args(["-v", "exec", "queue-me", "-w", "30s", "--", "true"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    };
+    let read = |name: &str| std::fs::read_to_string(logged(name)).unwrap_or_default();
+    let first = waiter("first.log");
+    assert!(
+        wait_until(Duration::from_secs(10), || read("first.log")
+            .contains("waiting in line: place 1 of 1")),
+        "{}",
+        read("first.log")
+    );
+    let second = waiter("second.log");
+    assert!(
+        wait_until(Duration::from_secs(10), || read("second.log")
+            .contains("waiting in line: place 2 of 2")),
+        "{}",
+        read("second.log")
+    );
+    std::fs::write(&done, "").unwrap();
+    for mut child in [holder, first, second] {
+        assert!(child.wait().unwrap().success());
+    }
 }

@@ -116,6 +116,11 @@ impl Wakeup {
         }
     }
 
+    /// This client's id: the first 16 characters of each of its waiters' ids.
+    pub(crate) fn client(&self) -> &str {
+        &self.shared.client
+    }
+
     /// A new waiter for `keys` that arrived at `arrived`, registered to be woken by hand-offs;
     /// the subscriber tasks are started or told about new channels (they subscribe in the
     /// background). `None` without a tokio runtime to run them on. The waiter takes its place on

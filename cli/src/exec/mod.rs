@@ -359,8 +359,8 @@ async fn check_within(rl: &Redlock, give_up: Option<Instant>) -> Result<(), Erro
     }
 }
 
-/// While waiting in line at `-v`, says now and then who holds the lock and how long the line
-/// is on the masters (this process included).
+/// While waiting in line at `-v`, says now and then who holds the lock, this process's place in
+/// the line and how long the line is (on the master where it stands furthest back).
 async fn report_line(rl: &Redlock, resource: &str) -> std::convert::Infallible {
     if !tracing::enabled!(tracing::Level::INFO) {
         return std::future::pending().await;
@@ -378,7 +378,21 @@ async fn report_line(rl: &Redlock, resource: &str) -> std::convert::Infallible {
             .map(|n| n.queue.len())
             .max()
             .unwrap_or(0);
-        tracing::info!(verdict = ?status.verdict, in_line, "waiting in line");
+        let place = status
+            .nodes
+            .iter()
+            .filter_map(|n| n.queue.iter().position(|w| rl.is_own_waiter(w)))
+            .max()
+            .map(|index| index + 1);
+        match place {
+            Some(place) => tracing::info!(
+                verdict = ?status.verdict,
+                "waiting in line: place {place} of {in_line}"
+            ),
+            None => {
+                tracing::info!(verdict = ?status.verdict, in_line, "waiting to take a place in line")
+            }
+        }
     }
 }
 
