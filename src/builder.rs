@@ -20,6 +20,11 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// Clock-drift allowance as a fraction of the TTL, by default (2 ms are always added).
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// How long a resource's fencing counter lasts after its last grant, by default.
+pub const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(3600);
+/// The shortest fencing grace [`RedlockBuilder::fence_grace`] accepts: a counter that expired
+/// must leave its master's clock at least one second past its last fence.
+pub const MIN_FENCE_GRACE: Duration = Duration::from_secs(1);
 /// Bound on opening a connection to a node, by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -52,6 +57,7 @@ pub struct RedlockBuilder {
     acquire_timeout: Option<Duration>,
     key_prefix: String,
     fencing: bool,
+    fence_grace: Duration,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -109,7 +115,8 @@ impl std::fmt::Debug for RedlockBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("key_prefix", &self.key_prefix)
-            .field("fencing", &self.fencing);
+            .field("fencing", &self.fencing)
+            .field("fence_grace", &self.fence_grace);
         #[cfg(feature = "tls")]
         f.field("tls", &self.tls);
         f.finish()
@@ -135,6 +142,7 @@ impl RedlockBuilder {
             acquire_timeout: None,
             key_prefix: String::new(),
             fencing: false,
+            fence_grace: DEFAULT_FENCE_GRACE,
             #[cfg(feature = "tls")]
             tls: TlsSettings::default(),
         }
@@ -197,10 +205,24 @@ impl RedlockBuilder {
 
     /// Gives every lock a fencing token ([`Lock::fencing_token`](crate::Lock::fencing_token)),
     /// strictly increasing across successive holders of a resource. It keeps a counter per
-    /// resource under the key `<prefix><resource>:fence`, and needs nodes that keep their data
-    /// across restarts (AOF). Default: off.
+    /// resource under the key `<prefix><resource>:fence`, which lasts
+    /// [`fence_grace`](Self::fence_grace) after the resource's last grant; a token is one above
+    /// the counter and never below the master's clock in seconds times a million, so a token
+    /// issued after the counter expired is still greater. It needs nodes that keep their data
+    /// across restarts (AOF) and clocks that agree (see the README's "Fencing tokens").
+    /// Default: off.
     pub fn fencing(mut self, on: bool) -> Self {
         self.fencing = on;
+        self
+    }
+
+    /// How long a resource's fencing counter lasts after its last grant (with
+    /// [`fencing`](Self::fencing)): a master keeps one counter per resource granted within it,
+    /// not one per resource ever locked. Tokens stay strictly increasing as long as no master's
+    /// clock runs behind another's, or steps back, by this much or more. From
+    /// [`MIN_FENCE_GRACE`] (1 s); default [`DEFAULT_FENCE_GRACE`] (1 h).
+    pub fn fence_grace(mut self, grace: Duration) -> Self {
+        self.fence_grace = grace;
         self
     }
 
@@ -246,6 +268,9 @@ impl RedlockBuilder {
         if self.node_timeout == Some(Duration::ZERO) || self.connect_timeout.is_zero() {
             return Err(ConfigError::ZeroNodeTimeout.into());
         }
+        if self.fence_grace < MIN_FENCE_GRACE {
+            return Err(ConfigError::FenceGrace(self.fence_grace).into());
+        }
 
         let mut nodes: Vec<Node> = Vec::with_capacity(self.urls.len());
         let mut seen: Vec<(String, i64)> = Vec::with_capacity(self.urls.len());
@@ -290,6 +315,7 @@ impl RedlockBuilder {
                 acquire_timeout: self.acquire_timeout,
                 key_prefix: self.key_prefix,
                 fencing: self.fencing,
+                fence_grace: self.fence_grace,
             },
         )))
     }

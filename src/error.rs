@@ -314,6 +314,10 @@ pub enum ConfigError {
     /// The per-node timeout is zero.
     #[error("node timeout must be greater than zero")]
     ZeroNodeTimeout,
+
+    /// The fencing grace is shorter than [`MIN_FENCE_GRACE`](crate::MIN_FENCE_GRACE).
+    #[error("fence grace {0:?} is shorter than 1s: an expired counter must leave the clock floor past its last fence")]
+    FenceGrace(std::time::Duration),
 }
 
 /// What went wrong on one node, named by its `host:port`.

@@ -36,6 +36,8 @@ pub(crate) struct Settings {
     pub(crate) acquire_timeout: Option<Duration>,
     pub(crate) key_prefix: String,
     pub(crate) fencing: bool,
+    /// How long a fencing counter lasts after its last grant.
+    pub(crate) fence_grace: Duration,
 }
 
 impl Inner {

@@ -124,14 +124,16 @@ impl Keys {
         !matches!(self, Keys::Read(_) | Keys::Write { .. })
     }
 
-    /// Whether an acquire advances the fencing counters, the client's setting being
-    /// `configured`: never for a reader, which shares the resource; always for a leader.
-    pub(crate) fn fenced(&self, configured: bool) -> bool {
-        match self {
+    /// How long a fencing counter lasts after its last grant, in ms, when an acquire advances
+    /// the counters; the client's fencing setting being `configured`: never for a reader, which
+    /// shares the resource; always for a leader.
+    pub(crate) fn fenced(&self, configured: bool, grace: Duration) -> Option<u64> {
+        let fenced = match self {
             Keys::Read(_) => false,
             Keys::Term { .. } => true,
             _ => configured,
-        }
+        };
+        fenced.then(|| millis(grace))
     }
 
     /// The channels hand-offs of these keys to the client `client`'s waiters are announced on;
@@ -150,14 +152,14 @@ impl Keys {
         }
     }
 
-    /// Sets every key (or none) to `token` for `ttl_ms`, advancing the fencing counters when
-    /// `fenced`. With a place in the line, the attempt is a waiter's (see `wakeup`): it renews
+    /// Sets every key (or none) to `token` for `ttl_ms`, advancing the fencing counters (each
+    /// lasting `fenced` ms after it) when fenced. With a place in the line, the attempt is a waiter's (see `wakeup`): it renews
     /// the waiter's entry, and takes the keys only if they are free and the waiter heads each
     /// line, or they are reserved for it.
     pub(crate) async fn acquire_on(
         &self,
         node: &Node,
-        fenced: bool,
+        fenced: Option<u64>,
         token: &str,
         ttl_ms: u64,
         in_line: Option<(&Ticket, Duration)>,
@@ -170,18 +172,21 @@ impl Keys {
                     _ => scripts::ACQUIRE.prepare_invoke(),
                 };
                 self.line_keys(&mut call);
-                if fenced {
+                if fenced.is_some() {
                     self.fence_keys(&mut call);
                 }
                 call.arg(token).arg(ttl_ms);
                 if let Keys::Owned { owner, .. } = self {
                     call.arg(&**owner);
                 }
+                if let Some(grace) = fenced {
+                    call.arg(grace);
+                }
                 let grant: i64 = node.invoke(call, timeout).await?;
                 Ok(match u64::try_from(grant) {
                     Err(_) => Acquired::Line,
                     Ok(0) => Acquired::Held,
-                    Ok(fence) if fenced => Acquired::Granted(vec![fence]),
+                    Ok(fence) if fenced.is_some() => Acquired::Granted(vec![fence]),
                     Ok(_) => Acquired::Granted(Vec::new()),
                 })
             }
@@ -198,34 +203,40 @@ impl Keys {
             (Keys::Write { key, writer, wait }, _) => {
                 let mut call = scripts::ACQUIRE_WRITE.prepare_invoke();
                 call.key(&**key).key(readers_key(key)).key(writers_key(key));
-                if fenced {
+                if fenced.is_some() {
                     call.key(fence_key(key));
                 }
                 call.arg(token)
                     .arg(ttl_ms)
                     .arg(&**writer)
                     .arg(millis(*wait));
+                if let Some(grace) = fenced {
+                    call.arg(grace);
+                }
                 let grant: u64 = node.invoke(call, timeout).await?;
                 Ok(match grant {
                     0 => Acquired::Held,
-                    fence if fenced => Acquired::Granted(vec![fence]),
+                    fence if fenced.is_some() => Acquired::Granted(vec![fence]),
                     _ => Acquired::Granted(Vec::new()),
                 })
             }
             (Keys::Many(keys), None) => {
                 let mut call = scripts::ACQUIRE_MANY.prepare_invoke();
                 self.line_keys(&mut call);
-                if fenced {
+                if fenced.is_some() {
                     self.fence_keys(&mut call);
                 }
                 call.arg(token).arg(ttl_ms).arg(keys.len());
+                if let Some(grace) = fenced {
+                    call.arg(grace);
+                }
                 let reply: redis::Value = node.invoke(call, timeout).await?;
                 fences_or_refusal(node, reply)
             }
             (_, Some((ticket, entry_lease))) => {
                 let mut call = scripts::ACQUIRE_QUEUED.prepare_invoke();
                 self.line_keys(&mut call);
-                if fenced {
+                if fenced.is_some() {
                     self.fence_keys(&mut call);
                 }
                 call.arg(token)
@@ -233,7 +244,8 @@ impl Keys {
                     .arg(self.len())
                     .arg(&ticket.id)
                     .arg(ticket.order)
-                    .arg(millis(entry_lease));
+                    .arg(millis(entry_lease))
+                    .arg(fenced.unwrap_or(0));
                 if let Keys::Owned { owner, .. } = self {
                     call.arg(&**owner);
                 }
@@ -360,6 +372,7 @@ impl Keys {
         node: &Node,
         token: &str,
         fences: &[u64],
+        grace_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         match (self, fences) {
@@ -371,7 +384,7 @@ impl Keys {
                 | Keys::Write { key, .. },
                 [fence],
             ) => {
-                node.raise_fence(key, &fence_key(key), token, *fence, timeout)
+                node.raise_fence(key, &fence_key(key), token, *fence, grace_ms, timeout)
                     .await
             }
             _ => {
@@ -382,7 +395,7 @@ impl Keys {
                 for key in self.iter() {
                     call.key(fence_key(key));
                 }
-                call.arg(token);
+                call.arg(token).arg(grace_ms);
                 for fence in fences {
                     call.arg(*fence);
                 }

@@ -171,10 +171,15 @@ impl Node {
         fence_key: &str,
         token: &str,
         fence: u64,
+        grace_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let mut call = scripts::RAISE_FENCE.prepare_invoke();
-        call.key(key).key(fence_key).arg(token).arg(fence);
+        call.key(key)
+            .key(fence_key)
+            .arg(token)
+            .arg(grace_ms)
+            .arg(fence);
         let raised: i64 = self.invoke(call, timeout).await?;
         Ok(raised == 1)
     }

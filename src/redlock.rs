@@ -416,7 +416,8 @@ impl Redlock {
         // A read-write lock's waiter is woken by its releases but has no place in a line.
         let in_line = waiter.filter(|_| keys.waits_in_line()).map(Waiter::ticket);
         let token = keys.attempt_token();
-        let fenced = keys.fenced(self.inner.settings().fencing);
+        let settings = self.inner.settings();
+        let fenced = keys.fenced(settings.fencing, settings.fence_grace);
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
         Counters::bump(&self.inner.counters().attempts);
@@ -469,9 +470,9 @@ impl Redlock {
         let failure = match outcome.decision {
             Decision::Won => {
                 let fences = match fenced {
-                    false => Ok(None),
-                    true => self
-                        .settle_fence(keys, &token, &outcome.yes, lease)
+                    None => Ok(None),
+                    Some(grace_ms) => self
+                        .settle_fence(keys, &token, &outcome.yes, grace_ms, lease)
                         .await
                         .map(Some),
                 };
@@ -548,12 +549,15 @@ impl Redlock {
     /// Makes the fence T = max of the granted counters safe to hand out (per key, for a lock
     /// over several keys): unless a quorum of nodes already holds T, raise the counter to T on
     /// the granting nodes that hold less, where this token is still present, until a quorum
-    /// holds at least T. Then any later majority overlaps one of them, and its INCR goes past T.
+    /// holds at least T. Then any later majority overlaps one of them, and its next fence goes
+    /// past T (see `next_fence` in `lua/line.lua`: one above the counter, at least the master's
+    /// clock floor, so that a counter that expired still yields a greater fence).
     async fn settle_fence(
         &self,
         keys: &Keys,
         token: &LockToken,
         granted: &[(usize, Vec<u64>)],
+        grace_ms: u64,
         lease: &Lease,
     ) -> Result<Vec<u64>, Vec<NodeError>> {
         let fence: Vec<u64> = (0..keys.len())
@@ -579,6 +583,7 @@ impl Redlock {
                 self.inner.node(i),
                 token.expose(),
                 &fence,
+                grace_ms,
                 lease.node_timeout,
             )
         }))

@@ -37,7 +37,7 @@ pub(crate) static DEQUEUE: LazyLock<Script> =
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
-/// A plain attempt: `SET NX PX` unless others wait in the key's line, plus the `INCR` of the
+/// A plain attempt: `SET NX PX` unless others wait in the key's line, plus the advance of the
 /// fencing counter with fencing, atomically.
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&in_line(include_str!("lua/acquire.lua"))));

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use quorumlock::{Lock, Redlock};
@@ -94,16 +94,21 @@ fn counters(nodes: &RedisNodes, key: &str) -> Vec<u64> {
         .collect()
 }
 
-/// Counters [5, 1, 1, 1, 1]: master 0 has seen more holders than the others (it kept its counter
-/// while the others granted less, or the others lost theirs). Holder A locks masters {0, 1, 2}
-/// and gets max(6, 2, 2) = 6; holder B, after A, locks {2, 3, 4}.
+/// Counters far above every master's clock floor (seconds × 10⁶ now), so that the counters
+/// alone decide, as they do within one second.
+const AHEAD: u64 = 4_000_000_000_000_000;
+
+/// Counters [5, 1, 1, 1, 1] (above `AHEAD`): master 0 has seen more holders than the others (it
+/// kept its counter while the others granted less, or the others lost theirs). Holder A locks
+/// masters {0, 1, 2} and gets max(6, 2, 2) = 6; holder B, after A, locks {2, 3, 4}.
 #[tokio::test(flavor = "multi_thread")]
 async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_prevents_it() {
     let nodes = five();
     let key = "account:7";
+    let ahead = |counters: [u64; 5]| counters.map(|c| AHEAD + c);
 
     // The max-only scheme, driven by hand on the masters.
-    set_counters(&nodes, key, [5, 1, 1, 1, 1]);
+    set_counters(&nodes, key, ahead([5, 1, 1, 1, 1]));
     let a = [0, 1, 2].map(|i| acquire_script(&nodes[i], key, "token-a"));
     let fence_a = *a.iter().max().unwrap();
     for i in [0, 1, 2] {
@@ -112,12 +117,12 @@ async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_pr
     let b = [2, 3, 4].map(|i| acquire_script(&nodes[i], key, "token-b"));
     let fence_b = *b.iter().max().unwrap();
     println!("max-only: A on {{0,1,2}} got {a:?} → fence {fence_a}; B on {{2,3,4}} got {b:?} → fence {fence_b}");
-    assert_eq!((fence_a, fence_b), (6, 3));
+    assert_eq!((fence_a, fence_b), (AHEAD as i64 + 6, AHEAD as i64 + 3));
     assert!(fence_b < fence_a, "the later holder got the smaller fence");
 
     // The same state and the same grant sets through the library: masters 3 and 4 refuse A
     // (another token holds them), masters 0 and 1 refuse B.
-    set_counters(&nodes, key, [5, 1, 1, 1, 1]);
+    set_counters(&nodes, key, ahead([5, 1, 1, 1, 1]));
     let rl = fenced(&nodes);
     for i in [3, 4] {
         set(&nodes[i], key, "someone-else", TTL);
@@ -125,7 +130,7 @@ async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_pr
     let lock_a = rl.try_acquire(key, TTL).await.unwrap();
     let lib_a = lock_a.fencing_token().unwrap();
     // The second round raised masters 1 and 2 to A's fence: a quorum now holds it.
-    assert_eq!(counters(&nodes, key), vec![6, 6, 6, 1, 1]);
+    assert_eq!(counters(&nodes, key), ahead([6, 6, 6, 1, 1]).to_vec());
     lock_a.release().await.unwrap();
     for i in [3, 4] {
         del(&nodes[i], key);
@@ -139,8 +144,12 @@ async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_pr
         "quorumlock: A → fence {lib_a}; B → fence {lib_b}; counters now {:?}",
         counters(&nodes, key)
     );
-    assert_eq!(lib_a, 6);
-    assert_eq!(lib_b, 7, "master 2 carried A's fence into B's grant set");
+    assert_eq!(lib_a, AHEAD + 6);
+    assert_eq!(
+        lib_b,
+        AHEAD + 7,
+        "master 2 carried A's fence into B's grant set"
+    );
     assert!(lib_b > lib_a);
 }
 
@@ -187,13 +196,23 @@ async fn with_aof_fences_keep_increasing_when_every_master_crashes_and_restarts(
 }
 
 /// Fences need masters that keep their state: without AOF a restarted master comes back with
-/// no counter, and once a quorum did, fences start again from 1 — even when the restart waited
-/// a TTL, which is all mutual exclusion needs.
+/// no counter, and once a quorum did, the next fence comes from the masters' clock floor alone
+/// (seconds × 10⁶) — even when the restart waited a TTL, which is all mutual exclusion needs.
+/// Within the second of the last fence, that floor is not above it: the fence goes backwards
+/// (or repeats). The run starts at the beginning of a second so that the restart falls within
+/// it; should the machine be slow enough to cross into the next second, the floor is above the
+/// last fence and the test checks that instead.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_aof_a_quorum_restarted_empty_sends_fences_backwards() {
     let mut nodes = five();
     let rl = fenced(&nodes);
+    rl.connect().await.unwrap();
     let history = History::new();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    tokio::time::sleep(Duration::from_nanos(
+        1_000_000_000 - u64::from(now.subsec_nanos()),
+    ))
+    .await;
     let before = acquire_release_rounds(&rl, &history, 10).await;
     for i in 0..3 {
         nodes[i].kill().unwrap();
@@ -217,8 +236,17 @@ async fn without_aof_a_quorum_restarted_empty_sends_fences_backwards() {
         before.last().unwrap(),
         lock.fencing_token()
     );
-    assert_eq!(lock.fencing_token(), Some(1));
-    assert_eq!(fence_order_violations(&history), 1, "{}", history.check());
+    let (last, fence) = (*before.last().unwrap(), lock.fencing_token().unwrap());
+    let second = |fence: u64| fence / 1_000_000;
+    if second(fence) == second(last) {
+        assert_eq!(fence, second(last) * 1_000_000, "the clock floor alone");
+        assert!(fence <= last);
+        assert_eq!(fence_order_violations(&history), 1, "{}", history.check());
+    } else {
+        println!("the restart crossed into the next second: the floor is above the last fence");
+        assert!(fence > last);
+        assert_eq!(fence_order_violations(&history), 0, "{}", history.check());
+    }
 }
 
 /// A holder stalls (a GC pause, SIGSTOP) past its lease; another client acquires and writes;

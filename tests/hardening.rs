@@ -174,7 +174,7 @@ async fn a_resource_named_like_another_resources_fence_counter_is_refused() {
     let nodes = three();
     let rl = fenced(&nodes);
     let first = rl.acquire("y", LONG).await.unwrap();
-    assert_eq!(first.fencing_token(), Some(1));
+    let fence = first.fencing_token().unwrap();
     first.release().await.unwrap();
 
     // On a fresh resource, this would have set z's counter to a token and deleted it on release.
@@ -198,9 +198,9 @@ async fn a_resource_named_like_another_resources_fence_counter_is_refused() {
         Err(Error::InvalidResource { .. })
     ));
     // Nothing was written, and y's counter goes on from where it was.
-    assert_eq!(get(&nodes[0], "y:fence").as_deref(), Some("1"));
+    assert_eq!(get(&nodes[0], "y:fence"), Some(fence.to_string()));
     let next = rl.acquire("y", LONG).await.unwrap();
-    assert_eq!(next.fencing_token(), Some(2));
+    assert!(next.fencing_token().unwrap() > fence);
     next.release().await.unwrap();
     // Names that merely contain a suffix are fine.
     rl.try_acquire("x:fence:1", LONG)

@@ -279,7 +279,7 @@ async fn fenced_acquires_and_extends_on_a_restarted_master_need_one_round_trip()
 
     lock.extend(TTL).await.unwrap();
     let fenced = rl.try_acquire("fresh", TTL).await.unwrap();
-    assert_eq!(fenced.fencing_token(), Some(1));
+    assert!(fenced.fencing_token().is_some_and(|fence| fence > 0));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,7 +4,8 @@
 -- order the waiter chose), their n lease keys (`<key>:leases`, the same ids scored by the
 -- master's time in ms at which the entry lapses), then (with fencing) their n fence counters.
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] n; ARGV[4] waiter id; ARGV[5] the waiter's order;
--- ARGV[6] entry lease in ms; ARGV[7] (under an owner id only) the owner, whose earlier attempt's
+-- ARGV[6] entry lease in ms; ARGV[7] how long a fence counter lasts after its last grant, in ms
+-- (ignored without fencing); ARGV[8] (under an owner id only) the owner, whose earlier attempt's
 -- key (`<32 hex digits>@<owner>`, see acquire_owned.lua) this attempt takes over.
 -- Returns nil if refused while another token holds a key, -1 if refused only for the line (a key
 -- free or reserved for another waiter; the entry is in place and renewed either way), else the
@@ -17,7 +18,7 @@ local n = tonumber(ARGV[3])
 local me = ARGV[4]
 local reserved = '~queued:' .. me
 local now = now_ms()
-local owner = ARGV[7]
+local owner = ARGV[8]
 local granted, held = true, false
 local mine = {}
 for i = 1, n do
@@ -48,7 +49,7 @@ for i = 1, n do
   redis.call('ZREM', KEYS[n + i], me)
   redis.call('ZREM', KEYS[2 * n + i], me)
   if #KEYS > 3 * n then
-    fences[i] = redis.call('INCR', KEYS[3 * n + i])
+    fences[i] = next_fence(KEYS[3 * n + i], ARGV[7])
   end
 end
 return fences

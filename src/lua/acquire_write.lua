@@ -4,7 +4,8 @@
 -- that does not wait (one attempt) leaves no note: it sends a `wait` of 1 ms or less.
 -- KEYS[1] the resource's key; KEYS[2] its readers; KEYS[3] its waiting writers; KEYS[4] (fencing
 -- only) its fence counter. ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] the writer's id (the same
--- for every attempt of one acquire); ARGV[4] how long its waiting note lasts, in ms.
+-- for every attempt of one acquire); ARGV[4] how long its waiting note lasts, in ms; ARGV[5]
+-- (fencing only) how long the counter lasts after its last grant, in ms.
 -- Returns 0 if refused, else the new fence counter value, or 1 without fencing.
 local now = now_ms()
 local function wait()
@@ -28,6 +29,6 @@ end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[3])
 if KEYS[4] then
-  return redis.call('INCR', KEYS[4])
+  return next_fence(KEYS[4], ARGV[5])
 end
 return 1

@@ -64,6 +64,20 @@ local function owned_by(value, owner)
     and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
 end
 
+-- The next fencing token of a resource whose counter is `counter`: one above the counter, and
+-- never below the master's clock in whole seconds times a million. The counter keeps the token
+-- for `grace` ms only: once it expired, the clock floor alone keeps the next token above every
+-- earlier one, as long as no master's clock runs behind another's, or steps back, by the grace
+-- or more (and a resource is granted fewer than a million times a second). Masters that
+-- evaluate it within the same second and share a history agree on it (see fencing in
+-- redlock.rs). The number is written as an integer: Lua would write it in exponent form.
+local function next_fence(counter, grace)
+  local floor = tonumber(redis.call('TIME')[1]) * 1000000
+  local fence = math.max(tonumber(redis.call('GET', counter) or '0') + 1, floor)
+  redis.call('SET', counter, string.format('%.0f', fence), 'PX', grace)
+  return fence
+end
+
 -- Whether anybody waits in `line`: a plain attempt (no place in line) is refused then, so that
 -- a key that fell free without a release (its holder's lease ran out) goes to the head of the
 -- line, not to whoever asks first.

@@ -773,8 +773,9 @@ fn client_rng(seed: u64, client: usize) -> StdRng {
     )
 }
 
-/// Whether `key` is one of the keys kept beside a lock key: a fencing counter (kept for good),
-/// or a wait line and its leases (which expire with their last entry's lease).
+/// Whether `key` is one of the keys kept beside a lock key: a fencing counter (which expires a
+/// fencing grace after its last grant), or a wait line and its leases (which expire with their
+/// last entry's lease).
 fn is_auxiliary(key: &str) -> bool {
     [":fence", ":queue", ":leases"]
         .iter()
@@ -784,15 +785,16 @@ fn is_auxiliary(key: &str) -> bool {
 
 /// Every `MONITOR_EVERY`, reads every lock key's remaining TTL on every master that answers and
 /// collects those that could outlive the lock TTL (no expiry at all, or a longer one), and the
-/// wait lines with no expiry at all.
+/// wait lines and fencing counters with no expiry at all.
 fn monitor_keys(cluster: &Cluster, stop: &AtomicBool, ttl: Duration) -> Vec<String> {
     const SCRIPT: &str = r"
 local bad = {}
 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
   local t = redis.call('PTTL', k)
-  if string.sub(k, -6) == ':queue' or string.sub(k, -7) == ':leases' then
+  local suffix = string.sub(k, -6)
+  if suffix == ':queue' or suffix == ':fence' or string.sub(k, -7) == ':leases' then
     if t == -1 then table.insert(bad, k .. ' pttl ' .. t) end
-  elseif string.sub(k, -6) ~= ':fence' and string.sub(k, -17) ~= 'quorumlock:layout' then
+  elseif string.sub(k, -17) ~= 'quorumlock:layout' then
     if t == -1 or t > tonumber(ARGV[2]) then table.insert(bad, k .. ' pttl ' .. t) end
   end
 end
