@@ -1,6 +1,7 @@
 //! What fencing keeps on the masters: a counter per resource granted within the fencing grace,
 //! each with an expiry, not one per resource ever locked; and tokens that still grow strictly
-//! across releases, expired counters and AOF restarts.
+//! across releases, AOF restarts, a master failed over to a replica that missed the latest
+//! counter, and expired counters.
 
 mod common;
 
@@ -105,7 +106,7 @@ async fn ten_thousand_fenced_resources_leave_only_keys_that_expire_within_the_gr
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn fences_grow_across_releases_expired_counters_and_aof_restarts() {
+async fn fences_grow_across_releases_aof_restarts_a_stale_failover_and_expired_counters() {
     let mut nodes = RedisNodes::spawn_with(3, &RedisServerBuilder::new().aof(true)).unwrap();
     let grace = Duration::from_secs(1);
     let rl = fenced(&nodes, grace);
@@ -136,6 +137,19 @@ async fn fences_grow_across_releases_expired_counters_and_aof_restarts() {
         "after AOF restarts",
     );
     lock.release().await.unwrap();
+    // A failover inside one master: its replica, promoted, had only the first fence. With the
+    // next grant coming from it and one up-to-date master, the fence still grows.
+    let first = fences[0].0;
+    let _: () = redis::cmd("SET")
+        .arg("invoice:fence")
+        .arg(first)
+        .query(&mut direct(&nodes[0]))
+        .unwrap();
+    set(&nodes[1], "invoice", "someone-else", Duration::from_secs(2));
+    let lock = rl.acquire("invoice", Duration::from_secs(2)).await.unwrap();
+    take(&mut fences, lock.fencing_token().unwrap(), "after a stale failover");
+    lock.release().await.unwrap();
+    del(&nodes[1], "invoice");
     // The counters expire: the clock floor carries the next fence past them.
     let gone = eventually(grace * 3, || {
         nodes.iter().all(|s| get(s, "invoice:fence").is_none())
