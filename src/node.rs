@@ -4,6 +4,7 @@
 mod health;
 mod layout;
 mod link;
+mod standalone;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

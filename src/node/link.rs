@@ -1,7 +1,8 @@
 //! A node's connection: opened on first use and again after it breaks or is replaced, one
 //! attempt at a time and no more often than a backoff allows, with the scripts loaded ahead of
 //! its first request; and the connection it last replaced, kept while requests written on it
-//! may still run. Each new connection checks the master's key layout marker (see `layout`).
+//! may still run. Each new connection checks that the master is no Redis Cluster node (see
+//! `standalone`) and its key layout marker (see `layout`).
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 
 use super::layout::{self, Marked};
+use super::standalone;
 use crate::scripts;
 
 /// The least time between the starts of two connection attempts to one node: a node that
@@ -198,6 +200,7 @@ impl Link {
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?;
                 load_scripts(&conn).await;
+                check_standalone(&conn, &client).await?;
                 check_layout(&conn, &marker, &client).await?;
                 Ok(conn)
             };
@@ -253,6 +256,16 @@ fn log_failed_loads(loaded: Vec<Result<String, RedisError>>) {
     for e in loaded.iter().filter_map(|l| l.as_ref().err()) {
         tracing::debug!(error = %e, "script not loaded on connect");
     }
+}
+
+/// Fails the connection to a node of a Redis Cluster (see `standalone`).
+async fn check_standalone(conn: &MultiplexedConnection, client: &Client) -> Result<(), RedisError> {
+    standalone::check(conn).await.inspect_err(|e| {
+        let node = client.get_connection_info().addr();
+        if e.kind() == redis::ErrorKind::Client {
+            tracing::error!(%node, error = %e, "master not used: a Redis Cluster node");
+        }
+    })
 }
 
 /// Marks the master with this client's key layout where it has none, and fails the connection
