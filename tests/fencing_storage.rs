@@ -147,7 +147,11 @@ async fn fences_grow_across_releases_aof_restarts_a_stale_failover_and_expired_c
         .unwrap();
     set(&nodes[1], "invoice", "someone-else", Duration::from_secs(2));
     let lock = rl.acquire("invoice", Duration::from_secs(2)).await.unwrap();
-    take(&mut fences, lock.fencing_token().unwrap(), "after a stale failover");
+    take(
+        &mut fences,
+        lock.fencing_token().unwrap(),
+        "after a stale failover",
+    );
     lock.release().await.unwrap();
     del(&nodes[1], "invoice");
     // The counters expire: the clock floor carries the next fence past them.
