@@ -51,4 +51,8 @@ bench: redis-server
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	@# Cargo verifies each crate against its siblings' packages through a local registry, and
+	@# reuses what it extracted from that registry last time for the same version and path (an
+	@# older tree): drop those copies of our own crates so that this tree's are checked.
+	rm -rf $${CARGO_HOME:-$$HOME/.cargo}/registry/src/-*/quorumlock-*
 	$(CARGO) publish --workspace --dry-run --allow-dirty
