@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use redis::IntoConnectionInfo;
 
+use crate::durability::Durability;
 use crate::error::{ConfigError, Error};
 use crate::inner::{Inner, Settings};
 use crate::node::{marker_key, Node};
@@ -58,6 +59,7 @@ pub struct RedlockBuilder {
     key_prefix: String,
     fencing: bool,
     fence_grace: Duration,
+    durability: Durability,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -116,7 +118,8 @@ impl std::fmt::Debug for RedlockBuilder {
             .field("acquire_timeout", &self.acquire_timeout)
             .field("key_prefix", &self.key_prefix)
             .field("fencing", &self.fencing)
-            .field("fence_grace", &self.fence_grace);
+            .field("fence_grace", &self.fence_grace)
+            .field("durability", &self.durability);
         #[cfg(feature = "tls")]
         f.field("tls", &self.tls);
         f.finish()
@@ -143,6 +146,7 @@ impl RedlockBuilder {
             key_prefix: String::new(),
             fencing: false,
             fence_grace: DEFAULT_FENCE_GRACE,
+            durability: Durability::Answered,
             #[cfg(feature = "tls")]
             tls: TlsSettings::default(),
         }
@@ -216,6 +220,29 @@ impl RedlockBuilder {
         self
     }
 
+    /// How a master's grant must be confirmed before it counts toward the quorum: by its
+    /// replicas ([`Durability::Replicas`], `WAIT`) or its append-only files
+    /// ([`Durability::Aof`], `WAITAOF`), in the same round trip as the grant. A grant not
+    /// confirmed within the node timeout counts as refused and is rolled back. Extends and
+    /// fence increments are confirmed the same way. The validity window is still measured from
+    /// the start of the attempt, so the wait shortens it. A master that cannot confirm (too few
+    /// replicas connected, no AOF, a server without `WAITAOF`) is refused when the client
+    /// connects to it, with an error naming what it lacks. Default:
+    /// [`Durability::Answered`] (a grant counts once answered).
+    ///
+    /// ```
+    /// use quorumlock::{Durability, Redlock};
+    ///
+    /// let rl = Redlock::builder(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .durability(Durability::Replicas(1))
+    ///     .build()?;
+    /// # Ok::<(), quorumlock::Error>(())
+    /// ```
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
     /// How long a resource's fencing counter lasts after its last grant (with
     /// [`fencing`](Self::fencing)): a master keeps one counter per resource granted within it,
     /// not one per resource ever locked. Tokens stay strictly increasing as long as no master's
@@ -267,6 +294,9 @@ impl RedlockBuilder {
         }
         if self.node_timeout == Some(Duration::ZERO) || self.connect_timeout.is_zero() {
             return Err(ConfigError::ZeroNodeTimeout.into());
+        }
+        if !self.durability.is_valid() {
+            return Err(ConfigError::Durability(self.durability).into());
         }
         if self.fence_grace < MIN_FENCE_GRACE {
             return Err(ConfigError::FenceGrace(self.fence_grace).into());
@@ -346,12 +376,14 @@ impl RedlockBuilder {
                 self.tls.certificates(),
                 self.connect_timeout,
                 marker_key(&self.key_prefix).into(),
+                self.durability,
             );
         }
         Node::new(
             info,
             self.connect_timeout,
             marker_key(&self.key_prefix).into(),
+            self.durability,
         )
     }
 }

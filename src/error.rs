@@ -315,6 +315,11 @@ pub enum ConfigError {
     #[error("node timeout must be greater than zero")]
     ZeroNodeTimeout,
 
+    /// The durability asks for nothing: `Replicas(0)`, or `Aof` with neither the local file
+    /// nor any replica.
+    #[error("durability {0:?} confirms nothing: ask for at least one replica or the local AOF")]
+    Durability(crate::Durability),
+
     /// The fencing grace is shorter than [`MIN_FENCE_GRACE`](crate::MIN_FENCE_GRACE).
     #[error("fence grace {0:?} is shorter than 1s: an expired counter must leave the clock floor past its last fence")]
     FenceGrace(std::time::Duration),
@@ -349,6 +354,9 @@ pub enum NodeErrorKind {
     Redis(redis::RedisError),
     /// The server replied with something the scripts never return.
     UnexpectedReply(String),
+    /// The node granted (or extended, or fenced), but did not confirm it as the client's
+    /// [`Durability`](crate::Durability) asks within the node timeout: the grant does not count.
+    Unconfirmed(String),
 }
 
 impl NodeError {
@@ -422,6 +430,7 @@ impl fmt::Display for NodeErrorKind {
             }
             NodeErrorKind::Redis(e) => write!(f, "{e}"),
             NodeErrorKind::UnexpectedReply(r) => write!(f, "unexpected reply {r}"),
+            NodeErrorKind::Unconfirmed(why) => write!(f, "not confirmed durable: {why}"),
         }
     }
 }

@@ -182,7 +182,7 @@ impl Keys {
                 if let Some(grace) = fenced {
                     call.arg(grace);
                 }
-                let grant: i64 = node.invoke(call, timeout).await?;
+                let grant: i64 = node.invoke_granting(call, timeout).await?;
                 Ok(match u64::try_from(grant) {
                     Err(_) => Acquired::Line,
                     Ok(0) => Acquired::Held,
@@ -194,7 +194,7 @@ impl Keys {
                 let mut call = scripts::ACQUIRE_READ.prepare_invoke();
                 call.key(&**key).key(readers_key(key)).key(writers_key(key));
                 call.arg(token).arg(ttl_ms);
-                let granted: i64 = node.invoke(call, timeout).await?;
+                let granted: i64 = node.invoke_granting(call, timeout).await?;
                 Ok(match granted {
                     1 => Acquired::Granted(Vec::new()),
                     _ => Acquired::Held,
@@ -213,7 +213,7 @@ impl Keys {
                 if let Some(grace) = fenced {
                     call.arg(grace);
                 }
-                let grant: u64 = node.invoke(call, timeout).await?;
+                let grant: u64 = node.invoke_granting(call, timeout).await?;
                 Ok(match grant {
                     0 => Acquired::Held,
                     fence if fenced.is_some() => Acquired::Granted(vec![fence]),
@@ -230,7 +230,7 @@ impl Keys {
                 if let Some(grace) = fenced {
                     call.arg(grace);
                 }
-                let reply: redis::Value = node.invoke(call, timeout).await?;
+                let reply: redis::Value = node.invoke_granting(call, timeout).await?;
                 fences_or_refusal(node, reply)
             }
             (_, Some((ticket, entry_lease))) => {
@@ -249,7 +249,7 @@ impl Keys {
                 if let Keys::Owned { owner, .. } = self {
                     call.arg(&**owner);
                 }
-                let reply: redis::Value = node.invoke(call, timeout).await?;
+                let reply: redis::Value = node.invoke_granting(call, timeout).await?;
                 fences_or_refusal(node, reply)
             }
         }
@@ -344,13 +344,13 @@ impl Keys {
                 // missed.
                 let mut call = scripts::EXTEND.prepare_invoke();
                 call.key(&**key).arg(token).arg(ttl_ms).arg("mark");
-                let renewed: i64 = node.invoke(call, timeout).await?;
+                let renewed: i64 = node.invoke_granting(call, timeout).await?;
                 Ok(renewed == 1)
             }
             Keys::Read(key) => {
                 let mut call = scripts::EXTEND_READ.prepare_invoke();
                 call.key(readers_key(key)).arg(token).arg(ttl_ms);
-                let renewed: i64 = node.invoke(call, timeout).await?;
+                let renewed: i64 = node.invoke_granting(call, timeout).await?;
                 Ok(renewed == 1)
             }
             Keys::Many(keys) => {
@@ -359,7 +359,7 @@ impl Keys {
                     call.key(key.as_str());
                 }
                 call.arg(token).arg(ttl_ms);
-                let renewed: i64 = node.invoke(call, timeout).await?;
+                let renewed: i64 = node.invoke_granting(call, timeout).await?;
                 Ok(renewed == 1)
             }
         }
@@ -399,7 +399,7 @@ impl Keys {
                 for fence in fences {
                     call.arg(*fence);
                 }
-                let raised: i64 = node.invoke(call, timeout).await?;
+                let raised: i64 = node.invoke_granting(call, timeout).await?;
                 Ok(raised == 1)
             }
         }

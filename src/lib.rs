@@ -153,6 +153,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod builder;
+mod durability;
 mod election;
 mod error;
 mod fanout;
@@ -184,6 +185,7 @@ pub use builder::{
     DEFAULT_FENCE_GRACE, DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR,
     DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY, DEFAULT_RETRY_JITTER, MIN_FENCE_GRACE,
 };
+pub use durability::Durability;
 pub use election::{Leader, MAX_LEADER_VALUE};
 pub use error::{ConfigError, Error, LossReason, NodeError, NodeErrorKind};
 pub use hold::{Held, HoldOptions};

@@ -17,6 +17,7 @@ use redis::{
     ServerErrorKind,
 };
 
+use crate::durability::Durability;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 use health::{Health, TIMEOUTS_BEFORE_UNRESPONSIVE};
@@ -41,6 +42,8 @@ pub(crate) struct Node {
     /// `host:port` (or the socket path): how the node is named in errors and logs.
     id: String,
     connect_timeout: Duration,
+    /// How a grant of this node is confirmed before it counts.
+    durability: Durability,
     /// Opened lazily inside the caller's runtime on first use, so that building a `Redlock`
     /// does no I/O and needs no runtime.
     link: Link,
@@ -56,17 +59,28 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// How long a confirmation (`WAIT`, `WAITAOF`) may wait on the server within a request bound of
+/// `timeout`: a server times a blocked command out only at its next timer tick (every 100 ms at
+/// the default `hz 10`), so the wait leaves that much room, or half the bound if it is short.
+fn confirm_within(timeout: Duration) -> Duration {
+    const TICK: Duration = Duration::from_millis(110);
+    timeout.saturating_sub(TICK).max(timeout / 2)
+}
+
 impl Node {
-    /// `marker`: the key layout marker key, checked on every new connection.
+    /// `marker`: the key layout marker key, checked on every new connection; `durability`: how
+    /// its grants are confirmed (see `durability`), also checked on every new connection.
     pub(crate) fn new(
         info: ConnectionInfo,
         connect_timeout: Duration,
         marker: Arc<str>,
+        durability: Durability,
     ) -> RedisResult<Self> {
         Ok(Self::with_client(
             Client::open(info)?,
             connect_timeout,
             marker,
+            durability,
         ))
     }
 
@@ -77,20 +91,28 @@ impl Node {
         certificates: redis::TlsCertificates,
         connect_timeout: Duration,
         marker: Arc<str>,
+        durability: Durability,
     ) -> RedisResult<Self> {
         Ok(Self::with_client(
             Client::build_with_tls(info, certificates)?,
             connect_timeout,
             marker,
+            durability,
         ))
     }
 
-    fn with_client(client: Client, connect_timeout: Duration, marker: Arc<str>) -> Self {
+    fn with_client(
+        client: Client,
+        connect_timeout: Duration,
+        marker: Arc<str>,
+        durability: Durability,
+    ) -> Self {
         Node {
             // `host:port` only: never the user or password of the connection info.
             id: client.get_connection_info().addr().to_string(),
             connect_timeout,
-            link: Link::new(client, connect_timeout, marker),
+            durability,
+            link: Link::new(client, connect_timeout, marker, durability),
             health: Health::new(),
             sent: AtomicU64::new(0),
         }
@@ -160,7 +182,7 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let mut call = scripts::EXTEND.prepare_invoke();
         call.key(key).arg(token).arg(ttl_ms);
-        let renewed: i64 = self.invoke(call, timeout).await?;
+        let renewed: i64 = self.invoke_granting(call, timeout).await?;
         Ok(renewed == 1)
     }
 
@@ -181,7 +203,7 @@ impl Node {
             .arg(token)
             .arg(grace_ms)
             .arg(fence);
-        let raised: i64 = self.invoke(call, timeout).await?;
+        let raised: i64 = self.invoke_granting(call, timeout).await?;
         Ok(raised == 1)
     }
 
@@ -197,6 +219,40 @@ impl Node {
             call.invoke_async(&mut conn).await
         })
         .await
+    }
+
+    /// Runs a script that grants or keeps a lock (an acquire, an extend, a fence), like
+    /// [`invoke`](Self::invoke); with a [`Durability`], the confirmation (`WAIT`, `WAITAOF`)
+    /// goes in the same pipeline right behind it, waiting on the server for less than `timeout`
+    /// (see [`confirm_within`]: a missing confirmation is reported as such, not as a timeout),
+    /// and the reply counts only once confirmed. An unconfirmed reply is an error of this node
+    /// whatever the script answered: a grant it made is released by the attempt's rollback.
+    pub(crate) async fn invoke_granting<T: FromRedisValue>(
+        &self,
+        call: ScriptInvocation<'_>,
+        timeout: Duration,
+    ) -> Result<T, NodeError> {
+        let Some(confirm) = self.durability.confirm_cmd(confirm_within(timeout)) else {
+            return self.invoke(call, timeout).await;
+        };
+        let (reply, confirmed): (T, redis::Value) = self
+            .bounded(timeout, |mut conn| async move {
+                let mut pipe = redis::pipe();
+                pipe.invoke_script(&call).add_command(confirm);
+                match pipe.query_async(&mut conn).await {
+                    // The node lost its scripts since the connection loaded them.
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        call.load_async(&mut conn).await?;
+                        pipe.query_async(&mut conn).await
+                    }
+                    other => other,
+                }
+            })
+            .await?;
+        self.durability
+            .judge(&confirmed)
+            .map_err(|why| self.error(NodeErrorKind::Unconfirmed(why)))?;
+        Ok(reply)
     }
 
     /// Opens a connection of its own for `SUBSCRIBE` (a RESP2 subscriber cannot share the

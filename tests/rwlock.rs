@@ -285,10 +285,17 @@ async fn a_reader_that_dies_or_a_writer_that_gives_up_blocks_nobody_for_long() {
     lock.release().await.unwrap();
 
     // A writer that gives up while waiting (its acquire dropped): its note lapses within a few
-    // retry delays plus a node timeout (3 × 15 ms + 100 ms here), then readers get in again.
+    // retry periods plus a node timeout (3 × 250 ms + 100 ms here), then readers get in again.
     // (One attempt that does not wait, `try_write`, leaves no note at all: `rwlock_try.rs`.)
+    // The period is long enough that a loaded machine never delays a live writer's next
+    // attempt past its note: with 15 ms periods, a note lapsed before the new reader's check.
     let held = rw.read(TTL).await.unwrap();
-    let writer = other.rw_lock("cache").unwrap();
+    let steady = builder(&nodes)
+        .retry_delay(Duration::from_millis(250))
+        .retry_jitter(Duration::ZERO)
+        .build()
+        .unwrap();
+    let writer = steady.rw_lock("cache").unwrap();
     let waiting = tokio::spawn(async move { writer.write(TTL).await });
     let majority_noted = || {
         nodes

@@ -14,6 +14,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError};
 
 use super::layout::{self, Marked};
 use super::standalone;
+use crate::durability::{self, Durability};
 use crate::scripts;
 
 /// The least time between the starts of two connection attempts to one node: a node that
@@ -52,6 +53,8 @@ pub(super) struct Link {
     connect_timeout: Duration,
     /// The key layout marker this client writes and checks on every new connection.
     marker: Arc<str>,
+    /// How grants are confirmed: a master that cannot is refused on every new connection.
+    durability: Durability,
     state: Arc<Mutex<State>>,
 }
 
@@ -82,7 +85,12 @@ enum Current {
 }
 
 impl Link {
-    pub(super) fn new(client: Client, connect_timeout: Duration, marker: Arc<str>) -> Self {
+    pub(super) fn new(
+        client: Client,
+        connect_timeout: Duration,
+        marker: Arc<str>,
+        durability: Durability,
+    ) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             // The per-request bound is the node's own, applied per operation.
@@ -92,6 +100,7 @@ impl Link {
             config,
             connect_timeout,
             marker,
+            durability,
             state: Arc::new(Mutex::new(State {
                 current: Current::Closed { why: None },
                 retired: None,
@@ -193,7 +202,7 @@ impl Link {
     fn attempt(&self) -> Attempt {
         let (client, config) = (self.client.clone(), self.config.clone());
         let timeout = self.connect_timeout;
-        let marker = self.marker.clone();
+        let (marker, durability) = (self.marker.clone(), self.durability);
         async move {
             let opening = async {
                 let conn = client
@@ -201,6 +210,7 @@ impl Link {
                     .await?;
                 load_scripts(&conn).await;
                 check_standalone(&conn, &client).await?;
+                check_durability(&conn, durability, &client).await?;
                 check_layout(&conn, &marker, &client).await?;
                 Ok(conn)
             };
@@ -264,6 +274,21 @@ async fn check_standalone(conn: &MultiplexedConnection, client: &Client) -> Resu
         let node = client.get_connection_info().addr();
         if e.kind() == redis::ErrorKind::Client {
             tracing::error!(%node, error = %e, "master not used: a Redis Cluster node");
+        }
+    })
+}
+
+/// Fails the connection to a master that cannot confirm grants as `durability` asks (see
+/// `durability`).
+async fn check_durability(
+    conn: &MultiplexedConnection,
+    durability: Durability,
+    client: &Client,
+) -> Result<(), RedisError> {
+    durability::check(conn, durability).await.inspect_err(|e| {
+        let node = client.get_connection_info().addr();
+        if e.kind() == redis::ErrorKind::Client {
+            tracing::error!(%node, error = %e, "master not used: it cannot confirm grants");
         }
     })
 }

@@ -1,0 +1,248 @@
+//! Durable votes: with `Durability::Replicas(n)` a master's grant counts only once `n` of its
+//! replicas acknowledged it (`WAIT`, in the same pipeline as the grant); with `Durability::Aof`
+//! only once fsynced to the append-only file (`WAITAOF`). Against real primaries with real
+//! replicas.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorumlock::{Durability, Error, Redlock};
+use quorumlock_testkit::{RedisServer, RedisServerBuilder};
+
+const TTL: Duration = Duration::from_secs(5);
+
+/// A primary and its replica, the replication link up.
+struct Voter {
+    primary: RedisServer,
+    replica: RedisServer,
+}
+
+fn info(server: &RedisServer, section: &str) -> String {
+    query(server, redis::cmd("INFO").arg(section))
+}
+
+/// Servers that time a blocked `WAIT` out within 10 ms (`hz 100`) rather than 100 ms: an
+/// unconfirmed grant is then reported as such well within the node timeouts used here.
+fn server() -> RedisServerBuilder {
+    RedisServerBuilder::new().arg("--hz").arg("100")
+}
+
+fn voter() -> Voter {
+    let primary = server().spawn().unwrap();
+    let replica = server()
+        .arg("--replicaof")
+        .arg("127.0.0.1")
+        .arg(primary.port().to_string())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !(info(&replica, "replication").contains("master_link_status:up")
+        && info(&primary, "replication").contains("connected_slaves:1"))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the replica never came up: {}",
+            replica.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Voter { primary, replica }
+}
+
+fn voters(n: usize) -> Vec<Voter> {
+    (0..n).map(|_| voter()).collect()
+}
+
+fn durable(voters: &[Voter], durability: Durability, node_timeout: Duration) -> Redlock {
+    Redlock::builder(voters.iter().map(|v| v.primary.url()))
+        .node_timeout(node_timeout)
+        .retry_count(0)
+        .durability(durability)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_counts_once_a_replica_has_it_and_so_does_an_extend() {
+    let voters = voters(3);
+    let rl = durable(&voters, Durability::Replicas(1), Duration::from_millis(500));
+    rl.connect().await.unwrap();
+    let mut lock = rl.acquire("ledger", TTL).await.unwrap();
+    let token = lock.token().expose().to_owned();
+    // Read at once: every master that counted had its replica confirm the key first.
+    let replicated = voters
+        .iter()
+        .filter(|v| get(&v.replica, "ledger").as_deref() == Some(token.as_str()))
+        .count();
+    assert!(replicated >= 2, "on {replicated} replicas");
+    lock.extend(TTL * 4).await.unwrap();
+    let renewed = voters
+        .iter()
+        .filter(|v| pttl(&v.replica, "ledger") > TTL.as_millis() as i64)
+        .count();
+    assert!(renewed >= 2, "renewed on {renewed} replicas");
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grants_their_replicas_do_not_confirm_do_not_count_and_are_rolled_back() {
+    let voters = voters(3);
+    let rl = durable(&voters, Durability::Replicas(1), Duration::from_millis(300));
+    rl.connect().await.unwrap();
+    // Two replicas stall: their primaries still grant, but cannot confirm.
+    voters[0].replica.pause().unwrap();
+    voters[1].replica.pause().unwrap();
+    let err = rl.try_acquire("ledger", TTL).await.unwrap_err();
+    let Error::NotAcquired { granted, nodes, .. } = &err else {
+        panic!("not NotAcquired: {err}");
+    };
+    assert!(*granted <= 1, "{err}");
+    let unconfirmed = nodes
+        .iter()
+        .filter(|e| {
+            e.to_string()
+                .contains("not confirmed durable: 0 of 1 replicas acknowledged it in time")
+        })
+        .count();
+    assert_eq!(unconfirmed, 2, "{err}");
+    // The rollback released the unconfirmed grants on the primaries.
+    let gone = eventually(Duration::from_secs(2), || {
+        voters.iter().all(|v| get(&v.primary, "ledger").is_none())
+    })
+    .await;
+    assert!(gone, "a grant was left behind");
+
+    // One stalled replica is a minority: the other two voters confirm.
+    voters[1].replica.resume().unwrap();
+    let lock = rl.try_acquire("ledger", TTL).await.unwrap();
+    lock.release().await.unwrap();
+    voters[0].replica.resume().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wait_for_replicas_shortens_the_validity() {
+    let voters = voters(3);
+    let rl = durable(&voters, Durability::Replicas(1), Duration::from_secs(2));
+    rl.connect().await.unwrap();
+    for v in &voters {
+        v.replica.pause().unwrap();
+    }
+    let resume_after = Duration::from_millis(400);
+    let resumed = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(resume_after);
+            for v in &voters {
+                v.replica.resume().unwrap();
+            }
+        });
+        let started = Instant::now();
+        let lock = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(rl.acquire("ledger", TTL))
+        })
+        .unwrap();
+        (started.elapsed(), lock)
+    });
+    let (took, lock) = resumed;
+    assert!(took >= resume_after, "acquired in {took:?}");
+    // Measured from the attempt's start: the wait for the replicas is gone from it.
+    assert!(
+        lock.remaining() <= TTL - resume_after,
+        "{:?}",
+        lock.remaining()
+    );
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_master_that_cannot_confirm_is_refused_at_connect_naming_what_it_lacks() {
+    let nodes = quorumlock_testkit::RedisNodes::spawn(3).unwrap();
+    let rl = builder(&nodes)
+        .durability(Durability::Replicas(1))
+        .build()
+        .unwrap();
+    let err = rl.connect().await.unwrap_err();
+    let Error::Unavailable { nodes: failed, .. } = &err else {
+        panic!("not Unavailable: {err}");
+    };
+    assert_eq!(failed.len(), 3, "{err}");
+    for e in failed {
+        let shown = e.to_string();
+        assert!(shown.contains("cannot confirm grants"), "{shown}");
+        assert!(shown.contains("0 replicas connected, 1 needed"), "{shown}");
+    }
+    for server in nodes.iter() {
+        assert_eq!(
+            query::<usize>(server, &mut redis::cmd("DBSIZE")),
+            0,
+            "nothing written"
+        );
+    }
+    let invalid = builder(&nodes).durability(Durability::Replicas(0)).build();
+    assert!(invalid
+        .unwrap_err()
+        .to_string()
+        .contains("confirms nothing"));
+}
+
+/// `Aof { local: true }` where the server has `WAITAOF` (Redis 7.2+, Valkey, as `make
+/// test-valkey` runs it): masters with `appendfsync everysec`, and every counted grant is in the
+/// AOF file when `acquire` returns. Where it has not (Debian's Redis 7.0), connecting says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn aof_votes_are_in_the_file_when_acquire_returns_where_the_server_has_waitaof() {
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            RedisServerBuilder::new()
+                .arg("--appendonly")
+                .arg("yes")
+                .arg("--appendfsync")
+                .arg("everysec")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let version = info(&servers[0], "server");
+    let has_waitaof = !version.contains("redis_version:6.")
+        && !version.contains("redis_version:7.0.")
+        && !version.contains("redis_version:7.1.");
+    let rl = Redlock::builder(servers.iter().map(RedisServer::url))
+        .node_timeout(Duration::from_millis(500))
+        .durability(Durability::Aof {
+            local: true,
+            replicas: 0,
+        })
+        .build()
+        .unwrap();
+    if !has_waitaof {
+        let err = rl.connect().await.unwrap_err();
+        assert!(err.to_string().contains("no WAITAOF"), "{err}");
+        return;
+    }
+    rl.connect().await.unwrap();
+    let lock = rl.acquire("ledger", TTL).await.unwrap();
+    let token = lock.token().expose().to_owned();
+    let in_file = servers
+        .iter()
+        .filter(|s| aof_text(s).contains(&token))
+        .count();
+    assert!(in_file >= 2, "the token is in {in_file} AOF files");
+    lock.release().await.unwrap();
+}
+
+/// Everything the server's append-only files hold, as text.
+fn aof_text(server: &RedisServer) -> String {
+    let mut text = String::new();
+    let mut dirs = vec![server.dir().to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.to_string_lossy().contains(".aof") {
+                text.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    text
+}
