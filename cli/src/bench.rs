@@ -16,6 +16,7 @@ use quorumlock::Redlock;
 use quorumlock_testkit::figures::{group_digits, nearest_rank};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
+use crate::durable::DurableArg;
 use crate::duration;
 use crate::nodes::NodesArg;
 use crate::output::out;
@@ -45,6 +46,8 @@ summary is still printed.";
 pub struct BenchArgs {
     #[command(flatten)]
     nodes: NodesArg,
+    #[command(flatten)]
+    durable: DurableArg,
     /// Concurrent workers, each cycling on its own resource.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     workers: u32,
@@ -153,7 +156,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     // Listening from the start: a SIGTERM while connecting ends the run with its summary too.
     // Without a handler (only for lack of resources), SIGTERM ends the process as before.
     let mut term = signal(SignalKind::terminate()).ok();
-    let rl = args.nodes.builder().build()?;
+    let rl = args.durable.apply(args.nodes.builder()).build()?;
     // The library warns about each master that did not answer.
     rl.connect().await.context("the masters are not usable")?;
     // Checks the TTL against this configuration before any worker starts.
@@ -170,7 +173,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut clients = Vec::new();
     if args.separate_clients {
         for _ in 0..args.workers {
-            let own = args.nodes.builder().build()?;
+            let own = args.durable.apply(args.nodes.builder()).build()?;
             own.connect().await.context("the masters are not usable")?;
             clients.push(own);
         }
@@ -367,8 +370,13 @@ fn print_summary(
     } else {
         format!(", held {:?}", args.hold)
     };
+    let durable = args
+        .durable
+        .spelled()
+        .map(|d| format!(", durable {d}"))
+        .unwrap_or_default();
     out!(
-        "quorumlock bench: {} nodes (quorum {}), {} worker(s){mode}, TTL {:?}{hold}, {:.1} s{}",
+        "quorumlock bench: {} nodes (quorum {}), {} worker(s){mode}, TTL {:?}{hold}{durable}, {:.1} s{}",
         rl.node_count(),
         rl.quorum(),
         args.workers,

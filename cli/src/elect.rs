@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::durable::DurableArg;
 use crate::duration;
 use crate::exec::{self, CommandArgs, ExecArgs};
 use crate::nodes::NodesArg;
@@ -28,6 +29,8 @@ When the command exits, the process resigns and the next candidate takes over at
 pub(crate) struct ElectArgs {
     #[command(flatten)]
     nodes: NodesArg,
+    #[command(flatten)]
+    durable: DurableArg,
     /// The election's name.
     #[arg(long)]
     name: String,
@@ -52,7 +55,14 @@ pub(crate) struct ElectArgs {
 /// As `exec`: configuration errors (exit 1), fewer than a quorum of masters answering (69).
 pub(crate) async fn run(args: ElectArgs) -> anyhow::Result<ExitCode> {
     let value = args.value.unwrap_or_else(default_value);
-    let exec = ExecArgs::elect(args.nodes, args.name, value, args.ttl, args.command);
+    let exec = ExecArgs::elect(
+        args.nodes,
+        args.durable,
+        args.name,
+        value,
+        args.ttl,
+        args.command,
+    );
     loop {
         let code = exec::run(&exec).await?;
         if !args.restart || stopped_by_a_signal(&code) {

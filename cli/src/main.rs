@@ -9,6 +9,7 @@
 //! * `elect` — run a command while leader (`exec`, campaigning instead of locking).
 //! * `status`, `list`, `unlock` — look at and break locks; `holder` — who holds one.
 //! * `nodes` — the `--nodes` option and the checks run before touching a lock.
+//! * `durable` — the `--durable` option: grants confirmed by replicas or the AOF.
 //! * `masters` — plain Redis connections, for what the lock itself does not cover.
 //! * `demo`, `bench` — try it out and measure it.
 //! * `duration`, `exit`, `logging`, `metrics`, `output` — command-line plumbing.
@@ -18,6 +19,7 @@
 
 mod bench;
 mod demo;
+mod durable;
 mod duration;
 mod elect;
 mod exec;

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{Error, HoldOptions, Lock, Redlock};
 
+use crate::durable::DurableArg;
 use crate::duration::{self, Wait};
 use crate::exit;
 use crate::holder;
@@ -74,6 +75,8 @@ watchdog process kills them by the lease's deadline.";
 pub(crate) struct ExecArgs {
     #[command(flatten)]
     nodes: NodesArg,
+    #[command(flatten)]
+    durable: DurableArg,
     /// The resource to lock (or give it with --resource).
     #[arg(value_name = "RESOURCE", required_unless_present = "resource")]
     resource_arg: Option<String>,
@@ -151,6 +154,7 @@ impl ExecArgs {
     /// The options of `quorumlock elect`: campaign for `name` and run the command while leader.
     pub(crate) fn elect(
         nodes: NodesArg,
+        durable: DurableArg,
         name: String,
         value: String,
         ttl: Duration,
@@ -158,6 +162,7 @@ impl ExecArgs {
     ) -> ExecArgs {
         ExecArgs {
             nodes,
+            durable,
             resource_arg: None,
             stray: Vec::new(),
             resource: Some(name),
@@ -408,7 +413,10 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
         e.exit();
     }
     let work = args.work();
-    let mut builder = args.nodes.builder().fencing(args.fencing);
+    let mut builder = args
+        .durable
+        .apply(args.nodes.builder())
+        .fencing(args.fencing);
     // While the lock is held, `acquire` waits in line for as long as its acquire timeout;
     // masters that do not answer are retried within the same wait.
     builder = match args.wait() {
