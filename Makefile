@@ -40,11 +40,15 @@ chaos: redis-server
 
 ## Criterion benchmarks, the side-by-side comparison (quorumlock, rslock, the raw floor), then
 ## the primitives (semaphore, read-write lock, leader failover) against the mutex, on five local
-## masters; prints the tables. QUORUMLOCK_BENCH_QUICK=1 for a short smoke run.
+## masters; then what a durable vote costs (replica, AOF) on three Valkey 9 masters (its
+## valkey-server fetched as for test-valkey); prints the tables. QUORUMLOCK_BENCH_QUICK=1 for a
+## short smoke run.
 bench: redis-server
 	$(CARGO) bench --bench cycle
 	$(CARGO) bench --bench compare
 	$(CARGO) bench --bench primitives
+	$(eval VALKEY := $(shell scripts/ensure-valkey-server.sh))
+	QUORUMLOCK_VALKEY_SERVER=$(VALKEY) $(CARGO) bench --bench durability
 
 ## Formatting and lints, as CI runs them; then the three crates packaged and built as crates.io
 ## would see them (needs the crates.io index; --allow-dirty so that it checks a working tree too).
