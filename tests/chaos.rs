@@ -142,6 +142,34 @@ async fn s21_nested_holds_ended_from_many_tasks_release_once_and_leave_no_key() 
     survives(Scenario::Reentrant).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn s23_durable_votes_survive_two_voters_failing_over_in_one_window() {
+    survives(Scenario::FailoverDurable).await;
+}
+
+/// Scenario 22, the negative control of 23: the same double failovers with votes counted once
+/// answered. The rule `f >= q - N + k` is broken, and the checker must find second holders.
+#[tokio::test(flavor = "multi_thread")]
+async fn s22_votes_counted_once_answered_lose_locks_to_two_failovers_in_one_window() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scenario = Scenario::FailoverNotDurable;
+    let seed = chaos::seed(scenario);
+    println!("chaos scenario {scenario}: seed {seed:#x} (re-run with {CHAOS_SEED_ENV}={seed:#x})");
+    let run = chaos::run(scenario, Length::Short, seed).await.unwrap();
+    println!("{}\n{}", ChaosRun::header(), run.row());
+    for check in &run.checks {
+        println!("  {}: {}", check.what, check.detail);
+    }
+    let overlaps = run
+        .report
+        .violations
+        .iter()
+        .filter(|v| matches!(v, Violation::Overlap { .. }))
+        .count();
+    assert!(overlaps > 0, "the checker found no second holder:\n{run}");
+    assert!(run.passed(), "{run}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Negative controls: the checker must see a violation where the documented assumptions are broken,
 // and none where they hold. The interleaving is driven step by step, not left to chance.

@@ -187,11 +187,14 @@ async fn a_master_that_cannot_confirm_is_refused_at_connect_naming_what_it_lacks
 }
 
 /// `Aof { local: true }` where the server has `WAITAOF` (Redis 7.2+, Valkey, as `make
-/// test-valkey` runs it): masters with `appendfsync everysec`, and every counted grant is in the
-/// AOF file when `acquire` returns. Where it has not (Debian's Redis 7.0), connecting says so.
+/// test-valkey` runs it), over masters with `appendfsync everysec`: every grant that counted is
+/// in its master's AOF file when `acquire` returns (read from the file itself: a killed process
+/// does not lose what it already wrote to the kernel), and after every master is killed and
+/// restarted from its AOF, each held lock is still on a quorum. Where the server has no
+/// `WAITAOF` (Debian's Redis 7.0), connecting says so.
 #[tokio::test(flavor = "multi_thread")]
-async fn aof_votes_are_in_the_file_when_acquire_returns_where_the_server_has_waitaof() {
-    let servers: Vec<RedisServer> = (0..3)
+async fn aof_votes_are_in_the_file_when_acquire_returns_and_survive_a_crash_restart() {
+    let mut servers: Vec<RedisServer> = (0..3)
         .map(|_| {
             RedisServerBuilder::new()
                 .arg("--appendonly")
@@ -207,7 +210,7 @@ async fn aof_votes_are_in_the_file_when_acquire_returns_where_the_server_has_wai
         && !version.contains("redis_version:7.0.")
         && !version.contains("redis_version:7.1.");
     let rl = Redlock::builder(servers.iter().map(RedisServer::url))
-        .node_timeout(Duration::from_millis(500))
+        .node_timeout(Duration::from_millis(1_500))
         .durability(Durability::Aof {
             local: true,
             replicas: 0,
@@ -220,14 +223,44 @@ async fn aof_votes_are_in_the_file_when_acquire_returns_where_the_server_has_wai
         return;
     }
     rl.connect().await.unwrap();
-    let lock = rl.acquire("ledger", TTL).await.unwrap();
-    let token = lock.token().expose().to_owned();
-    let in_file = servers
-        .iter()
-        .filter(|s| aof_text(s).contains(&token))
-        .count();
-    assert!(in_file >= 2, "the token is in {in_file} AOF files");
-    lock.release().await.unwrap();
+    let mut held = Vec::new();
+    for i in 0..10 {
+        let lock = rl.acquire(&format!("ledger-{i}"), TTL * 12).await.unwrap();
+        let token = lock.token().expose().to_owned();
+        // At once, before the next fsync a second later could have written it anyway.
+        let in_file = servers
+            .iter()
+            .filter(|s| aof_text(s).contains(&token))
+            .count();
+        assert!(
+            in_file >= 2,
+            "ledger-{i}: the token is in {in_file} AOF files"
+        );
+        held.push((format!("ledger-{i}"), token, lock));
+    }
+    // A crash of every master at once, and a restart from what the files hold.
+    for server in &mut servers {
+        server.restart().unwrap();
+    }
+    for (resource, token, _lock) in &held {
+        let kept = servers
+            .iter()
+            .filter(|s| get(s, resource).as_deref() == Some(token.as_str()))
+            .count();
+        assert!(
+            kept >= 2,
+            "{resource} is held on {kept} masters after the restart"
+        );
+    }
+    let other = Redlock::builder(servers.iter().map(RedisServer::url))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    assert!(other
+        .try_acquire("ledger-0", TTL)
+        .await
+        .unwrap_err()
+        .is_contention());
 }
 
 /// Everything the server's append-only files hold, as text.

@@ -240,54 +240,69 @@ pub async fn independent_masters_failover() -> io::Result<FailoverReport> {
 }
 
 /// A master, its replica replicating through a proxy, and the proxy clients use.
-struct Pair {
-    master: RedisServer,
-    replica: RedisServer,
+pub(crate) struct Pair {
+    pub(crate) master: RedisServer,
+    pub(crate) replica: RedisServer,
     /// The replication link: the replica connects to the master through it.
-    link: FaultProxy,
+    pub(crate) link: FaultProxy,
     /// The virtual IP clients connect to.
-    vip: FaultProxy,
+    pub(crate) vip: FaultProxy,
 }
 
 impl Pair {
-    fn start() -> io::Result<Pair> {
-        // Start the replica's full sync at once (Redis waits 5 s by default for more replicas).
-        let master = RedisServerBuilder::new()
-            .arg("--repl-diskless-sync-delay")
-            .arg("0")
-            .spawn()?;
+    pub(crate) fn start() -> io::Result<Pair> {
+        // Both start a replica's full sync at once (Redis waits 5 s by default for more
+        // replicas): the replica becomes a master at its failover. Both time a blocked `WAIT`
+        // out within 10 ms (`hz 100`), so that an unconfirmed grant is reported in time.
+        let server = || {
+            RedisServerBuilder::new()
+                .arg("--repl-diskless-sync-delay")
+                .arg("0")
+                .arg("--hz")
+                .arg("100")
+        };
+        let master = server().spawn()?;
         let link = FaultProxy::start(master.addr())?;
-        let replica = RedisServerBuilder::new()
+        let replica = server()
             .arg("--replicaof")
             .arg("127.0.0.1")
             .arg(link.addr().port().to_string())
             .spawn()?;
         let vip = FaultProxy::start(master.addr())?;
-        let deadline = Instant::now() + SYNC_TIMEOUT;
-        while !info(replica.addr(), "replication").contains("master_link_status:up") {
-            if Instant::now() >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("replica did not sync; log:\n{}", replica.log()),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Pair {
+        let pair = Pair {
             master,
             replica,
             link,
             vip,
-        })
+        };
+        pair.wait_synced()?;
+        Ok(pair)
+    }
+
+    /// Waits until the replica's link to the master is up and the master counts it.
+    fn wait_synced(&self) -> io::Result<()> {
+        let deadline = Instant::now() + SYNC_TIMEOUT;
+        while !(info(self.replica.addr(), "replication").contains("master_link_status:up")
+            && info(self.master.addr(), "replication").contains("connected_slaves:1"))
+        {
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("replica did not sync; log:\n{}", self.replica.log()),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
     }
 
     /// The replica stops receiving: the replication stream is swallowed from now on.
-    fn freeze_replication(&self) {
+    pub(crate) fn freeze_replication(&self) {
         self.link.blackhole();
     }
 
     /// The master dies, the replica is promoted and the virtual IP moves to it.
-    fn fail_over(&mut self) -> io::Result<()> {
+    pub(crate) fn fail_over(&mut self) -> io::Result<()> {
         self.master.kill()?;
         let promoted: Option<String> =
             crate::chaos::direct(self.replica.addr(), Duration::from_secs(2), |c| {
@@ -299,6 +314,27 @@ impl Pair {
         self.vip.retarget(self.replica.addr());
         self.vip.reset();
         Ok(())
+    }
+
+    /// After [`fail_over`](Self::fail_over): the dead master comes back empty as the replica
+    /// of the promoted one, through the replication link (healed), and the two swap roles, so
+    /// that the pair can fail over again.
+    pub(crate) fn rebuild(&mut self) -> io::Result<()> {
+        self.link.retarget(self.replica.addr());
+        self.link.heal();
+        self.master.restart()?;
+        let following: Option<String> =
+            crate::chaos::direct(self.master.addr(), Duration::from_secs(2), |c| {
+                redis::cmd("REPLICAOF")
+                    .arg("127.0.0.1")
+                    .arg(self.link.addr().port())
+                    .query(c)
+            });
+        if following.is_none() {
+            return Err(io::Error::other("REPLICAOF failed on the restarted master"));
+        }
+        std::mem::swap(&mut self.master, &mut self.replica);
+        self.wait_synced()
     }
 
     /// The server the virtual IP points at now.

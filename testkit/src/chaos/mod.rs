@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod durable;
 mod election;
 mod engine;
 mod line;
@@ -123,11 +124,18 @@ pub enum Scenario {
     ///     18: mutual exclusion as for the mutex, exactly one release per lock reaching the
     ///     masters, and no key left behind.
     Reentrant,
+    /// 22. The negative control of 23: three voters, each a primary with an asynchronous
+    ///     replica, two of them failed over in the same window again and again (replication
+    ///     frozen first), votes counted once answered. The checker must find two holders.
+    FailoverNotDurable,
+    /// 23. As 22, with durable votes ([`quorumlock::Durability::Replicas`]`(1)`): a grant
+    ///     counts only once its voter's replica has it. Never two holders.
+    FailoverDurable,
 }
 
 impl Scenario {
     /// Every scenario, in the issue's order.
-    pub const ALL: [Scenario; 21] = [
+    pub const ALL: [Scenario; 23] = [
         Scenario::Baseline,
         Scenario::MinorityKilled,
         Scenario::MajorityKilled,
@@ -149,6 +157,8 @@ impl Scenario {
         Scenario::RwLock,
         Scenario::Election,
         Scenario::Reentrant,
+        Scenario::FailoverNotDurable,
+        Scenario::FailoverDurable,
     ];
 
     /// The scenario's number in the issue (14: the fencing figure; 15–17: the wait line; 18–21:
@@ -176,6 +186,8 @@ impl Scenario {
             Scenario::RwLock => 19,
             Scenario::Election => 20,
             Scenario::Reentrant => 21,
+            Scenario::FailoverNotDurable => 22,
+            Scenario::FailoverDurable => 23,
         }
     }
 
@@ -203,6 +215,8 @@ impl Scenario {
             Scenario::RwLock => "rwlock",
             Scenario::Election => "election",
             Scenario::Reentrant => "reentrant",
+            Scenario::FailoverNotDurable => "failover-not-durable",
+            Scenario::FailoverDurable => "failover-durable",
         }
     }
 
@@ -210,6 +224,12 @@ impl Scenario {
     /// scenario checks that none was reported instead of counting acquisitions.
     pub fn expects_success(self) -> bool {
         !matches!(self, Scenario::MajorityKilled | Scenario::LatencyBeyondTtl)
+    }
+
+    /// Whether this scenario is a negative control: its faults break the rule the library's
+    /// guarantee rests on, and the checker must find the violations that follow.
+    pub fn is_negative_control(self) -> bool {
+        self == Scenario::FailoverNotDurable
     }
 
     /// The fixed seed used when [`CHAOS_SEED_ENV`] is not set.
@@ -319,9 +339,14 @@ pub struct ChaosRun {
 }
 
 impl ChaosRun {
-    /// No violation, and every check passed.
+    /// No violation (at least one for a [negative control](Scenario::is_negative_control)),
+    /// and every check passed.
     pub fn passed(&self) -> bool {
-        self.violations == 0 && self.checks.iter().all(|c| c.passed)
+        let verdict = match self.scenario.is_negative_control() {
+            true => self.violations > 0,
+            false => self.violations == 0,
+        };
+        verdict && self.checks.iter().all(|c| c.passed)
     }
 
     /// The header of the table [`row`](ChaosRun::row) prints.

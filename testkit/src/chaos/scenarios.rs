@@ -334,6 +334,10 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             checks.push(no_success_inside_majority_faults(&ran));
             (ran, checks)
         }
+        // Voters of a primary and a replica each, not the five masters of the engine.
+        Scenario::FailoverNotDurable | Scenario::FailoverDurable => {
+            return super::durable::run(scenario, length, seed).await;
+        }
     };
     Ok(finish(scenario, length, seed, ran, checks))
 }
