@@ -8,6 +8,16 @@
 //! | AOF | `appendonly yes`, `appendfsync everysec` | `Aof { local: true, replicas: 0 }`: `WAITAOF 1 0` |
 //! | fsync always | `appendonly yes`, `appendfsync always` | `Answered`: the server fsyncs before it answers |
 //!
+//! In every case the workers share one client, hence one multiplexed connection per master; on
+//! it a `WAIT` blocks the connection on the server (a blocked client's next commands are not read
+//! until it is unblocked), so the workers queue behind each other's `WAIT`s. At 32 workers, off
+//! and replica run a second time with a `Redlock` per worker (its own connection per master), to
+//! see whether separate connections serve a durable vote better. On 2026-11-25 (2 cores, loaded
+//! by other jobs) they did not: `Replicas(1)` on a client per worker ran at 0.95× the cycles/s of
+//! the shared client's (p50 1.06×), as 96 connections cost more than the queueing they avoid (off
+//! itself fell to 0.21× of shared off), although on them the `WAIT`s overlap and add little
+//! beyond that (1.12× per-worker off's cycles/s, per run 0.84 to 1.88).
+//!
 //! ```text
 //! cargo bench --bench durability                            # the full run (about 2 minutes)
 //! QUORUMLOCK_BENCH_QUICK=1 cargo bench --bench durability   # a smoke run
@@ -16,9 +26,9 @@
 //! Every case runs valkey-server (Valkey 9, the path printed by `scripts/ensure-valkey-server.sh`,
 //! which honours `QUORUMLOCK_VALKEY_SERVER`): all four run the same server, and it has
 //! `WAITAOF`. The four sets of masters run side by side for the whole bench. Runs are
-//! interleaved: each run measures every case at 1 worker, then at 32, starting from a different
-//! case each run. Figures are medians over runs; ratios against "off" are computed within each
-//! run, then their median taken.
+//! interleaved: each run measures every case at 1 worker, then at 32 (the per-worker clients
+//! included), starting from a different case each run. Figures are medians over runs; ratios
+//! against "off" are computed within each run, then their median taken.
 //!
 //! At one worker the AOF case is bound by the server's clock, not its disk: with `appendfsync
 //! everysec` the fsync `WAITAOF` asks for is done by a background thread, and an idle server only
@@ -48,7 +58,8 @@ use quorumlock_testkit::{RedisServer, RedisServerBuilder};
 use support::{env_or, median, TTL};
 
 const MASTERS: usize = 3;
-const WORKERS: [usize; 2] = [1, 32];
+const MANY: usize = 32;
+const WORKERS: [usize; 2] = [1, MANY];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Case {
@@ -78,6 +89,43 @@ impl Case {
                 local: true,
                 replicas: 0,
             },
+        }
+    }
+}
+
+/// One row of the table: a case at a worker count, its workers sharing one client or each with
+/// its own (hence its own connection to each master).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Row {
+    workers: usize,
+    case: Case,
+    own_clients: bool,
+}
+
+impl Row {
+    /// Every case at each worker count on one shared client, then off and `Replicas(1)` at
+    /// [`MANY`] workers with a client per worker.
+    fn all() -> Vec<Row> {
+        let shared = WORKERS.into_iter().flat_map(|workers| {
+            Case::ALL.map(|case| Row {
+                workers,
+                case,
+                own_clients: false,
+            })
+        });
+        let own = [Case::Off, Case::Replica].map(|case| Row {
+            workers: MANY,
+            case,
+            own_clients: true,
+        });
+        shared.chain(own).collect()
+    }
+
+    fn clients(self) -> &'static str {
+        if self.own_clients {
+            "one per worker"
+        } else {
+            "shared"
         }
     }
 }
@@ -194,26 +242,25 @@ impl Measurement {
     }
 }
 
-/// `workers` workers sharing one fresh client, each cycling acquire + release on its own
-/// resource; what completed inside the window after the warm-up.
-async fn measure(
-    urls: &[String],
-    case: Case,
-    workers: usize,
-    tag: &str,
-    cfg: &Config,
-) -> Measurement {
-    let rl = Redlock::builder(urls)
-        .durability(case.durability())
-        .build()
-        .unwrap();
-    let health = rl.connect().await.unwrap();
-    assert!(health.unreachable.is_empty(), "{:?}", health.unreachable);
+/// The row's workers on fresh clients (one shared, or one each), each cycling acquire + release
+/// on its own resource; what completed inside the window after the warm-up.
+async fn measure(urls: &[String], row: Row, tag: &str, cfg: &Config) -> Measurement {
+    let mut clients = Vec::new();
+    for _ in 0..if row.own_clients { row.workers } else { 1 } {
+        let rl = Redlock::builder(urls)
+            .durability(row.case.durability())
+            .build()
+            .unwrap();
+        let health = rl.connect().await.unwrap();
+        assert!(health.unreachable.is_empty(), "{:?}", health.unreachable);
+        clients.push(rl);
+    }
     let counting = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = (0..workers)
+    let tasks: Vec<_> = (0..row.workers)
         .map(|i| {
-            let (rl, counting, done) = (rl.clone(), counting.clone(), done.clone());
+            let rl = clients[i % clients.len()].clone();
+            let (counting, done) = (counting.clone(), done.clone());
             let resource = format!("r{i}:{tag}");
             tokio::spawn(async move {
                 let mut seen = Measurement::default();
@@ -264,26 +311,31 @@ fn main() {
     let started = Instant::now();
     let load_before = loadavg();
     let valkey = valkey_server();
-    let masters: Vec<(Case, Masters)> = Case::ALL
+    let masters: HashMap<Case, Masters> = Case::ALL
         .into_iter()
         .map(|case| (case, spawn(case, &valkey)))
         .collect();
-    let version = server_version(&masters[0].1);
+    let version = server_version(&masters[&Case::Off]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    // Per (workers, case), one measurement per run, in run order.
-    let mut results: HashMap<(usize, Case), Vec<Measurement>> = HashMap::new();
+    // Per row, one measurement per run, in run order.
+    let mut results: HashMap<Row, Vec<Measurement>> = HashMap::new();
     let mut log = Vec::new();
     for run in 0..cfg.runs {
         for workers in WORKERS {
-            for k in 0..masters.len() {
-                let (case, set) = &masters[(k + run) % masters.len()];
-                let tag = format!("{run}:{workers}");
-                let m = runtime.block_on(measure(&set.urls, *case, workers, &tag, &cfg));
+            let rows: Vec<Row> = Row::all()
+                .into_iter()
+                .filter(|r| r.workers == workers)
+                .collect();
+            for k in 0..rows.len() {
+                let row = rows[(k + run) % rows.len()];
+                let tag = format!("{run}:{workers}:{k}");
+                let m = runtime.block_on(measure(&masters[&row.case].urls, row, &tag, &cfg));
                 let line = format!(
-                    "run {}/{} w={workers:<2} {:<20} {:>6.0} cycles/s, acquire p50 {}, p99 {}, errors {}{}",
+                    "run {}/{} w={workers:<2} {:<14} {:<20} {:>6.0} cycles/s, acquire p50 {}, p99 {}, errors {}{}",
                     run + 1,
                     cfg.runs,
-                    case.masters(),
+                    row.clients(),
+                    row.case.masters(),
                     m.rate(),
                     latency(m.acquire_p(0.5)),
                     latency(m.acquire_p(0.99)),
@@ -292,7 +344,7 @@ fn main() {
                 );
                 eprintln!("{line}");
                 log.push(line);
-                results.entry((workers, *case)).or_default().push(m);
+                results.entry(row).or_default().push(m);
             }
         }
     }
@@ -321,39 +373,69 @@ fn main() {
     .unwrap();
     writeln!(
         w,
-        "Medians of {} interleaved run(s), {} s windows after {} s warm-up; ratios against \"off\" at the same worker count, computed within each run (per-run values in brackets). One client per measurement, shared by its workers, each worker on its own resource; TTL {TTL:?}, default settings otherwise (node timeout TTL / 20 = 500 ms).",
+        "Medians of {} interleaved run(s), {} s windows after {} s warm-up; ratios against shared-client \"off\" at the same worker count, computed within each run (per-run values in brackets), and for `Replicas(1)` on one client per worker also against \"off\" on one client per worker. One client per measurement, shared by its workers (one multiplexed connection per master, on which a blocked `WAIT` holds up every command behind it), except the rows \"one per worker\": a `Redlock` per worker, hence a connection per worker and master. Each worker on its own resource; TTL {TTL:?}, default settings otherwise (node timeout TTL / 20 = 500 ms).",
         cfg.runs, cfg.secs, cfg.warmup,
     )
     .unwrap();
     writeln!(w).unwrap();
-    writeln!(w, "| workers | masters | durability | cycles/s | cycles/s vs off | acquire p50 | acquire p99 | p50 vs off | errors |").unwrap();
-    writeln!(w, "|---:|---|---|---:|---|---:|---:|---|---:|").unwrap();
-    for workers in WORKERS {
-        let off = &results[&(workers, Case::Off)];
-        for case in Case::ALL {
-            let runs = &results[&(workers, case)];
-            let of = |f: fn(&Measurement) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
-            let p50 = |m: &Measurement| m.acquire_p(0.5).as_secs_f64();
-            let rate_vs = ratios(runs, off, Measurement::rate);
-            let p50_vs = ratios(runs, off, p50);
-            writeln!(
-                w,
-                "| {workers} | {} | {} | {} | {rate_vs} | {} | {} | {p50_vs} | {} |",
-                case.masters(),
-                match case.durability() {
-                    Durability::Answered => "off".to_owned(),
-                    d => format!("`{d:?}`"),
-                },
-                group_digits(of(Measurement::rate).round() as u64),
-                latency(Duration::from_secs_f64(of(p50))),
-                latency(Duration::from_secs_f64(of(|m| m
-                    .acquire_p(0.99)
-                    .as_secs_f64()))),
-                runs.iter().map(|m| m.errors).sum::<usize>(),
-            )
-            .unwrap();
-        }
+    writeln!(w, "| workers | clients | masters | durability | cycles/s | cycles/s vs off | acquire p50 | acquire p99 | p50 vs off | errors |").unwrap();
+    writeln!(w, "|---:|---|---|---|---:|---|---:|---:|---|---:|").unwrap();
+    let p50 = |m: &Measurement| m.acquire_p(0.5).as_secs_f64();
+    for row in Row::all() {
+        let runs = &results[&row];
+        let of = |f: fn(&Measurement) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+        // Against shared-client off; a durable row on its own clients also against off on its own.
+        let vs = |f: fn(&Measurement) -> f64| {
+            let off = |own_clients| {
+                let off = Row {
+                    case: Case::Off,
+                    own_clients,
+                    ..row
+                };
+                ratios(runs, &results[&off], f)
+            };
+            if row.own_clients && row.case != Case::Off {
+                format!("{} (vs off, one per worker: {})", off(false), off(true))
+            } else {
+                off(false)
+            }
+        };
+        writeln!(
+            w,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            row.workers,
+            row.clients(),
+            row.case.masters(),
+            match row.case.durability() {
+                Durability::Answered => "off".to_owned(),
+                d => format!("`{d:?}`"),
+            },
+            group_digits(of(Measurement::rate).round() as u64),
+            vs(Measurement::rate),
+            latency(Duration::from_secs_f64(of(p50))),
+            latency(Duration::from_secs_f64(of(|m| m
+                .acquire_p(0.99)
+                .as_secs_f64()))),
+            vs(p50),
+            runs.iter().map(|m| m.errors).sum::<usize>(),
+        )
+        .unwrap();
     }
+    let replica = |own_clients| {
+        &results[&Row {
+            workers: MANY,
+            case: Case::Replica,
+            own_clients,
+        }]
+    };
+    writeln!(w).unwrap();
+    writeln!(
+        w,
+        "Separate connections against the shared one, for `Replicas(1)` at {MANY} workers: one client per worker runs at {} the cycles/s of one shared client, with {} its acquire p50.",
+        ratios(replica(true), replica(false), Measurement::rate),
+        ratios(replica(true), replica(false), p50),
+    )
+    .unwrap();
     writeln!(w).unwrap();
     writeln!(w, "Each measurement, in the order taken:").unwrap();
     writeln!(w).unwrap();
