@@ -12,11 +12,12 @@
 //! it a `WAIT` blocks the connection on the server (a blocked client's next commands are not read
 //! until it is unblocked), so the workers queue behind each other's `WAIT`s. At 32 workers, off
 //! and replica run a second time with a `Redlock` per worker (its own connection per master), to
-//! see whether separate connections serve a durable vote better. On 2026-11-25 (2 cores, loaded
-//! by other jobs) they did not: `Replicas(1)` on a client per worker ran at 0.95× the cycles/s of
-//! the shared client's (p50 1.06×), as 96 connections cost more than the queueing they avoid (off
-//! itself fell to 0.21× of shared off), although on them the `WAIT`s overlap and add little
-//! beyond that (1.12× per-worker off's cycles/s, per run 0.84 to 1.88).
+//! see whether separate connections serve a durable vote better. On 2026-11-25 (2 cores, the
+//! bench alone): the blocked `WAIT`s are most of the cost on a shared connection (`Replicas(1)`
+//! at 0.28× shared off, against 0.73× per-worker off on connections of their own), but 96
+//! connections cost the plain cycle about half (per-worker off at 0.49× shared off), so
+//! per-worker `Replicas(1)` gains only 1.13× over the shared client's. A run on a machine loaded
+//! by other jobs saw 0.95×.
 //!
 //! ```text
 //! cargo bench --bench durability                            # the full run (about 2 minutes)

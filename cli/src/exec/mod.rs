@@ -355,13 +355,31 @@ async fn check_within(rl: &Redlock, give_up: Option<Instant>) -> Result<(), Erro
                     return Err(e);
                 }
                 if !std::mem::replace(&mut said, true) {
-                    tracing::info!(error = %e, "masters unavailable; waiting for them");
+                    if refused_for_their_setup(&e) {
+                        // Not an outage that passes: say it at the default level, or a
+                        // `--wait forever` (and `elect`) would wait without a word.
+                        tracing::warn!(error = %e, "masters refused for their setup; waiting for them");
+                    } else {
+                        tracing::info!(error = %e, "masters unavailable; waiting for them");
+                    }
                 }
                 tokio::time::sleep_until(retry_at.into()).await;
             }
             outcome => return outcome,
         }
     }
+}
+
+/// Whether some master was refused by the client's own checks at connect (a Redis Cluster node,
+/// a master that cannot confirm durable votes, another key layout) rather than unreachable.
+fn refused_for_their_setup(e: &Error) -> bool {
+    let Error::Unavailable { nodes, .. } = e else {
+        return false;
+    };
+    nodes
+        .iter()
+        .filter_map(|n| n.redis_error())
+        .any(|r| r.kind() == redis::ErrorKind::Client)
 }
 
 /// While waiting in line at `-v`, says now and then who holds the lock, this process's place in
