@@ -19,7 +19,9 @@ use tokio::sync::Mutex;
 /// machine rather than the library.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
-async fn survives(scenario: Scenario) {
+/// Runs the short version of `scenario` (one at a time), printing its seed first and its row
+/// and checks after.
+async fn run_short(scenario: Scenario) -> ChaosRun {
     let _turn = ONE_AT_A_TIME.lock().await;
     let seed = chaos::seed(scenario);
     println!("chaos scenario {scenario}: seed {seed:#x} (re-run with {CHAOS_SEED_ENV}={seed:#x})");
@@ -28,6 +30,11 @@ async fn survives(scenario: Scenario) {
     for check in &run.checks {
         println!("  {}: {}", check.what, check.detail);
     }
+    run
+}
+
+async fn survives(scenario: Scenario) {
+    let run = run_short(scenario).await;
     assert_eq!(run.violations, 0, "the checker found violations:\n{run}");
     assert!(run.passed(), "a scenario check failed:\n{run}");
     if scenario.expects_success() {
@@ -151,15 +158,7 @@ async fn s23_durable_votes_survive_two_voters_failing_over_in_one_window() {
 /// answered. The rule `f >= q - N + k` is broken, and the checker must find second holders.
 #[tokio::test(flavor = "multi_thread")]
 async fn s22_votes_counted_once_answered_lose_locks_to_two_failovers_in_one_window() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let scenario = Scenario::FailoverNotDurable;
-    let seed = chaos::seed(scenario);
-    println!("chaos scenario {scenario}: seed {seed:#x} (re-run with {CHAOS_SEED_ENV}={seed:#x})");
-    let run = chaos::run(scenario, Length::Short, seed).await.unwrap();
-    println!("{}\n{}", ChaosRun::header(), run.row());
-    for check in &run.checks {
-        println!("  {}: {}", check.what, check.detail);
-    }
+    let run = run_short(Scenario::FailoverNotDurable).await;
     let overlaps = run
         .report
         .violations

@@ -31,23 +31,7 @@ fn server() -> RedisServerBuilder {
 
 fn voter() -> Voter {
     let primary = server().spawn().unwrap();
-    let replica = server()
-        .arg("--replicaof")
-        .arg("127.0.0.1")
-        .arg(primary.port().to_string())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !(info(&replica, "replication").contains("master_link_status:up")
-        && info(&primary, "replication").contains("connected_slaves:1"))
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the replica never came up: {}",
-            replica.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let replica = primary.spawn_replica(server()).unwrap();
     Voter { primary, replica }
 }
 

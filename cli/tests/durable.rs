@@ -5,7 +5,7 @@
 mod common;
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{quorumlock, text, wait_for_file, wait_until};
 use nix::sys::signal::{kill, Signal};
@@ -31,13 +31,6 @@ fn connection(server: &RedisServer) -> redis::Connection {
         .unwrap()
 }
 
-fn info(server: &RedisServer, section: &str) -> String {
-    redis::cmd("INFO")
-        .arg(section)
-        .query(&mut connection(server))
-        .unwrap()
-}
-
 /// The keys on `server` matching `pattern`.
 fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
     redis::cmd("KEYS")
@@ -55,23 +48,7 @@ fn get(server: &RedisServer, key: &str) -> Option<String> {
 
 fn voter() -> Voter {
     let primary = RedisServerBuilder::new().spawn().unwrap();
-    let replica = RedisServerBuilder::new()
-        .arg("--replicaof")
-        .arg("127.0.0.1")
-        .arg(primary.port().to_string())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !(info(&replica, "replication").contains("master_link_status:up")
-        && info(&primary, "replication").contains("connected_slaves:1"))
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the replica never came up: {}",
-            replica.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let replica = primary.spawn_replica(RedisServerBuilder::new()).unwrap();
     Voter { primary, replica }
 }
 

@@ -476,7 +476,7 @@ fn info(addr: SocketAddr, section: &str) -> String {
     .unwrap_or_default()
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
     tokio::task::spawn_blocking(f)

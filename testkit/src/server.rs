@@ -331,6 +331,108 @@ impl RedisServer {
         self.signal(Signal::SIGCONT)
     }
 
+    /// Starts a replica of this server from `builder` (`--replicaof` this server's port), and
+    /// waits until its replication link is up and this server counts it among its replicas:
+    /// a primary for durable votes ([`quorumlock::Durability::Replicas`]) or failover tests.
+    /// Sets this server's `repl-diskless-sync-delay` to 0, so that the sync starts at once.
+    ///
+    /// ```no_run
+    /// use quorumlock_testkit::{RedisServer, RedisServerBuilder};
+    ///
+    /// let primary = RedisServer::spawn()?;
+    /// let replica = primary.spawn_replica(RedisServerBuilder::new())?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServerBuilder::spawn`], and [`io::ErrorKind::TimedOut`] (with the replica's
+    /// log) if the replica has not synced within ten seconds.
+    pub fn spawn_replica(&self, builder: RedisServerBuilder) -> io::Result<RedisServer> {
+        let replicas = self.connected_replicas()?;
+        // Start the full sync at once: by default a primary waits 5 s for more replicas.
+        self.query::<()>(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("repl-diskless-sync-delay")
+                .arg(0),
+        )?;
+        let replica = builder
+            .arg("--replicaof")
+            .arg("127.0.0.1")
+            .arg(self.port.to_string())
+            .spawn()?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        // Counted is not yet streamed to: after a diskless sync the primary starts sending its
+        // writes only once the replica acknowledged the snapshot, up to a second later.
+        while !(replica
+            .info("replication")
+            .is_ok_and(|i| i.contains("master_link_status:up"))
+            && self.connected_replicas()? > replicas
+            && self.replicated_to(replicas + 1)?)
+        {
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "replica of {} did not sync; its log:\n{}",
+                        self.addr(),
+                        tail(&replica.log(), 40)
+                    ),
+                ));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        Ok(replica)
+    }
+
+    /// Runs `cmd` on a connection of its own.
+    fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> io::Result<T> {
+        let client = redis::Client::open(self.url()).map_err(io::Error::other)?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .map_err(io::Error::other)?;
+        cmd.query(&mut conn).map_err(io::Error::other)
+    }
+
+    /// Whether a write here reaches `replicas` replicas within 100 ms: a probe key written and
+    /// deleted at once (nothing is left behind), then `WAIT` on the same connection.
+    fn replicated_to(&self, replicas: usize) -> io::Result<bool> {
+        const PROBE: &str = "quorumlock-testkit:replica-probe";
+        let client = redis::Client::open(self.url()).map_err(io::Error::other)?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .map_err(io::Error::other)?;
+        let (acknowledged,): (usize,) = redis::pipe()
+            .cmd("SET")
+            .arg(PROBE)
+            .arg(1)
+            .ignore()
+            .cmd("DEL")
+            .arg(PROBE)
+            .ignore()
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(100)
+            .query(&mut conn)
+            .map_err(io::Error::other)?;
+        Ok(acknowledged >= replicas)
+    }
+
+    /// `INFO section`, as text.
+    fn info(&self, section: &str) -> io::Result<String> {
+        self.query(redis::cmd("INFO").arg(section))
+    }
+
+    /// How many replicas this server counts (`connected_slaves`).
+    fn connected_replicas(&self) -> io::Result<usize> {
+        let info = self.info("replication")?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("connected_slaves:")?.parse().ok())
+            .unwrap_or(0))
+    }
+
     /// The contents of the server's log file, across restarts; empty if it cannot be read.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()

@@ -27,7 +27,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
-use crate::failover::Pair;
+use crate::failover::{blocking, Pair};
 use crate::{History, Op, Releasing};
 
 const VOTERS: usize = 3;
@@ -324,12 +324,4 @@ fn tokens_only_on_the_primary(pair: &Pair) -> Vec<String> {
             (replica.get(i).cloned().flatten().as_ref() != Some(&token)).then_some(token)
         })
         .collect()
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(io::Error::other)?
 }
