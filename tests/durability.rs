@@ -106,6 +106,41 @@ async fn grants_their_replicas_do_not_confirm_do_not_count_and_are_rolled_back()
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_extend_its_replicas_do_not_confirm_fails_and_promises_no_more_than_before() {
+    let voters = voters(3);
+    let rl = durable(&voters, Durability::Replicas(1), Duration::from_millis(300));
+    rl.connect().await.unwrap();
+    let mut lock = rl.acquire("ledger", TTL).await.unwrap();
+    let before = lock.deadline();
+    voters[0].replica.pause().unwrap();
+    voters[1].replica.pause().unwrap();
+    let err = lock.extend(TTL * 4).await.unwrap_err();
+    let Error::NotExtended {
+        extended, nodes, ..
+    } = &err
+    else {
+        panic!("not NotExtended: {err}");
+    };
+    assert!(*extended <= 1, "{err}");
+    assert!(
+        nodes
+            .iter()
+            .any(|e| e.to_string().contains("not confirmed durable")),
+        "{err}"
+    );
+    assert!(
+        lock.deadline() <= before,
+        "a failed extend moved the deadline on"
+    );
+    voters[0].replica.resume().unwrap();
+    voters[1].replica.resume().unwrap();
+    // Confirmed again, the extend counts.
+    lock.extend(TTL * 4).await.unwrap();
+    assert!(lock.deadline() > before);
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_wait_for_replicas_shortens_the_validity() {
     let voters = voters(3);
     let rl = durable(&voters, Durability::Replicas(1), Duration::from_secs(2));
