@@ -14,8 +14,7 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{Cmd, ErrorKind, RedisError, Value};
+use redis::{Cmd, Value};
 
 /// How a master's grant must be confirmed before it counts toward the quorum (see
 /// [`RedlockBuilder::durability`](crate::RedlockBuilder::durability)). Grants, extends and
@@ -113,48 +112,8 @@ impl Durability {
     }
 }
 
-/// Fails a new connection to a master that cannot confirm grants as `durability` asks: too few
-/// replicas connected, no AOF, or a server without `WAITAOF`. A server that refuses `INFO` (an
-/// ACL without it) is used unchecked, with a warning: its grants still count only once
-/// confirmed.
-///
-/// # Errors
-///
-/// The connection's error, or the refusal, naming what the master lacks.
-pub(crate) async fn check(
-    conn: &MultiplexedConnection,
-    durability: Durability,
-) -> Result<(), RedisError> {
-    if !durability.waits() {
-        return Ok(());
-    }
-    let mut conn = conn.clone();
-    let info: Result<String, RedisError> = redis::cmd("INFO")
-        .arg("replication")
-        .arg("persistence")
-        .arg("server")
-        .query_async(&mut conn)
-        .await;
-    let info = match info {
-        Ok(info) => info,
-        Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => {
-            tracing::warn!(error = %e, "durability not checked at connect");
-            return Ok(());
-        }
-        Err(e) => return Err(e),
-    };
-    match lacks(durability, &info) {
-        None => Ok(()),
-        Some(lack) => Err(RedisError::from((
-            ErrorKind::Client,
-            "cannot confirm grants",
-            format!("{lack}, and durability is {durability:?}"),
-        ))),
-    }
-}
-
 /// What a master whose `INFO` says `info` lacks to confirm grants as `durability` asks.
-fn lacks(durability: Durability, info: &str) -> Option<String> {
+pub(crate) fn lacks(durability: Durability, info: &str) -> Option<String> {
     let field = |name: &str| {
         info.lines()
             .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))

@@ -1,6 +1,7 @@
 //! One Redis master: its long-lived multiplexed connection, the per-request time bound, and the
 //! commands and scripts the algorithm sends it.
 
+mod durable;
 mod health;
 mod layout;
 mod link;

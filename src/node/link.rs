@@ -12,9 +12,10 @@ use futures::FutureExt;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError};
 
+use super::durable;
 use super::layout::{self, Marked};
 use super::standalone;
-use crate::durability::{self, Durability};
+use crate::durability::Durability;
 use crate::scripts;
 
 /// The least time between the starts of two connection attempts to one node: a node that
@@ -279,13 +280,13 @@ async fn check_standalone(conn: &MultiplexedConnection, client: &Client) -> Resu
 }
 
 /// Fails the connection to a master that cannot confirm grants as `durability` asks (see
-/// `durability`).
+/// `durable`).
 async fn check_durability(
     conn: &MultiplexedConnection,
     durability: Durability,
     client: &Client,
 ) -> Result<(), RedisError> {
-    durability::check(conn, durability).await.inspect_err(|e| {
+    durable::check(conn, durability).await.inspect_err(|e| {
         let node = client.get_connection_info().addr();
         if e.kind() == redis::ErrorKind::Client {
             tracing::error!(%node, error = %e, "master not used: it cannot confirm grants");
