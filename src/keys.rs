@@ -182,7 +182,7 @@ impl Keys {
                 if let Some(grace) = fenced {
                     call.arg(grace);
                 }
-                let grant: i64 = node.invoke_granting(call, timeout).await?;
+                let grant: i64 = node.invoke_granting(call, timeout, |g| *g > 0).await?;
                 Ok(match u64::try_from(grant) {
                     Err(_) => Acquired::Line,
                     Ok(0) => Acquired::Held,
@@ -194,7 +194,7 @@ impl Keys {
                 let mut call = scripts::ACQUIRE_READ.prepare_invoke();
                 call.key(&**key).key(readers_key(key)).key(writers_key(key));
                 call.arg(token).arg(ttl_ms);
-                let granted: i64 = node.invoke_granting(call, timeout).await?;
+                let granted: i64 = node.invoke_granting(call, timeout, |g| *g == 1).await?;
                 Ok(match granted {
                     1 => Acquired::Granted(Vec::new()),
                     _ => Acquired::Held,
@@ -213,7 +213,7 @@ impl Keys {
                 if let Some(grace) = fenced {
                     call.arg(grace);
                 }
-                let grant: u64 = node.invoke_granting(call, timeout).await?;
+                let grant: u64 = node.invoke_granting(call, timeout, |g| *g > 0).await?;
                 Ok(match grant {
                     0 => Acquired::Held,
                     fence if fenced.is_some() => Acquired::Granted(vec![fence]),
@@ -230,7 +230,7 @@ impl Keys {
                 if let Some(grace) = fenced {
                     call.arg(grace);
                 }
-                let reply: redis::Value = node.invoke_granting(call, timeout).await?;
+                let reply: redis::Value = node.invoke_granting(call, timeout, is_grant).await?;
                 fences_or_refusal(node, reply)
             }
             (_, Some((ticket, entry_lease))) => {
@@ -249,7 +249,7 @@ impl Keys {
                 if let Keys::Owned { owner, .. } = self {
                     call.arg(&**owner);
                 }
-                let reply: redis::Value = node.invoke_granting(call, timeout).await?;
+                let reply: redis::Value = node.invoke_granting(call, timeout, is_grant).await?;
                 fences_or_refusal(node, reply)
             }
         }
@@ -344,13 +344,13 @@ impl Keys {
                 // missed.
                 let mut call = scripts::EXTEND.prepare_invoke();
                 call.key(&**key).arg(token).arg(ttl_ms).arg("mark");
-                let renewed: i64 = node.invoke_granting(call, timeout).await?;
+                let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
                 Ok(renewed == 1)
             }
             Keys::Read(key) => {
                 let mut call = scripts::EXTEND_READ.prepare_invoke();
                 call.key(readers_key(key)).arg(token).arg(ttl_ms);
-                let renewed: i64 = node.invoke_granting(call, timeout).await?;
+                let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
                 Ok(renewed == 1)
             }
             Keys::Many(keys) => {
@@ -359,7 +359,7 @@ impl Keys {
                     call.key(key.as_str());
                 }
                 call.arg(token).arg(ttl_ms);
-                let renewed: i64 = node.invoke_granting(call, timeout).await?;
+                let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
                 Ok(renewed == 1)
             }
         }
@@ -399,7 +399,7 @@ impl Keys {
                 for fence in fences {
                     call.arg(*fence);
                 }
-                let raised: i64 = node.invoke_granting(call, timeout).await?;
+                let raised: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
                 Ok(raised == 1)
             }
         }
@@ -513,6 +513,11 @@ impl ToRedisArgs for Suffixed<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
         out.write_arg_fmt(format_args!("{}{}", self.0, self.1));
     }
+}
+
+/// Whether a reply read by [`fences_or_refusal`] granted.
+fn is_grant(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::Array(_))
 }
 
 /// The reply of a script that grants several keys at once (`lua/acquire_many.lua`,

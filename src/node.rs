@@ -183,7 +183,7 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let mut call = scripts::EXTEND.prepare_invoke();
         call.key(key).arg(token).arg(ttl_ms);
-        let renewed: i64 = self.invoke_granting(call, timeout).await?;
+        let renewed: i64 = self.invoke_granting(call, timeout, |r| *r == 1).await?;
         Ok(renewed == 1)
     }
 
@@ -204,7 +204,7 @@ impl Node {
             .arg(token)
             .arg(grace_ms)
             .arg(fence);
-        let raised: i64 = self.invoke_granting(call, timeout).await?;
+        let raised: i64 = self.invoke_granting(call, timeout, |r| *r == 1).await?;
         Ok(raised == 1)
     }
 
@@ -225,13 +225,16 @@ impl Node {
     /// Runs a script that grants or keeps a lock (an acquire, an extend, a fence), like
     /// [`invoke`](Self::invoke); with a [`Durability`], the confirmation (`WAIT`, `WAITAOF`)
     /// goes in the same pipeline right behind it, waiting on the server for less than `timeout`
-    /// (see [`confirm_within`]: a missing confirmation is reported as such, not as a timeout),
-    /// and the reply counts only once confirmed. An unconfirmed reply is an error of this node
-    /// whatever the script answered: a grant it made is released by the attempt's rollback.
+    /// (see [`confirm_within`]: a missing confirmation is reported as such, not as a timeout).
+    /// A reply that `granted` something counts only once confirmed: unconfirmed, it is this
+    /// node's error, and the attempt's rollback releases what it granted. A refusal stands as
+    /// it is, confirmed or not (it granted nothing to lose), so that contention is still told
+    /// from unavailability.
     pub(crate) async fn invoke_granting<T: FromRedisValue>(
         &self,
         call: ScriptInvocation<'_>,
         timeout: Duration,
+        granted: impl FnOnce(&T) -> bool,
     ) -> Result<T, NodeError> {
         let Some(confirm) = self.durability.confirm_cmd(confirm_within(timeout)) else {
             return self.invoke(call, timeout).await;
@@ -250,9 +253,11 @@ impl Node {
                 }
             })
             .await?;
-        self.durability
-            .judge(&confirmed)
-            .map_err(|why| self.error(NodeErrorKind::Unconfirmed(why)))?;
+        if granted(&reply) {
+            self.durability
+                .judge(&confirmed)
+                .map_err(|why| self.error(NodeErrorKind::Unconfirmed(why)))?;
+        }
         Ok(reply)
     }
 

@@ -140,6 +140,28 @@ async fn an_extend_its_replicas_do_not_confirm_fails_and_promises_no_more_than_b
     lock.release().await.unwrap();
 }
 
+/// A refusal grants nothing, so it stands whether its replica confirms or not: a held lock is
+/// contention (the caller waits in line), never "unavailable" because the replicas lag.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refusal_is_contention_even_when_the_replicas_do_not_confirm() {
+    let voters = voters(3);
+    let holder = durable(&voters, Durability::Replicas(1), Duration::from_millis(300));
+    let other = durable(&voters, Durability::Replicas(1), Duration::from_millis(300));
+    holder.connect().await.unwrap();
+    other.connect().await.unwrap();
+    let lock = holder.acquire("ledger", TTL).await.unwrap();
+    for v in &voters {
+        v.replica.pause().unwrap();
+    }
+    let err = other.try_acquire("ledger", TTL).await.unwrap_err();
+    for v in &voters {
+        v.replica.resume().unwrap();
+    }
+    assert!(err.is_contention(), "{err}");
+    assert!(!err.to_string().contains("not confirmed"), "{err}");
+    lock.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_wait_for_replicas_shortens_the_validity() {
     let voters = voters(3);
