@@ -14,10 +14,13 @@ fn version(text: &str) -> (u64, u64, u64) {
     (major, minor, patch)
 }
 
+/// Every locked package's metadata. Not `--offline`: the packages of other platforms (the
+/// Windows console crates) are never downloaded by a build here, and `cargo metadata` reads
+/// them all, so it fetches their manifests from the registry.
 fn locked_metadata() -> serde_json::Value {
     let cargo = option_env!("CARGO").unwrap_or("cargo");
     let out = Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["metadata", "--format-version", "1", "--locked"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
