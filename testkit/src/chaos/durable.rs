@@ -4,10 +4,12 @@
 //! Three voters, each a primary with an asynchronous replica that replicates through a fault
 //! proxy (the replication link); clients reach each voter through another proxy (its virtual
 //! IP). Separate clients contend for a few resources. Over and over, the fault driver freezes
-//! the replication of two voters, lets the clients go on for a moment, then kills both
-//! primaries, promotes both replicas and moves the virtual IPs to them: two failovers in the same
-//! window, which breaks the rule `f ≥ q − N + k` for any holder (q = 2, N = 3, k ≤ 3). The dead
-//! primaries come back empty as the replicas of the promoted ones, ready for the next round.
+//! the replication of two voters, lets the clients go on until both frozen primaries hold a
+//! grant their replicas lack (a lock held long, when there is one; at most [`LONGEST_FREEZE`]),
+//! then kills both primaries, promotes both replicas and moves the virtual IPs to them: two
+//! failovers in the same window, which breaks the rule `f ≥ q − N + k` for any holder (q = 2,
+//! N = 3, k ≤ 3). The dead primaries come back empty as the replicas of the promoted ones, ready
+//! for the next round.
 //!
 //! * 22, the negative control ([`Durability::Answered`]): grants made while the replication was
 //!   frozen are lost with their primaries, and a second client takes a lock its first holder
@@ -70,7 +72,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     });
     let target = length.target();
     let time_limit = match length {
-        Length::Short => Duration::from_secs(100),
+        Length::Short => Duration::from_secs(150),
         Length::Long => Duration::from_secs(600),
     };
 
