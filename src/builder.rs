@@ -7,7 +7,7 @@ use redis::IntoConnectionInfo;
 use crate::durability::Durability;
 use crate::error::{ConfigError, Error};
 use crate::inner::{Inner, Settings};
-use crate::node::{marker_key, Node};
+use crate::node::{marker_key, Node, Target};
 pub use crate::quorum::{DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
 use crate::redlock::Redlock;
 use crate::retry::RetryPolicy;
@@ -303,30 +303,39 @@ impl RedlockBuilder {
         }
 
         let mut nodes: Vec<Node> = Vec::with_capacity(self.urls.len());
-        let mut seen: Vec<(String, i64)> = Vec::with_capacity(self.urls.len());
+        let mut seen: Vec<(String, String)> = Vec::with_capacity(self.urls.len());
         for url in &self.urls {
             let invalid = |reason: String| ConfigError::InvalidUrl {
                 url: redact(url),
                 reason,
             };
-            let info = url
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| invalid(e.to_string()))?;
-            let identity = (
-                info.addr().to_string().to_ascii_lowercase(),
-                info.redis_settings().db(),
-            );
-            if let Some((first, _)) = seen.iter().find(|seen| **seen == identity) {
-                return Err(ConfigError::DuplicateNode {
-                    first: first.clone(),
-                    second: identity.0,
-                    why: "same address and database",
-                }
+            let target = self.target(url).map_err(invalid)?;
+            if target.is_cluster() && self.durability != Durability::Answered {
+                return Err(invalid(format!(
+                    "durable votes ({:?}) are not supported on a Redis Cluster voter: list \
+                     standalone or Sentinel-managed masters, or leave durability off",
+                    self.durability
+                ))
                 .into());
             }
-            seen.push(identity);
-            nodes.push(self.node(info).map_err(|e| invalid(e.to_string()))?);
+            let id = target.id();
+            for name in target.names() {
+                if let Some((first, _)) = seen.iter().find(|(_, seen)| *seen == name) {
+                    return Err(ConfigError::DuplicateNode {
+                        first: first.clone(),
+                        second: id,
+                        why: "same address and database, or the same cluster seed or Sentinel master",
+                    }
+                    .into());
+                }
+                seen.push((id.clone(), name));
+            }
+            nodes.push(Node::new(
+                target,
+                self.connect_timeout,
+                marker_key(&self.key_prefix).into(),
+                self.durability,
+            ));
         }
 
         if nodes.len().is_multiple_of(2) {
@@ -364,27 +373,18 @@ impl Redlock {
 }
 
 impl RedlockBuilder {
-    /// One node: `rediss://` URLs get the configured certificates (with the `tls` feature).
-    fn node(&self, info: redis::ConnectionInfo) -> redis::RedisResult<Node> {
+    /// One voter from its URL (see `node::target`): `rediss://` masters get the configured
+    /// certificates (with the `tls` feature).
+    fn target(&self, url: &str) -> Result<Target, String> {
         #[cfg(feature = "tls")]
-        if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+        if url.get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://")) {
+            let info = url.into_connection_info().map_err(|e| e.to_string())?;
             // rustls needs a process-wide crypto provider; install ours unless the application
             // already chose one (then this does nothing).
             let _ = rustls::crypto::ring::default_provider().install_default();
-            return Node::with_tls(
-                info,
-                self.tls.certificates(),
-                self.connect_timeout,
-                marker_key(&self.key_prefix).into(),
-                self.durability,
-            );
+            return Target::master_tls(info, self.tls.certificates());
         }
-        Node::new(
-            info,
-            self.connect_timeout,
-            marker_key(&self.key_prefix).into(),
-            self.durability,
-        )
+        Target::parse(url, self.connect_timeout)
     }
 }
 

@@ -18,13 +18,12 @@ use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
-use redis::aio::{PubSubSink, PubSubStream};
 
 use crate::error::{Error, NodeError};
 use crate::hold::{Held, HoldOptions, Plan};
 use crate::keys::{Keys, ELECTED_PREFIX};
 use crate::lock::Lock;
-use crate::node::Node;
+use crate::node::{Node, Subscriber};
 use crate::redlock::Redlock;
 use crate::scripts;
 use crate::token::fingerprint;
@@ -342,13 +341,13 @@ type Announcements = futures::stream::SelectAll<futures::stream::BoxStream<'stat
 fn announcements(nodes: &Arc<[Node]>, channel: &str) -> Announcements {
     futures::stream::select_all((0..nodes.len()).map(|i| {
         let (nodes, channel) = (Arc::clone(nodes), channel.to_owned());
-        let start = (None::<(PubSubSink, PubSubStream)>, RESUBSCRIBE_MIN);
+        let start = (None::<Subscriber>, RESUBSCRIBE_MIN);
         futures::stream::unfold(start, move |(mut live, mut backoff)| {
             let (nodes, channel) = (Arc::clone(&nodes), channel.clone());
             async move {
                 loop {
                     match live.as_mut() {
-                        Some((_, messages)) => match messages.next().await {
+                        Some(subscriber) => match subscriber.next().await {
                             Some(_) => return Some((Heard::Announced, (live, backoff))),
                             // The connection broke: make it again at once, then back off.
                             None => live = None,
@@ -370,11 +369,12 @@ fn announcements(nodes: &Arc<[Node]>, channel: &str) -> Announcements {
 }
 
 /// A subscriber connection to `node`, subscribed to `channel`; `None` when it cannot be had.
-async fn subscribe(node: &Node, channel: &str) -> Option<(PubSubSink, PubSubStream)> {
-    let (mut sink, messages) = node.subscriber().await.ok()?.split();
-    let subscribed = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channel)).await;
-    subscribed.ok()?.ok()?;
-    Some((sink, messages))
+async fn subscribe(node: &Node, channel: &str) -> Option<Subscriber> {
+    let mut subscriber = node.subscriber().await.ok()?;
+    let channels = [channel.to_owned()];
+    let subscribed = tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscriber.subscribe(&channels));
+    subscribed.await.ok()?.ok()?;
+    Some(subscriber)
 }
 
 /// Waits until every master's subscription is live, or [`FIRST_SUBSCRIBE_WAIT`].

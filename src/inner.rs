@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::keys;
 use crate::node::Node;
 use crate::quorum::{self, Lease};
 use crate::retries::Retries;
@@ -99,11 +98,12 @@ impl Inner {
         Lease::new(ttl, self.settings.drift_factor, self.settings.node_timeout)
     }
 
-    /// The Redis key of a resource.
+    /// The Redis key of a resource: `{<prefix><resource>}` (see [`crate::resource_key`]).
     ///
-    /// A key ending in one of [`keys::RESERVED_SUFFIXES`] is refused: it would be the fencing
-    /// counter (or another auxiliary key) of another resource, which a lock would overwrite
-    /// and delete. So is the key layout marker's name.
+    /// Refused: an empty name; the key layout marker's name; and a name that would leave the
+    /// key without a hash tag (the prefix and the name starting with `}`: Redis hashes a key
+    /// whose braces enclose nothing whole, and the resource's keys would then be spread over a
+    /// cluster's slots).
     pub(crate) fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
         if resource.is_empty() {
             return Err(Error::InvalidResource {
@@ -115,10 +115,14 @@ impl Inner {
                 reason: "it is the name of the key layout marker (LAYOUT_MARKER)",
             });
         }
-        let key = format!("{}{}", self.settings.key_prefix, resource);
-        if let Some(reason) = keys::reserved(&key) {
-            return Err(Error::InvalidResource { reason });
+        let prefix = &self.settings.key_prefix;
+        if prefix.starts_with('}') || (prefix.is_empty() && resource.starts_with('}')) {
+            return Err(Error::InvalidResource {
+                reason: "the key prefix and the name start with '}', which would leave its keys \
+                         without a common Redis Cluster hash tag",
+            });
         }
+        let key = crate::node::resource_key(prefix, resource);
         Ok(key.into())
     }
 }

@@ -192,7 +192,7 @@ pub use hold::{Held, HoldOptions};
 pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
 pub use lock::Lock;
 pub use many::MultiLock;
-pub use node::{KEY_LAYOUT, LAYOUT_MARKER};
+pub use node::{resource_key, KEY_LAYOUT, LAYOUT_MARKER};
 pub use redlock::{Health, Redlock};
 pub use reentrant::{ReentrantLock, MAX_OWNER_LEN};
 pub use release::Released;

@@ -1,20 +1,22 @@
 //! One Redis master: its long-lived multiplexed connection, the per-request time bound, and the
 //! commands and scripts the algorithm sends it.
 
+mod conn;
 mod durable;
 mod health;
 mod layout;
 mod link;
 mod standalone;
+mod subscription;
+mod target;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::{MultiplexedConnection, PubSub};
 use redis::{
-    Client, Cmd, ConnectionInfo, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation,
+    Cmd, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation,
     ServerErrorKind,
 };
 
@@ -23,8 +25,11 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 use health::{Health, TIMEOUTS_BEFORE_UNRESPONSIVE};
 pub(crate) use layout::marker_key;
-pub use layout::{KEY_LAYOUT, LAYOUT_MARKER};
+pub use layout::{resource_key, KEY_LAYOUT, LAYOUT_MARKER};
+use conn::Conn;
 use link::{Link, NotOpened};
+pub(crate) use subscription::Subscriber;
+pub(crate) use target::Target;
 
 /// What a script call sends after the script: its key count, keys and arguments, written
 /// straight into the command. A release sends the same input to every node; built as owned
@@ -40,8 +45,11 @@ pub(crate) trait ScriptInput {
 
 /// One configured master.
 pub(crate) struct Node {
-    /// `host:port` (or the socket path): how the node is named in errors and logs.
+    /// `host:port` (or the socket path, or a cluster's or Sentinel group's URL without its
+    /// credentials): how the node is named in errors and logs.
     id: String,
+    /// What the voter is and how to reach it.
+    target: Arc<Target>,
     connect_timeout: Duration,
     /// How a grant of this node is confirmed before it counts.
     durability: Durability,
@@ -69,57 +77,29 @@ fn confirm_within(timeout: Duration) -> Duration {
 }
 
 impl Node {
-    /// `marker`: the key layout marker key, checked on every new connection; `durability`: how
-    /// its grants are confirmed (see `durability`), also checked on every new connection.
+    /// A voter of any kind (see `target`). `marker`: the key layout marker key, checked on
+    /// every new connection; `durability`: how its grants are confirmed (see `durability`),
+    /// also checked on every new connection.
     pub(crate) fn new(
-        info: ConnectionInfo,
-        connect_timeout: Duration,
-        marker: Arc<str>,
-        durability: Durability,
-    ) -> RedisResult<Self> {
-        Ok(Self::with_client(
-            Client::open(info)?,
-            connect_timeout,
-            marker,
-            durability,
-        ))
-    }
-
-    /// A node over an already configured client (a `rediss://` one with its own certificates).
-    #[cfg(feature = "tls")]
-    pub(crate) fn with_tls(
-        info: ConnectionInfo,
-        certificates: redis::TlsCertificates,
-        connect_timeout: Duration,
-        marker: Arc<str>,
-        durability: Durability,
-    ) -> RedisResult<Self> {
-        Ok(Self::with_client(
-            Client::build_with_tls(info, certificates)?,
-            connect_timeout,
-            marker,
-            durability,
-        ))
-    }
-
-    fn with_client(
-        client: Client,
+        target: Target,
         connect_timeout: Duration,
         marker: Arc<str>,
         durability: Durability,
     ) -> Self {
+        let target = Arc::new(target);
         Node {
-            // `host:port` only: never the user or password of the connection info.
-            id: client.get_connection_info().addr().to_string(),
+            // Never the user or password of the connection info.
+            id: target.id(),
             connect_timeout,
             durability,
-            link: Link::new(client, connect_timeout, marker, durability),
+            link: Link::new(target.clone(), connect_timeout, marker, durability),
+            target,
             health: Health::new(),
             sent: AtomicU64::new(0),
         }
     }
 
-    /// `host:port` of this node.
+    /// How this node is named: `host:port`, or a cluster's or Sentinel group's URL.
     pub(crate) fn id(&self) -> &str {
         &self.id
     }
@@ -261,35 +241,49 @@ impl Node {
         Ok(reply)
     }
 
-    /// Opens a connection of its own for `SUBSCRIBE` (a RESP2 subscriber cannot share the
-    /// multiplexed connection), bounded by the connect timeout.
-    pub(crate) async fn subscriber(&self) -> Result<PubSub, NodeError> {
-        let opening = self.link.client().get_async_pubsub();
+    /// Opens a connection of its own for sharded subscriptions (see `subscription`), bounded
+    /// by the connect timeout.
+    pub(crate) async fn subscriber(&self) -> Result<Subscriber, NodeError> {
+        let opening = self.target.subscriber(self.connect_timeout);
         match tokio::time::timeout(self.connect_timeout, opening).await {
             Ok(reply) => reply.map_err(|e| self.error(NodeErrorKind::Redis(e))),
             Err(_elapsed) => Err(self.error(NodeErrorKind::Timeout(self.connect_timeout))),
         }
     }
 
-    /// The server's `run_id` from `INFO server`: it tells two listings of one server apart from
-    /// two servers.
-    pub(crate) async fn run_id(&self) -> Result<String, NodeError> {
+    /// What tells this voter from another: a master's `run_id` (from `INFO server`); a
+    /// cluster's node ids (`CLUSTER NODES`, every node it knows). Two voters with an identity in
+    /// common are one server or one cluster listed twice.
+    pub(crate) async fn identities(&self) -> Result<Vec<String>, NodeError> {
+        let cluster = self.target.is_cluster();
         let info: String = self
             .bounded(self.connect_timeout, |mut conn| async move {
-                redis::cmd("INFO")
-                    .arg("server")
-                    .query_async(&mut conn)
-                    .await
+                let cmd = match cluster {
+                    true => redis::cmd("CLUSTER").arg("NODES").clone(),
+                    false => redis::cmd("INFO").arg("server").clone(),
+                };
+                cmd.query_async(&mut conn).await
             })
             .await?;
-        info.lines()
-            .find_map(|line| line.strip_prefix("run_id:"))
-            .map(|id| id.trim().to_owned())
-            .ok_or_else(|| {
-                self.error(NodeErrorKind::UnexpectedReply(
-                    "INFO server without run_id".into(),
-                ))
-            })
+        let ids: Vec<String> = match cluster {
+            true => info
+                .lines()
+                .filter_map(|line| line.split_whitespace().next())
+                .map(|id| format!("cluster node {id}"))
+                .collect(),
+            false => info
+                .lines()
+                .find_map(|line| line.strip_prefix("run_id:"))
+                .map(|id| format!("run_id {}", id.trim()))
+                .into_iter()
+                .collect(),
+        };
+        if ids.is_empty() {
+            return Err(self.error(NodeErrorKind::UnexpectedReply(
+                "INFO server without run_id, or CLUSTER NODES without nodes".into(),
+            )));
+        }
+        Ok(ids)
     }
 
     /// Runs one request against this node, bounded by `timeout`.
@@ -309,7 +303,7 @@ impl Node {
     /// releases then also go on the replaced one (see [`Node::also_behind_retired`]).
     async fn bounded<T, F, Fut>(&self, timeout: Duration, request: F) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let started = Instant::now();
@@ -353,6 +347,13 @@ impl Node {
                 match &reply {
                     // Only the server's own answer shows it is alive.
                     Ok(_) => self.replied(),
+                    // A master demoted to a replica (a Sentinel failover while the connection
+                    // stayed open): alive, but no longer the voter's master. The next request
+                    // asks the Sentinels again.
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) => {
+                        self.replied();
+                        self.link.broken(connection.number, e.clone());
+                    }
                     Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => self.replied(),
                     Err(e) if e.is_io_error() || e.is_unrecoverable_error() => {
                         self.link.broken(connection.number, e.clone())

@@ -139,29 +139,36 @@ impl Redlock {
     /// Cancel safe: it only reads.
     pub async fn connect(&self) -> Result<Health, Error> {
         let answers =
-            futures::future::join_all(self.inner.all_nodes().iter().map(|node| node.run_id()))
-                .await;
+            futures::future::join_all(self.inner.all_nodes().iter().map(Node::identities)).await;
         let mut seen: Vec<(String, &str)> = Vec::new();
         let mut unreachable = Vec::new();
+        let mut reachable = 0;
         for (node, answer) in self.inner.all_nodes().iter().zip(answers) {
             match answer {
-                Ok(run_id) => {
-                    if let Some((_, first)) = seen.iter().find(|(id, _)| *id == run_id) {
-                        return Err(ConfigError::DuplicateNode {
-                            first: (*first).to_owned(),
-                            second: node.id().to_owned(),
-                            why: "same run_id",
+                Ok(identities) => {
+                    for identity in identities {
+                        if let Some((_, first)) = seen.iter().find(|(id, _)| *id == identity) {
+                            return Err(ConfigError::DuplicateNode {
+                                first: (*first).to_owned(),
+                                second: node.id().to_owned(),
+                                why: if identity.starts_with("cluster") {
+                                    "the same Redis Cluster"
+                                } else {
+                                    "same run_id"
+                                },
+                            }
+                            .into());
                         }
-                        .into());
+                        seen.push((identity, node.id()));
                     }
-                    seen.push((run_id, node.id()));
+                    reachable += 1;
                 }
                 Err(e) => unreachable.push(e),
             }
         }
-        if seen.len() < self.inner.quorum() {
+        if reachable < self.inner.quorum() {
             return Err(Error::Unavailable {
-                reachable: seen.len(),
+                reachable,
                 quorum: self.inner.quorum(),
                 nodes: unreachable,
             });
@@ -170,7 +177,7 @@ impl Redlock {
             tracing::warn!(error = %e, "node unreachable");
         }
         Ok(Health {
-            reachable: seen.len(),
+            reachable,
             unreachable,
         })
     }

@@ -10,7 +10,7 @@ local value = redis.call('GET', KEYS[1])
 local marked = '~elected:' .. ARGV[1]
 if value == ARGV[1] then
   redis.call('SET', KEYS[1], marked, 'KEEPTTL')
-  redis.call('PUBLISH', KEYS[1] .. ':elected', '')
+  redis.call('SPUBLISH', KEYS[1] .. ':elected', '')
   return 1
 end
 if value == marked then

@@ -16,7 +16,7 @@ end
 for _, key in ipairs(KEYS) do
   if ARGV[3] == 'mark' and redis.call('GET', key) == ARGV[1] then
     redis.call('SET', key, marked, 'PX', ARGV[2])
-    redis.call('PUBLISH', key .. ':elected', '')
+    redis.call('SPUBLISH', key .. ':elected', '')
   else
     redis.call('PEXPIRE', key, ARGV[2])
   end

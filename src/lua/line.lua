@@ -53,7 +53,7 @@ local function hand_over(key, line, leases, reserve, now, quiet, skip)
   local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
   redis.call('SET', key, '~queued:' .. head, 'PX', math.max(1, math.min(reserve, lapses - now)))
   if head ~= quiet then
-    redis.call('PUBLISH', key .. ':released:' .. string.sub(head, 1, 16), head)
+    redis.call('SPUBLISH', key .. ':released:' .. string.sub(head, 1, 16), head)
   end
 end
 

@@ -7,7 +7,7 @@ if removed == 1 then
   local now = now_ms()
   if redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf') == 0
       and redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0 then
-    redis.call('PUBLISH', ARGV[2], '')
+    redis.call('SPUBLISH', ARGV[2], '')
   end
 end
 return removed

@@ -1,7 +1,7 @@
 //! Whether a master can confirm grants as the client's [`Durability`] asks (see `durability`):
 //! a master that cannot is refused at connect, never used with a silent downgrade.
 
-use redis::aio::MultiplexedConnection;
+use super::conn::Conn;
 use redis::{ErrorKind, RedisError};
 
 use crate::durability::{self, Durability};
@@ -15,7 +15,7 @@ use crate::durability::{self, Durability};
 ///
 /// The connection's error, or the refusal, naming what the master lacks.
 pub(super) async fn check(
-    conn: &MultiplexedConnection,
+    conn: &Conn,
     durability: Durability,
 ) -> Result<(), RedisError> {
     if !durability.waits() {

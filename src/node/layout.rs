@@ -9,26 +9,51 @@
 //! another number is refused (each request to it fails with an error naming it), so clients of
 //! two layouts never count the same master.
 //!
-//! The marker key's name is the same in every layout (a later layout that moves a resource's keys
-//! under a Redis Cluster hash tag, `{<prefix><resource>}:…`, still marks each master at
+//! The marker key's name is the same in every layout (layout 2 moved a resource's keys under a
+//! Redis Cluster hash tag, `{<prefix><resource>}:…`, and still marks each master at
 //! `<prefix>quorumlock:layout`), so any two versions can compare numbers.
 
-use redis::aio::MultiplexedConnection;
+use super::conn::Conn;
 use redis::{ErrorKind, RedisError};
 
 /// The key layout this version writes and expects on the masters.
 ///
-/// Layout 1: a resource's lock key is `<prefix><resource>`, with its auxiliary keys named by
-/// suffix beside it (`:fence`, `:queue`, `:leases`, `:readers`, `:writers`, `:holder`, and the
-/// channel `:released`). A change of layout is a breaking change, announced in the CHANGELOG
+/// Layout 2: a resource's lock key is `{<prefix><resource>}` (see [`resource_key`]), with its
+/// auxiliary keys and channels named by suffix after it (`:fence`, `:queue`, `:leases`,
+/// `:readers`, `:writers`, `:holder`, and the channels `:released:…`, `:elected`, …). The braces
+/// are a Redis Cluster hash tag: every key and channel of one resource hashes to the same slot,
+/// so a resource lives on one shard of a cluster. Layout 1 named the lock key
+/// `<prefix><resource>`, without the braces.
+///
+/// A change of layout is a breaking change, announced in the CHANGELOG
 /// under its own heading: stop every client of the old layout before the first client of the new
 /// one starts, or wait until the old clients' locks have expired and delete the marker key on
 /// every master.
-pub const KEY_LAYOUT: u32 = 1;
+pub const KEY_LAYOUT: u32 = 2;
 
 /// The name of the layout marker key, after the key prefix: the marker of a client with key
 /// prefix `locks:` is `locks:quorumlock:layout`. No resource may have this name.
 pub const LAYOUT_MARKER: &str = "quorumlock:layout";
+
+/// The lock key of `resource` under the key prefix `prefix`: `{<prefix><resource>}`. Every other
+/// key and channel of the resource is this key followed by a suffix, so they all share its
+/// Redis Cluster hash tag and slot.
+///
+/// Since a lock key ends with `}` and no suffix contains one, the lock key of one resource is
+/// never an auxiliary key of another, whatever the names: `x:fence` is a resource like any
+/// other, with its own keys `{x:fence}` and `{x:fence}:fence`, apart from `{x}:fence`.
+///
+/// ```
+/// assert_eq!(quorumlock::resource_key("locks:", "orders:42"), "{locks:orders:42}");
+/// ```
+pub fn resource_key(prefix: &str, resource: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + resource.len() + 2);
+    key.push('{');
+    key.push_str(prefix);
+    key.push_str(resource);
+    key.push('}');
+    key
+}
 
 /// The marker key for `prefix`.
 pub(crate) fn marker_key(prefix: &str) -> String {
@@ -50,7 +75,7 @@ pub(super) enum Marked {
 /// # Errors
 ///
 /// The connection's error, or the server's (an ACL that does not grant the marker key).
-pub(super) async fn mark(conn: &MultiplexedConnection, key: &str) -> Result<Marked, RedisError> {
+pub(super) async fn mark(conn: &Conn, key: &str) -> Result<Marked, RedisError> {
     let mut conn = conn.clone();
     let (_set, marker): (Option<String>, Option<String>) = redis::pipe()
         .cmd("SET")
@@ -112,9 +137,9 @@ mod tests {
 
     #[test]
     fn the_mismatch_names_both_layouts_and_the_key() {
-        let e = mismatch("locks:quorumlock:layout", "2").to_string();
-        assert!(e.contains("layout \"2\""), "{e}");
-        assert!(e.contains("this client uses layout 1"), "{e}");
+        let e = mismatch("locks:quorumlock:layout", "1").to_string();
+        assert!(e.contains("layout \"1\""), "{e}");
+        assert!(e.contains("this client uses layout 2"), "{e}");
         assert!(e.contains("locks:quorumlock:layout"), "{e}");
     }
 }

@@ -1,20 +1,25 @@
 //! A node's connection: opened on first use and again after it breaks or is replaced, one
 //! attempt at a time and no more often than a backoff allows, with the scripts loaded ahead of
 //! its first request; and the connection it last replaced, kept while requests written on it
-//! may still run. Each new connection checks that the master is no Redis Cluster node (see
+//! may still run. Each new connection checks that a master is no Redis Cluster node (see
 //! `standalone`) and its key layout marker (see `layout`).
+//!
+//! The connection is the voter's, whatever its kind (see `target`): a Sentinel group's master
+//! is looked up again for every new connection, and a cluster's connection follows its
+//! topology by itself.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, Shared};
 use futures::FutureExt;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError};
+use redis::{AsyncConnectionConfig, RedisError};
 
+use super::conn::Conn;
 use super::durable;
 use super::layout::{self, Marked};
 use super::standalone;
+use super::target::Target;
 use crate::durability::Durability;
 use crate::scripts;
 
@@ -34,7 +39,7 @@ const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub(super) struct Connection {
     pub(super) number: u64,
-    pub(super) conn: MultiplexedConnection,
+    pub(super) conn: Conn,
 }
 
 /// Why [`Link::open`] returned no connection.
@@ -45,11 +50,11 @@ pub(super) struct NotOpened {
     pub(super) tried: bool,
 }
 
-type Attempt = Shared<BoxFuture<'static, Result<MultiplexedConnection, RedisError>>>;
+type Attempt = Shared<BoxFuture<'static, Result<Conn, RedisError>>>;
 
 /// The node's connection and how to open the next one.
 pub(super) struct Link {
-    client: Client,
+    target: Arc<Target>,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     /// The key layout marker this client writes and checks on every new connection.
@@ -87,7 +92,7 @@ enum Current {
 
 impl Link {
     pub(super) fn new(
-        client: Client,
+        target: Arc<Target>,
         connect_timeout: Duration,
         marker: Arc<str>,
         durability: Durability,
@@ -97,7 +102,7 @@ impl Link {
             // The per-request bound is the node's own, applied per operation.
             .set_response_timeout(None);
         Link {
-            client,
+            target,
             config,
             connect_timeout,
             marker,
@@ -112,9 +117,6 @@ impl Link {
         }
     }
 
-    pub(super) fn client(&self) -> &Client {
-        &self.client
-    }
 
     /// The open connection; or the attempt under way, joined; or a new attempt, bounded by the
     /// connect timeout. While a failed attempt's backoff runs, fails at once with that
@@ -201,18 +203,19 @@ impl Link {
     /// `NOSCRIPT` would need more round trips than one node timeout may allow. Then check the
     /// key layout marker: a master marked with another layout is not used.
     fn attempt(&self) -> Attempt {
-        let (client, config) = (self.client.clone(), self.config.clone());
+        let (target, config) = (self.target.clone(), self.config.clone());
         let timeout = self.connect_timeout;
         let (marker, durability) = (self.marker.clone(), self.durability);
         async move {
             let opening = async {
-                let conn = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
+                let conn = target.connect(&config).await?;
                 load_scripts(&conn).await;
-                check_standalone(&conn, &client).await?;
-                check_durability(&conn, durability, &client).await?;
-                check_layout(&conn, &marker, &client).await?;
+                let node = target.id();
+                if !target.is_cluster() {
+                    check_standalone(&conn, &node).await?;
+                    check_durability(&conn, durability, &node).await?;
+                }
+                check_layout(&conn, &marker, &node).await?;
                 Ok(conn)
             };
             match tokio::time::timeout(timeout, opening).await {
@@ -231,7 +234,7 @@ impl Link {
 /// Loads the scripts sent by SHA1 on a new connection, queued ahead of any request on it: they
 /// run before its first `EVALSHA` without a round trip of their own. A failure (an ACL without
 /// `SCRIPT LOAD`, say) is left to each request's `NOSCRIPT` fallback.
-async fn load_scripts(conn: &MultiplexedConnection) {
+async fn load_scripts(conn: &Conn) {
     let scripts = [
         &*scripts::RELEASE,
         &*scripts::EXTEND,
@@ -270,9 +273,8 @@ fn log_failed_loads(loaded: Vec<Result<String, RedisError>>) {
 }
 
 /// Fails the connection to a node of a Redis Cluster (see `standalone`).
-async fn check_standalone(conn: &MultiplexedConnection, client: &Client) -> Result<(), RedisError> {
+async fn check_standalone(conn: &Conn, node: &str) -> Result<(), RedisError> {
     standalone::check(conn).await.inspect_err(|e| {
-        let node = client.get_connection_info().addr();
         if e.kind() == redis::ErrorKind::Client {
             tracing::error!(%node, error = %e, "master not used: a Redis Cluster node");
         }
@@ -282,12 +284,11 @@ async fn check_standalone(conn: &MultiplexedConnection, client: &Client) -> Resu
 /// Fails the connection to a master that cannot confirm grants as `durability` asks (see
 /// `durable`).
 async fn check_durability(
-    conn: &MultiplexedConnection,
+    conn: &Conn,
     durability: Durability,
-    client: &Client,
+    node: &str,
 ) -> Result<(), RedisError> {
     durable::check(conn, durability).await.inspect_err(|e| {
-        let node = client.get_connection_info().addr();
         if e.kind() == redis::ErrorKind::Client {
             tracing::error!(%node, error = %e, "master not used: it cannot confirm grants");
         }
@@ -298,11 +299,10 @@ async fn check_durability(
 /// when it is marked with another. A server that refuses the marker commands (an ACL that does
 /// not cover the marker key) is used unchecked, with a warning.
 async fn check_layout(
-    conn: &MultiplexedConnection,
+    conn: &Conn,
     marker: &str,
-    client: &Client,
+    node: &str,
 ) -> Result<(), RedisError> {
-    let node = client.get_connection_info().addr();
     match layout::mark(conn, marker).await {
         Ok(Marked::Same) => Ok(()),
         Ok(Marked::Other(theirs)) => {
@@ -363,7 +363,7 @@ impl State {
     }
 
     /// Records how attempt `number` ended, unless the state has moved on since.
-    fn settle(&mut self, number: u64, opened: &Result<MultiplexedConnection, RedisError>) {
+    fn settle(&mut self, number: u64, opened: &Result<Conn, RedisError>) {
         if !matches!(&self.current, Current::Opening { number: n, .. } if *n == number) {
             return;
         }

@@ -4,7 +4,7 @@
 //! others, so a client pointed at one would acquire some locks, refuse others and leave keys it
 //! cannot release. It is refused at connect instead, with an error that says why.
 
-use redis::aio::MultiplexedConnection;
+use super::conn::Conn;
 use redis::{ErrorKind, RedisError};
 
 /// Fails when the server has cluster mode on (`INFO cluster` says `cluster_enabled:1`). A server
@@ -13,7 +13,7 @@ use redis::{ErrorKind, RedisError};
 /// # Errors
 ///
 /// The connection's error, or the refusal of a cluster node.
-pub(super) async fn check(conn: &MultiplexedConnection) -> Result<(), RedisError> {
+pub(super) async fn check(conn: &Conn) -> Result<(), RedisError> {
     let mut conn = conn.clone();
     let info: Result<String, RedisError> = redis::cmd("INFO")
         .arg("cluster")
@@ -39,9 +39,9 @@ fn cluster_node() -> RedisError {
     RedisError::from((
         ErrorKind::Client,
         "a Redis Cluster node",
-        "cluster mode is on (cluster_enabled:1), and a voter must be a standalone master: a \
-         resource's keys would be spread over the cluster's slots, and some locks could be taken \
-         but not released. List standalone masters (Redis Cluster voters are not supported yet)"
+        "cluster mode is on (cluster_enabled:1): list the cluster as one voter, \
+         redis+cluster://host:port (a resource's keys live in one slot of it), not one of its \
+         nodes as redis://; a standalone master is listed as redis://"
             .to_owned(),
     ))
 }
@@ -61,6 +61,6 @@ mod tests {
     fn the_refusal_says_what_the_node_is_and_what_to_list() {
         let e = cluster_node().to_string();
         assert!(e.contains("Redis Cluster node"), "{e}");
-        assert!(e.contains("standalone master"), "{e}");
+        assert!(e.contains("redis+cluster://host:port"), "{e}");
     }
 }

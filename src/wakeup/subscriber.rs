@@ -5,14 +5,12 @@ use std::collections::HashSet;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use redis::aio::PubSub;
 use tokio::sync::watch;
 
 use super::hub::{Hub, LINGER};
-use crate::node::Node;
+use crate::node::{Node, Subscriber};
 
-/// Bound on one `SUBSCRIBE` / `UNSUBSCRIBE` round trip; past it the connection is replaced.
+/// Bound on one `SSUBSCRIBE` / `SUNSUBSCRIBE` round trip; past it the connection is replaced.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// First pause before reconnecting a subscriber; doubled on each failure, up to the maximum.
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
@@ -98,11 +96,10 @@ async fn pause(changes: &mut watch::Receiver<()>, pause: Duration) -> bool {
 async fn serve(
     node: &str,
     index: usize,
-    pubsub: PubSub,
+    mut pubsub: Subscriber,
     hub: &Weak<Hub>,
     changes: &mut watch::Receiver<()>,
 ) -> Served {
-    let (mut sink, mut messages) = pubsub.split();
     let mut subscribed: HashSet<String> = HashSet::new();
     let mut tick = tokio::time::interval(LINGER);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -114,7 +111,7 @@ async fn serve(
         let add: Vec<String> = wanted.difference(&subscribed).cloned().collect();
         let remove: Vec<String> = subscribed.difference(&wanted).cloned().collect();
         if !add.is_empty() {
-            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(&add)).await {
+            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, pubsub.subscribe(&add)).await {
                 Ok(Ok(())) => {
                     if let Some(hub) = hub.upgrade() {
                         for channel in &add {
@@ -124,16 +121,16 @@ async fn serve(
                     subscribed.extend(add);
                 }
                 Ok(Err(e)) => {
-                    // Most often an ACL without `+subscribe` or the channel pattern: waiting
+                    // Most often an ACL without `+ssubscribe` or the channel pattern: waiting
                     // still works, by polling at the retry delay, but the operator should know.
-                    tracing::warn!(node, error = %e, "SUBSCRIBE refused; waiters fall back to the retry delay");
+                    tracing::warn!(node, error = %e, "SSUBSCRIBE refused; waiters fall back to the retry delay");
                     return Served::Broken;
                 }
                 Err(_timeout) => return Served::Broken,
             }
         }
         if !remove.is_empty() {
-            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.unsubscribe(&remove)).await {
+            match tokio::time::timeout(SUBSCRIBE_TIMEOUT, pubsub.unsubscribe(&remove)).await {
                 Ok(Ok(())) => {
                     for channel in &remove {
                         subscribed.remove(channel);
@@ -143,11 +140,10 @@ async fn serve(
             }
         }
         tokio::select! {
-            message = messages.next() => match message {
+            message = pubsub.next() => match message {
                 Some(message) => {
                     if let Some(hub) = hub.upgrade() {
-                        let channel = message.get_channel_name();
-                        hub.handed_over(index, channel, message.get_payload_bytes());
+                        hub.handed_over(index, &message.channel, &message.payload);
                     }
                 }
                 None => return Served::Broken,
