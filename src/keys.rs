@@ -4,6 +4,8 @@
 //! type, so single- and multi-resource locks share acquire, rollback, fencing, extend and
 //! release.
 
+mod by_slot;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,6 +167,9 @@ impl Keys {
         in_line: Option<(&Ticket, Duration)>,
         timeout: Duration,
     ) -> Result<Acquired, NodeError> {
+        if let Some(groups) = by_slot::groups(self, node) {
+            return by_slot::acquire(groups, node, fenced, token, ttl_ms, in_line, timeout).await;
+        }
         match (self, in_line) {
             (Keys::One(_) | Keys::Slot(_) | Keys::Term { .. } | Keys::Owned { .. }, None) => {
                 let mut call = match self {
@@ -284,6 +289,10 @@ impl Keys {
         reserve: Duration,
         timeout: Duration,
     ) -> Result<(), NodeError> {
+        if let Some(groups) = by_slot::groups(self, node) {
+            let answers = by_slot::each(&groups, |g| g.keys.dequeue_on(node, id, reserve, timeout));
+            return answers.await.into_iter().collect();
+        }
         let mut call = scripts::DEQUEUE.prepare_invoke();
         self.line_keys(&mut call);
         call.arg(id).arg(millis(reserve)).arg(self.len());
@@ -300,6 +309,10 @@ impl Keys {
         hand_off: &HandOff,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
+        if let Some(groups) = by_slot::groups(self, node) {
+            let answers = by_slot::each(&groups, |g| g.keys.release_on(node, token, hand_off, timeout));
+            return by_slot::all_ok(answers.await).map(|released| released.contains(&true));
+        }
         match self {
             Keys::Read(key) => {
                 let mut call = scripts::RELEASE_READ.prepare_invoke();
@@ -334,6 +347,10 @@ impl Keys {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
+        if let Some(groups) = by_slot::groups(self, node) {
+            let answers = by_slot::each(&groups, |g| g.keys.extend_on(node, token, ttl_ms, timeout));
+            return by_slot::all_ok(answers.await).map(|renewed| !renewed.contains(&false));
+        }
         match self {
             Keys::One(key)
             | Keys::Slot(key)
@@ -375,6 +392,13 @@ impl Keys {
         grace_ms: u64,
         timeout: Duration,
     ) -> Result<bool, NodeError> {
+        if let Some(groups) = by_slot::groups(self, node) {
+            let answers = by_slot::each(&groups, |g| async move {
+                let fences = g.fences(fences);
+                g.keys.raise_fence_on(node, token, &fences, grace_ms, timeout).await
+            });
+            return by_slot::all_ok(answers.await).map(|raised| !raised.contains(&false));
+        }
         match (self, fences) {
             (
                 Keys::One(key)

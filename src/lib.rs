@@ -143,7 +143,7 @@
 //! | layer | modules | what they hold |
 //! |---|---|---|
 //! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `telemetry`, `durability`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, metrics, what confirms a durable vote, who a hand-off wakes |
-//! | L1 | `scripts`, `node`, `node::health`, `node::layout`, `node::link`, `node::standalone`, `node::durable`, `keys` | one master: its connection, its health, its key layout marker, the checks at connect (no cluster node, durable votes possible), the scripts and the requests on a lock's keys |
+//! | L1 | `scripts`, `node`, `node::health`, `node::layout`, `node::link`, `node::standalone`, `node::durable`, `node::conn`, `node::target`, `node::subscription`, `keys`, `keys::by_slot` | one master: its connection, its health, its key layout marker, the checks at connect (no cluster node, durable votes possible), the scripts and the requests on a lock's keys |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
 //! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant`, `rwlock`, `election` | features built on the client |

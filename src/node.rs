@@ -99,6 +99,12 @@ impl Node {
         }
     }
 
+    /// Whether this voter is a Redis Cluster (a multi-resource lock then goes by slot: see
+    /// `keys::by_slot`).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.target.is_cluster()
+    }
+
     /// How this node is named: `host:port`, or a cluster's or Sentinel group's URL.
     pub(crate) fn id(&self) -> &str {
         &self.id
