@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "tls")]
 use redis::IntoConnectionInfo;
 
 use crate::durability::Durability;
