@@ -81,6 +81,11 @@
 //!
 //! * [`server`] — [`RedisServer`] / [`RedisNodes`]: sandboxed masters with fault verbs
 //!   (kill/restart, pause/resume).
+//! * [`cluster`] — [`RedisCluster`]: a real Redis Cluster (`redis-cli --cluster create`) with
+//!   shard fault verbs (kill a primary and let its replica take over, `CLUSTER FAILOVER`, slot
+//!   migration stopped halfway for `ASK` redirections), and [`key_slot`].
+//! * [`sentinel`] — [`SentinelGroup`]: a primary, its replicas and the Sentinels watching them,
+//!   with failover verbs (`SENTINEL FAILOVER`, a killed primary replaced).
 //! * [`proxy`] — [`FaultProxy`]: a per-master TCP proxy with latency, blackhole, held replies,
 //!   reset, refuse/accept, retarget, and heal.
 //! * [`masters`] — [`Masters`]: the masters a small program was given, or three local ones
@@ -100,9 +105,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod cluster;
 pub mod history;
 pub mod masters;
 pub mod proxy;
+pub mod sentinel;
 pub mod server;
 
 #[cfg(feature = "internal")]
@@ -139,6 +146,15 @@ pub mod naive_semaphore;
 // Sandboxed masters.
 #[doc(no_inline)]
 pub use server::{RedisNodes, RedisServer, RedisServerBuilder, REDIS_SERVER_ENV};
+
+// Redis Cluster and Sentinel topologies.
+#[doc(no_inline)]
+pub use cluster::{
+    key_slot, FailoverMode, Promotion, RedisCluster, RedisClusterBuilder, SlotMigration,
+    REDIS_CLI_ENV,
+};
+#[doc(no_inline)]
+pub use sentinel::{SentinelGroup, SentinelGroupBuilder};
 
 // The masters an example runs against.
 #[doc(no_inline)]

@@ -35,6 +35,10 @@ const DEFAULT_BINARY: &str = "redis-server";
 /// Name of the log file inside a server's directory.
 const LOG_FILE: &str = "redis.log";
 
+/// Name of the configuration file inside a server's directory, written when the builder was
+/// given one with [`RedisServerBuilder::config`].
+const CONFIG_FILE: &str = "redis.conf";
+
 /// Name of the file inside a server's directory that takes its stdout and stderr: configuration
 /// errors are printed there, before the log file is opened.
 const OUTPUT_FILE: &str = "redis.out";
@@ -58,7 +62,7 @@ const RESTART_ATTEMPTS: usize = 10;
 const RESTART_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How many log lines an error message or a panic report carries.
-const LOG_TAIL_LINES: usize = 40;
+pub(crate) const LOG_TAIL_LINES: usize = 40;
 
 /// Arguments whose following argument is a secret and is hidden from `Debug`.
 const SECRET_FLAGS: &[&str] = &["--requirepass", "--masterauth"];
@@ -87,6 +91,7 @@ pub struct RedisServerBuilder {
     aof: bool,
     args: Vec<String>,
     binary: Option<PathBuf>,
+    config: Option<String>,
 }
 
 impl fmt::Debug for RedisServerBuilder {
@@ -95,6 +100,7 @@ impl fmt::Debug for RedisServerBuilder {
             .field("aof", &self.aof)
             .field("args", &redacted(&self.args))
             .field("binary", &self.binary)
+            .field("config", &self.config.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -128,6 +134,18 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Starts the server from a configuration file with this text: it is written as
+    /// `redis.conf` in the server's directory when the server is spawned, and passed as the
+    /// first argument, before the builder's own arguments (which take precedence over it).
+    ///
+    /// The server may rewrite the file (`CONFIG REWRITE`; a Sentinel records its state there),
+    /// and [`RedisServer::restart`] starts it again from the rewritten file. A Sentinel needs
+    /// one: `.config("sentinel monitor mymaster 127.0.0.1 6379 2\n").arg("--sentinel")`.
+    pub fn config(mut self, text: impl Into<String>) -> Self {
+        self.config = Some(text.into());
+        self
+    }
+
     /// Starts the server on a free loopback port and waits until it answers `PING`.
     ///
     /// If another process takes the chosen port before the server binds it, a new port is tried,
@@ -148,12 +166,21 @@ impl RedisServerBuilder {
                 .prefix("quorumlock-redis-")
                 .tempdir()?;
             let port = free_port()?;
+            let config = match &self.config {
+                Some(text) => {
+                    let path = dir.path().join(CONFIG_FILE);
+                    std::fs::write(&path, text)?;
+                    Some(path)
+                }
+                None => None,
+            };
             let mut server = RedisServer {
                 child: Mutex::new(None),
                 port,
                 binary: binary.clone(),
                 aof: self.aof,
                 args: self.args.clone(),
+                config,
                 dir,
             };
             match server.start() {
@@ -201,6 +228,8 @@ pub struct RedisServer {
     binary: PathBuf,
     aof: bool,
     args: Vec<String>,
+    /// The configuration file passed as the first argument, inside `dir`.
+    config: Option<PathBuf>,
     /// Dropped after the process is killed in `Drop::drop`, which removes the directory.
     dir: TempDir,
 }
@@ -250,6 +279,11 @@ impl RedisServer {
     /// The server's own temporary directory, holding its data files and its log.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The `redis-server` (or `valkey-server`) binary this server runs.
+    pub fn binary(&self) -> &Path {
+        &self.binary
     }
 
     /// The PID of the server process, or `None` after [`kill`](Self::kill) or once it has exited.
@@ -490,6 +524,10 @@ impl RedisServer {
         }
         args.extend(["--enable-debug-command", "yes"].map(String::from));
         args.extend(self.args.iter().cloned());
+        // A configuration file must come first; the arguments after it take precedence.
+        if let Some(config) = &self.config {
+            args.insert(0, config.display().to_string());
+        }
         args
     }
 
@@ -679,7 +717,7 @@ fn signal_child(child: &mut Child, signal: Signal) -> Result<(), SignalError> {
 }
 
 /// A port of `127.0.0.1` that nothing listens on right now.
-fn free_port() -> io::Result<u16> {
+pub(crate) fn free_port() -> io::Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     Ok(listener.local_addr()?.port())
 }
@@ -839,7 +877,7 @@ fn port_in_use(log: &str) -> bool {
 }
 
 /// The last `n` lines of `text`.
-fn tail(text: &str, n: usize) -> String {
+pub(crate) fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
