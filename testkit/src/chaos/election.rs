@@ -18,12 +18,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use quorumlock::{Error, HoldOptions, Lock, Redlock};
 use rand::rngs::StdRng;
 use rand::Rng;
 use tokio::sync::watch;
 
-use super::engine::{Ctl, Ran, Shared, Workload};
+use super::ctl::Ctl;
+use super::ran::Ran;
+use super::shared::Shared;
+use super::workload::Workload;
 use super::Check;
 use crate::history::LeaderRead;
 use crate::mutex;
@@ -57,7 +61,9 @@ const PAUSE_MS: u64 = 1;
 /// The least and most time between two reads of the observer, in milliseconds.
 const OBSERVE_EVERY_MS: (u64, u64) = (2, 5);
 
-/// What the candidates, the observer and the fault driver share beside the engine's state.
+/// The election workload: what the candidates, the observer and the fault driver share beside
+/// the engine's state. Candidates campaign in one election while the last client observes who
+/// leads (`resources` 1: the leaders' witness and registers).
 #[derive(Debug)]
 pub(super) struct Board {
     /// The leader now, if any: who, and whether it was asked to hold on.
@@ -108,8 +114,27 @@ impl Drop for ObserverDone<'_> {
     }
 }
 
+impl Workload for Board {
+    fn lock_name(&self, _r: usize) -> String {
+        ELECTION.to_owned()
+    }
+
+    fn prepare(&self, shared: &Shared) {
+        shared.history.watch_election(ELECTION);
+    }
+
+    fn client(
+        self: Arc<Self>,
+        shared: Arc<Shared>,
+        client: usize,
+        rng: StdRng,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(run_client(shared, client, rng, self))
+    }
+}
+
 /// A client of the election: the last one observes, every other campaigns.
-pub(super) async fn client(shared: Arc<Shared>, client: usize, rng: StdRng, board: Arc<Board>) {
+async fn run_client(shared: Arc<Shared>, client: usize, rng: StdRng, board: Arc<Board>) {
     if client + 1 == shared.setup.clients {
         observe(&shared, client, rng, &board).await;
     } else {
@@ -377,25 +402,18 @@ pub(super) async fn cut_off_the_leader(ctl: &mut Ctl, board: &Board) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Checks.
 
-fn board(ran: &Ran) -> Option<&Board> {
-    match &ran.setup.workload {
-        Workload::Election(board) => Some(board),
-        _ => None,
-    }
-}
-
 /// Every leadership, in the order they were elected.
-fn terms(ran: &Ran) -> Vec<Term> {
-    let mut terms = board(ran).map_or_else(Vec::new, |b| mutex::lock(&b.terms).clone());
+fn terms(board: &Board) -> Vec<Term> {
+    let mut terms = mutex::lock(&board.terms).clone();
     terms.sort_by_key(|t| t.elected);
     terms
 }
 
 /// Every candidate, each with its own `Redlock`, led at least once.
-pub(super) fn every_candidate_led(ran: &Ran) -> Check {
+pub(super) fn every_candidate_led(ran: &Ran, board: &Board) -> Check {
     let candidates = ran.setup.clients.saturating_sub(1);
     let mut led = vec![0usize; candidates];
-    let terms = terms(ran);
+    let terms = terms(board);
     for term in &terms {
         if let Some(n) = led.get_mut(term.client) {
             *n += 1;
@@ -426,9 +444,9 @@ pub(super) fn every_candidate_led(ran: &Ran) -> Check {
 
 /// Every leader cut off from the masters lost the lead (its body saw the loss signal), and the
 /// next leader was elected only after it stepped down.
-pub(super) fn cut_off_leaders_stepped_down_first(ran: &Ran) -> Check {
-    let terms = terms(ran);
-    let cut_offs = board(ran).map_or_else(Vec::new, |b| mutex::lock(&b.cut_offs).clone());
+pub(super) fn cut_off_leaders_stepped_down_first(ran: &Ran, board: &Board) -> Check {
+    let terms = terms(board);
+    let cut_offs = mutex::lock(&board.cut_offs).clone();
     let mut lost = 0;
     let mut shortest_gap: Option<Duration> = None;
     let mut bad = Vec::new();
@@ -489,13 +507,13 @@ pub(super) fn cut_off_leaders_stepped_down_first(ran: &Ran) -> Check {
 
 /// The observer's reads named leaders (several of them), so that the read check had something
 /// to check.
-pub(super) fn reads_named_leaders(ran: &Ran) -> Check {
+pub(super) fn reads_named_leaders(ran: &Ran, board: &Board) -> Check {
     let reads = ran.history.leader_reads();
     let named: Vec<&str> = reads.iter().filter_map(|r| r.value.as_deref()).collect();
     let mut distinct = named.clone();
     distinct.sort_unstable();
     distinct.dedup();
-    let unanswered = board(ran).map_or(0, |b| b.unanswered.load(Ordering::SeqCst));
+    let unanswered = board.unanswered.load(Ordering::SeqCst);
     Check::new(
         "the observer's quorum reads named leaders",
         distinct.len() >= 2,

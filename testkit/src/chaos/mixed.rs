@@ -5,12 +5,14 @@
 //! every master.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
 
-use super::election;
-use super::engine::{Ctl, Ran, Workload};
+use super::ctl::Ctl;
+use super::election::{self, Board};
+use super::ran::Ran;
 use super::Check;
 
 /// The least and most latency added each way while the masters are slow (below the node
@@ -23,14 +25,11 @@ const CUT_OFF_EVERY: usize = 10;
 /// The kinds of fault every scenario gets; the next one is the leader cut off.
 const CUT_OFF_KIND: usize = 5;
 
-/// The mixed faults, until the run stops.
-pub(super) async fn faults(mut ctl: Ctl) -> io::Result<()> {
+/// The mixed faults, until the run stops; with the `board` of an election, its leader cut off
+/// as well.
+pub(super) async fn faults(mut ctl: Ctl, board: Option<Arc<Board>>) -> io::Result<()> {
     let masters = ctl.cluster.addrs().len();
     let ttl = ctl.setup.ttl;
-    let board = match &ctl.setup.workload {
-        Workload::Election(board) => Some(board.clone()),
-        _ => None,
-    };
     let mut struck = CUT_OFF_EVERY / 2;
     ctl.go();
     loop {
@@ -124,8 +123,9 @@ pub(super) async fn faults(mut ctl: Ctl) -> io::Result<()> {
     }
 }
 
-/// Every kind of fault the driver injects struck at least once.
-pub(super) fn every_kind_of_fault_struck(ran: &Ran) -> Check {
+/// Every kind of fault the driver injects struck at least once; leaders cut off too, with
+/// `cut_offs` (in an election).
+pub(super) fn every_kind_of_fault_struck(ran: &Ran, cut_offs: bool) -> Check {
     let faults = ran.history.faults();
     let mut kinds = vec![
         ("killed", "kills"),
@@ -134,7 +134,7 @@ pub(super) fn every_kind_of_fault_struck(ran: &Ran) -> Check {
         ("(majority)", "majority partitions"),
         ("latency", "slowdowns"),
     ];
-    if matches!(ran.setup.workload, Workload::Election(_)) {
+    if cut_offs {
         kinds.push((election::CUT_OFF, "leaders cut off"));
     }
     let counts: Vec<(usize, &str)> = kinds

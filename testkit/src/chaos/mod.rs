@@ -11,6 +11,20 @@
 //! violations, acquire latency), the [`Report`] and the checks. Nothing here prints; the tests
 //! assert and `examples/chaos.rs` prints the table.
 //!
+//! # Layout
+//!
+//! Three layers, each importing only from itself and the layers below (the `workload` module
+//! docs say more, and a test below keeps the engine to it):
+//!
+//! * shared types: the `Workload` trait (`workload`), the setup and the key names (`setup`),
+//!   the masters (`masters`), the fault driver's handle (`ctl`), the clients' shared state
+//!   (`shared`), what a run hands back (`ran`), the wait-line reader (`probe`);
+//! * the engine (`engine`), which runs any `Workload` under any fault driver;
+//! * the workloads (`locks`, `simultaneous`, `semaphore`, `rwlock`, `election`, `reentrant`),
+//!   the fault drivers and checks (`line`, `mixed`), and `scenarios`, which gives each
+//!   [`Scenario`] its workload, driver and checks. Scenarios 22 and 23 (`durable`) run voters
+//!   with replicas, outside the engine.
+//!
 //! Every run is driven by a seed: which masters fail, when, for how long, and every client's
 //! choices. [`seed`] reads it from [`CHAOS_SEED_ENV`] or falls back to the scenario's fixed
 //! default, so a failing run can be replayed with the seed it printed. Timing on a real machine
@@ -30,17 +44,31 @@
 //! # Ok(()) }
 //! ```
 
+// Shared types, below the engine (see `workload` for the layering).
+mod ctl;
+mod masters;
+mod probe;
+mod ran;
+mod setup;
+mod shared;
+mod workload;
+
+// The engine: knows the clients only through `workload::Workload`.
+mod engine;
+
+// Workloads, fault drivers and the scenarios that wire them into the engine.
 mod durable;
 mod election;
-mod engine;
 mod line;
+mod locks;
 mod mixed;
 mod reentrant;
 mod rwlock;
 mod scenarios;
 mod semaphore;
+mod simultaneous;
 
-pub(crate) use engine::direct_query as direct;
+pub(crate) use masters::direct_query as direct;
 
 use std::fmt;
 use std::io;
@@ -435,6 +463,108 @@ mod tests {
         assert_eq!(p50, Duration::from_millis(50));
         assert_eq!(p99, Duration::from_millis(99));
         assert_eq!(percentiles(&mut []), (Duration::ZERO, Duration::ZERO));
+    }
+
+    /// The modules below the workloads, and the engine: a new workload plugs in through
+    /// `workload::Workload` alone.
+    const LOWER: [(&str, &str); 8] = [
+        ("ctl", include_str!("ctl.rs")),
+        ("masters", include_str!("masters.rs")),
+        ("probe", include_str!("probe.rs")),
+        ("ran", include_str!("ran.rs")),
+        ("setup", include_str!("setup.rs")),
+        ("shared", include_str!("shared.rs")),
+        ("workload", include_str!("workload.rs")),
+        ("engine", include_str!("engine.rs")),
+    ];
+
+    /// The first segment of every path `code` names through `super::` (or `chaos::`): in `use`
+    /// lines, lists and nested lists included, and inline. Comments do not count.
+    fn siblings(code: &str) -> Vec<String> {
+        let code: Vec<&str> = code
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        let code = code.join("\n");
+        let first = |path: &str| -> String {
+            path.trim()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect()
+        };
+        let mut found = Vec::new();
+        for marker in ["super::", "chaos::"] {
+            for (at, _) in code.match_indices(marker) {
+                let rest = &code[at + marker.len()..];
+                let Some(list) = rest.strip_prefix('{') else {
+                    found.push(first(rest));
+                    continue;
+                };
+                // The list's items, split at its own commas (not those of nested lists).
+                let (mut depth, mut item) = (0usize, String::new());
+                for c in list.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            found.push(first(&item));
+                            item.clear();
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    item.push(c);
+                }
+                found.push(first(&item));
+            }
+        }
+        found.retain(|name| !name.is_empty());
+        found
+    }
+
+    /// The modules `module` imports that are neither a shared type nor an item of `chaos`.
+    fn upward(module: &str, code: &str) -> Vec<String> {
+        let below: Vec<&str> = LOWER.iter().map(|(name, _)| *name).collect();
+        siblings(code)
+            .into_iter()
+            // Items of `chaos` itself (`Check`, ...) are types, not modules. The shared types
+            // use each other, the engine uses them; nobody here uses the engine.
+            .filter(|name| !name.starts_with(|c: char| c.is_uppercase()))
+            .filter(|name| name == "engine" || !below.contains(&name.as_str()))
+            .map(|name| format!("{module} imports {name}"))
+            .collect()
+    }
+
+    #[test]
+    fn the_engine_and_the_shared_types_import_only_from_below() {
+        let upward: Vec<String> = LOWER
+            .iter()
+            .flat_map(|(module, code)| upward(module, code))
+            .collect();
+        assert!(upward.is_empty(), "imports that run upward: {upward:?}");
+    }
+
+    #[test]
+    fn the_import_reader_sees_lists_nested_lists_and_inline_paths() {
+        let code = "use super::engine::{self, Ran};\n\
+                    use super::{election, line::{self, Probe}, Check};\n\
+                    /// [`x`](super::scenarios)\n\
+                    let d = crate::chaos::locks::Locks::default();";
+        assert_eq!(
+            siblings(code),
+            ["engine", "election", "line", "Check", "locks"]
+        );
+        assert_eq!(
+            upward("shared", code),
+            [
+                "shared imports engine",
+                "shared imports election",
+                "shared imports line",
+                "shared imports locks"
+            ]
+        );
+        assert!(upward("engine", "use super::shared::Shared;").is_empty());
     }
 
     #[test]

@@ -21,12 +21,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use quorumlock::ReentrantLock;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::MultiplexedConnection;
 
-use super::engine::{Ran, Setup, Shared, Workload, KEY_PREFIX};
+use super::ran::Ran;
+use super::setup::{lock_key, Setup};
+use super::shared::Shared;
+use super::workload::Workload;
 use super::Check;
 use crate::history::ReleaseAudit;
 use crate::mutex;
@@ -45,8 +49,9 @@ const AUDIT_TIMEOUT: Duration = Duration::from_millis(100);
 /// second).
 const EXPIRY_SLACK: Duration = Duration::from_millis(100);
 
-/// What the clients of the reentrant scenario note of every lock, and the auditor that reads
-/// the masters directly.
+/// The reentrant workload: the clients nest holds of the locks they take on the setup's
+/// resources and end them from several tasks. It keeps what they note of every lock, and the
+/// auditor that reads the masters directly.
 #[derive(Debug, Default)]
 pub(super) struct Ledger {
     /// Every lock whose holds have all ended.
@@ -84,14 +89,20 @@ struct Section {
     nested: Nested,
 }
 
+impl Workload for Ledger {
+    fn client(
+        self: Arc<Self>,
+        shared: Arc<Shared>,
+        client: usize,
+        rng: StdRng,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(run_client(shared, client, rng, self))
+    }
+}
+
 /// A client: takes a lock, nests it, ends the holds from tasks of their own, and goes on until
 /// the run stops.
-pub(super) async fn client(
-    shared: Arc<Shared>,
-    client: usize,
-    mut rng: StdRng,
-    ledger: Arc<Ledger>,
-) {
+async fn run_client(shared: Arc<Shared>, client: usize, mut rng: StdRng, ledger: Arc<Ledger>) {
     let Ok(rl) = shared.redlock_of(client) else {
         return;
     };
@@ -258,7 +269,7 @@ impl Ledger {
     /// The masters that hold `resource`'s key with `token`, read directly; a master that does
     /// not answer in time counts as not holding it.
     async fn holding(&self, masters: &[SocketAddr], resource: &str, token: &str) -> Vec<usize> {
-        let key = format!("{KEY_PREFIX}{resource}");
+        let key = lock_key(resource);
         let reads = masters.iter().enumerate().map(|(i, addr)| {
             let key = &key;
             async move {
@@ -313,12 +324,9 @@ impl Ledger {
 // ---------------------------------------------------------------------------------------------
 // Checks.
 
-/// The scenario's own checks.
-pub(super) async fn checks(ran: &Ran) -> Vec<Check> {
+/// The scenario's own checks, over what `ledger` noted.
+pub(super) async fn checks(ran: &Ran, ledger: &Ledger) -> Vec<Check> {
     let gone = no_key_left_once_a_ttl_has_passed(ran).await;
-    let Workload::Reentrant(ledger) = &ran.setup.workload else {
-        return vec![gone];
-    };
     let locks = mutex::lock(&ledger.locks);
     vec![
         every_client_nested_holds(ran, &locks),

@@ -10,16 +10,19 @@
 //! [`ReadWriteWitness`](crate::history::ReadWriteWitness)); the scenario checks that readers did
 //! share the lock, so that the check is not vacuous.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use quorumlock::{Error, Lock, RwLock};
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use super::engine::{Ran, Shared};
+use super::ran::Ran;
+use super::shared::Shared;
+use super::workload::Workload;
 use super::Check;
-use crate::history::{peak_readers, readers_of, Access};
+use crate::history::{peak_readers, readers_of, Access, ReadWriteWitness};
 use crate::{Op, OpKind, Outcome, Releasing};
 
 /// The read-write lock the clients share.
@@ -35,9 +38,37 @@ const TRY_CHANCE: f64 = 0.25;
 /// Chance that a holder lets its hold lapse at its deadline instead of releasing it.
 const LAPSE_CHANCE: f64 = 0.02;
 
+/// The read-write lock workload: the clients share one read-write lock (`resources` 1: the
+/// writers' witness and register).
+#[derive(Default)]
+pub(super) struct SharedRwLock {
+    /// The read-write lock's witness.
+    rw: OnceLock<ReadWriteWitness>,
+}
+
+impl Workload for SharedRwLock {
+    fn lock_name(&self, _r: usize) -> String {
+        RW_LOCK.to_owned()
+    }
+
+    fn prepare(&self, shared: &Shared) {
+        shared.history.watch_rw_lock(RW_LOCK);
+        let _ = self.rw.set(shared.history.read_write_witness(RW_LOCK));
+    }
+
+    fn client(
+        self: Arc<Self>,
+        shared: Arc<Shared>,
+        client: usize,
+        rng: StdRng,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async move { run_client(&self, shared, client, rng).await })
+    }
+}
+
 /// A client of the read-write lock: reads or writes, does its critical section, and releases
 /// (or lets the hold lapse), until the run stops.
-pub(super) async fn client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
+async fn run_client(workload: &SharedRwLock, shared: Arc<Shared>, client: usize, mut rng: StdRng) {
     let lock = shared.redlock_of(client).and_then(|rl| rl.rw_lock(RW_LOCK));
     let rw = match lock {
         Ok(rw) => rw,
@@ -66,7 +97,15 @@ pub(super) async fn client(shared: Arc<Shared>, client: usize, mut rng: StdRng) 
             }
             continue;
         };
-        section(&shared, client, access, &mut lock, &mut rng).await;
+        section(
+            &shared,
+            workload.rw.get(),
+            client,
+            access,
+            &mut lock,
+            &mut rng,
+        )
+        .await;
         if rng.random_bool(LAPSE_CHANCE) {
             // Keep it to its deadline and walk away: the hold lapses when its entry expires.
             tokio::time::sleep_until(lock.deadline().into()).await;
@@ -147,18 +186,19 @@ async fn extend(shared: &Shared, client: usize, access: Access, lock: &mut Lock)
     });
 }
 
-/// The critical section: enter the read-write witness (and, for a writer, the writers'
+/// The critical section: enter the read-write witness `rw` (and, for a writer, the writers'
 /// witness), sleep, maybe extend, and for a writer read–sleep–write the register while the
 /// lease has a safety margin left; leave before the deadline.
 async fn section(
     shared: &Shared,
+    rw: Option<&ReadWriteWitness>,
     client: usize,
     access: Access,
     lock: &mut Lock,
     rng: &mut StdRng,
 ) {
     let margin = shared.setup.ttl / 10;
-    let inside = shared.rw.as_ref().map(|w| w.enter(client, access));
+    let inside = rw.map(|w| w.enter(client, access));
     let alone = (access == Access::Write).then(|| shared.witnesses[0].enter(client));
     let value = shared.registers[0].read();
     let nap = rng.random_range(Duration::ZERO..=shared.setup.critical_section);
@@ -208,11 +248,11 @@ pub(super) fn every_client_read_and_wrote(ran: &Ran) -> Check {
 
 /// Readers did share the lock (several leases open at once, several readers inside at once),
 /// and writers got it between them: the exclusion checks had something to check.
-pub(super) fn readers_shared_and_writers_got_in(ran: &Ran) -> Check {
+pub(super) fn readers_shared_and_writers_got_in(ran: &Ran, lock: &SharedRwLock) -> Check {
     let ops = ran.history.ops();
     let peak = peak_readers(RW_LOCK, &ops);
-    let inside = ran.rw.as_ref().map_or(0, |w| w.peak_readers());
-    let (reads, writes) = ran.rw.as_ref().map_or((0, 0), |w| w.entries());
+    let inside = lock.rw.get().map_or(0, |w| w.peak_readers());
+    let (reads, writes) = lock.rw.get().map_or((0, 0), |w| w.entries());
     let write_failures = ops
         .iter()
         .filter(|op| op.kind == OpKind::Acquire && op.resource == RW_LOCK && !op.succeeded())

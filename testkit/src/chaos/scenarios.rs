@@ -1,4 +1,5 @@
-//! The fault schedule and the checks of each [`Scenario`].
+//! The fault schedule and the checks of each [`Scenario`]: here each scenario's workload, fault
+//! driver and checks meet, and go to the engine.
 
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -7,8 +8,17 @@ use std::time::{Duration, Instant};
 use quorumlock::Redlock;
 use rand::Rng;
 
-use super::engine::{self, Ctl, Ran, Setup, Workload, KEY_PREFIX};
+use super::ctl::Ctl;
+use super::election::Board;
+use super::engine;
 use super::line::{self, LineFaults};
+use super::locks::{self, Locks, Observed};
+use super::ran::Ran;
+use super::reentrant::Ledger;
+use super::rwlock::SharedRwLock;
+use super::semaphore::SharedSemaphore;
+use super::setup::{Setup, KEY_PREFIX};
+use super::simultaneous::{self, SimultaneousStarts};
 use super::{election, mixed, reentrant, rwlock, semaphore};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::mutex;
@@ -45,11 +55,11 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
 
     let (ran, checks) = match scenario {
         Scenario::Baseline => {
-            let ran = engine::run(base, seed, idle).await?;
+            let ran = engine::run(base, plain(), seed, idle).await?;
             (ran, Vec::new())
         }
         Scenario::MinorityKilled => {
-            let ran = engine::run(base, seed, minority_killed).await?;
+            let ran = engine::run(base, plain(), seed, minority_killed).await?;
             (ran, Vec::new())
         }
         Scenario::MajorityKilled => {
@@ -61,7 +71,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 node_timeout: Duration::from_millis(250),
                 ..impossible
             };
-            let ran = engine::run(setup, seed, majority_killed).await?;
+            let ran = engine::run(setup, plain(), seed, majority_killed).await?;
             let checks = vec![no_success(&ran), no_key_left(&ran).await];
             (ran, checks)
         }
@@ -71,7 +81,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 ttl: Duration::from_millis(300),
                 ..base
             };
-            let ran = engine::run(setup, seed, {
+            let ran = engine::run(setup, plain(), seed, {
                 let last_resume = Arc::clone(&last_resume);
                 move |ctl| minority_paused(ctl, last_resume)
             })
@@ -86,7 +96,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 fencing: false,
                 ..base
             };
-            let ran = engine::run(setup, seed, restart_after_ttl).await?;
+            let ran = engine::run(setup, plain(), seed, restart_after_ttl).await?;
             (ran, Vec::new())
         }
         Scenario::LatencyBelowTimeout => {
@@ -96,7 +106,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 node_timeout: Duration::from_millis(40),
                 ..proxied
             };
-            let ran = engine::run(setup, seed, latency_below_timeout).await?;
+            let ran = engine::run(setup, plain(), seed, latency_below_timeout).await?;
             let checks = vec![validity_reflects_latency(&ran, MIN_ROUND_TRIP)];
             (ran, checks)
         }
@@ -105,7 +115,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 proxied: true,
                 ..impossible
             };
-            let ran = engine::run(setup, seed, latency_beyond_ttl).await?;
+            let ran = engine::run(setup, plain(), seed, latency_beyond_ttl).await?;
             let checks = vec![
                 no_success(&ran),
                 keys_expire_and_the_lock_comes_back(&ran).await,
@@ -117,49 +127,49 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 ttl: HELD_REPLIES_TTL,
                 ..proxied
             };
-            let ran = engine::run(setup, seed, held_replies).await?;
+            let ran = engine::run(setup, plain(), seed, held_replies).await?;
             let checks = vec![no_success_inside_majority_faults(&ran)];
             (ran, checks)
         }
         Scenario::ConnectionResets => {
-            let ran = engine::run(proxied, seed, connection_resets).await?;
+            let ran = engine::run(proxied, plain(), seed, connection_resets).await?;
             (ran, Vec::new())
         }
         Scenario::Partitions => {
-            let ran = engine::run(proxied, seed, partitions).await?;
+            let ran = engine::run(proxied, plain(), seed, partitions).await?;
             let checks = vec![no_success_inside_majority_faults(&ran)];
             (ran, checks)
         }
         Scenario::SimultaneousStarts => {
             let setup = Setup {
                 clients: 16,
-                simultaneous_group: 4,
                 resources: 4,
                 retry_delay: Duration::from_millis(6),
                 retry_jitter: Duration::from_millis(4),
                 extend_chance: 0.0,
                 ..base
             };
-            let ran = engine::run(setup, seed, idle).await?;
-            let checks = vec![split_votes_resolve(&ran)];
+            let starts = Arc::new(SimultaneousStarts::new(4));
+            let ran = engine::run(setup, starts.clone(), seed, idle).await?;
+            let checks = vec![split_votes_resolve(&starts)];
             (ran, checks)
         }
         Scenario::StaleHolders => {
-            let setup = Setup {
+            let locks = Arc::new(Locks::new(locks::Config {
                 stale_chance: 0.03,
-                ..base
-            };
-            let ran = engine::run(setup, seed, idle).await?;
-            let checks = stale_holders_touch_nothing(&ran);
+                ..locks::Config::default()
+            }));
+            let ran = engine::run(base, locks.clone(), seed, idle).await?;
+            let checks = stale_holders_touch_nothing(&locks.observed());
             (ran, checks)
         }
         Scenario::HolderKilled => {
-            let setup = Setup {
+            let locks = Arc::new(Locks::new(locks::Config {
                 crash_chance: 0.02,
-                ..base
-            };
-            let ran = engine::run(setup, seed, idle).await?;
-            let checks = vec![killed_holders_locks_come_back(&ran)];
+                ..locks::Config::default()
+            }));
+            let ran = engine::run(base, locks.clone(), seed, idle).await?;
+            let checks = vec![killed_holders_locks_come_back(&ran, &locks.observed())];
             (ran, checks)
         }
         Scenario::FencedAofRestarts => {
@@ -168,32 +178,33 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 fencing: true,
                 ..base
             };
-            let ran = engine::run(setup, seed, restart_at_once).await?;
+            let ran = engine::run(setup, plain(), seed, restart_at_once).await?;
             let checks = vec![fences_were_issued(&ran)];
             (ran, checks)
         }
         Scenario::WaiterKilledAtHead => {
-            let setup = Setup {
+            let locks = Arc::new(Locks::new(locks::Config {
                 head_kill_chance: 0.05,
                 min_head_kills: 2,
-                ..in_line
-            };
+                ..locks::Config::default()
+            }));
             let log = Arc::new(Mutex::new(LineFaults::default()));
-            let ran = engine::run(setup, seed, {
+            let ran = engine::run(in_line, locks.clone(), seed, {
                 let log = Arc::clone(&log);
                 move |ctl| line::watching_free_keys(ctl, log, line::dead_heads)
             })
             .await?;
+            let observed = locks.observed();
             let lapsed = line::lines_lapse_within_an_entry_lease(&ran).await;
             let log = std::mem::take(&mut *mutex::lock(&log));
             let quorum = ran.setup.masters / 2 + 1;
-            let deaths = line::deaths(&ran, &log);
+            let deaths = line::deaths(&ran, &observed, &log);
             let checks = vec![
-                line::killed_heads_leave_the_line(&ran),
+                line::killed_heads_leave_the_line(&ran, &observed),
                 line::dead_heads_block_for_at_most_an_entry_lease(&ran, &log, quorum),
                 line::contended_resources_come_back(&ran, &deaths),
                 line::no_waiter_refused_while_the_key_is_free(&ran, &log, &deaths),
-                line::waiters_attempt_once_per_hand_off(&ran),
+                line::waiters_attempt_once_per_hand_off(&ran, &observed),
                 line::no_waiter_past_its_timeout(&ran),
                 lapsed,
             ];
@@ -208,19 +219,21 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 critical_section: Duration::from_millis(30),
                 ..in_line
             };
+            let locks = Arc::new(Locks::default());
             let log = Arc::new(Mutex::new(LineFaults::default()));
-            let ran = engine::run(setup, seed, {
+            let ran = engine::run(setup, locks.clone(), seed, {
                 let log = Arc::clone(&log);
                 move |ctl| line::watching_free_keys(ctl, log, line::line_masters_restarted)
             })
             .await?;
+            let observed = locks.observed();
             let lapsed = line::lines_lapse_within_an_entry_lease(&ran).await;
             let log = std::mem::take(&mut *mutex::lock(&log));
             let checks = vec![
                 line::faults_hit_queued_waiters(&log, "masters killed"),
                 line::contended_resources_come_back(&ran, &[]),
                 line::no_waiter_refused_while_the_key_is_free(&ran, &log, &[]),
-                line::waiters_attempt_once_per_hand_off(&ran),
+                line::waiters_attempt_once_per_hand_off(&ran, &observed),
                 line::no_waiter_past_its_timeout(&ran),
                 lapsed,
             ];
@@ -231,12 +244,14 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 ttl: Duration::from_millis(300),
                 ..in_line
             };
+            let locks = Arc::new(Locks::default());
             let log = Arc::new(Mutex::new(LineFaults::default()));
-            let ran = engine::run(setup, seed, {
+            let ran = engine::run(setup, locks.clone(), seed, {
                 let log = Arc::clone(&log);
                 move |ctl| line::watching_free_keys(ctl, log, line::minority_paused_in_line)
             })
             .await?;
+            let observed = locks.observed();
             let log = std::mem::take(&mut *mutex::lock(&log));
             let resumed = log.last_resume.unwrap_or(ran.stopped_at);
             // Both watch the masters from the end of the run on.
@@ -249,7 +264,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 strays,
                 line::contended_resources_come_back(&ran, &[]),
                 line::no_waiter_refused_while_the_key_is_free(&ran, &log, &[]),
-                line::waiters_attempt_once_per_hand_off(&ran),
+                line::waiters_attempt_once_per_hand_off(&ran, &observed),
                 line::no_waiter_past_its_timeout(&ran),
                 lapsed,
             ];
@@ -259,7 +274,6 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             // Separate clients, more than the permits, waiting in every slot's line. Empty
             // restarts reset the fencing counters (see FencedAofRestarts for fences).
             let setup = Setup {
-                workload: Workload::Semaphore(semaphore::PERMITS),
                 resources: semaphore::PERMITS as usize,
                 clients: SEMAPHORE_CLIENTS,
                 fencing: false,
@@ -267,11 +281,12 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 critical_section: SEMAPHORE_CRITICAL_SECTION,
                 ..proxied
             };
-            let ran = engine::run(setup, seed, mixed::faults).await?;
+            let sem = Arc::new(SharedSemaphore::new(semaphore::PERMITS));
+            let ran = engine::run(setup, sem.clone(), seed, |ctl| mixed::faults(ctl, None)).await?;
             let checks = vec![
                 semaphore::every_client_got_permits(&ran),
-                semaphore::the_semaphore_filled_up(&ran),
-                mixed::every_kind_of_fault_struck(&ran),
+                semaphore::the_semaphore_filled_up(&ran, &sem),
+                mixed::every_kind_of_fault_struck(&ran, false),
                 no_success_inside_majority_faults(&ran),
             ];
             (ran, checks)
@@ -280,7 +295,6 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             // Separate clients on one lock, mostly reading. Empty restarts reset the fencing
             // counters (see FencedAofRestarts for fences).
             let setup = Setup {
-                workload: Workload::RwLock,
                 resources: 1,
                 clients: RW_CLIENTS,
                 fencing: false,
@@ -288,11 +302,12 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 critical_section: RW_CRITICAL_SECTION,
                 ..proxied
             };
-            let ran = engine::run(setup, seed, mixed::faults).await?;
+            let rw = Arc::new(SharedRwLock::default());
+            let ran = engine::run(setup, rw.clone(), seed, |ctl| mixed::faults(ctl, None)).await?;
             let checks = vec![
                 rwlock::every_client_read_and_wrote(&ran),
-                rwlock::readers_shared_and_writers_got_in(&ran),
-                mixed::every_kind_of_fault_struck(&ran),
+                rwlock::readers_shared_and_writers_got_in(&ran, &rw),
+                mixed::every_kind_of_fault_struck(&ran, false),
                 no_success_inside_majority_faults(&ran),
             ];
             (ran, checks)
@@ -301,7 +316,6 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             // Terms are fences: the masters keep their counters in an AOF across kills. Every
             // client reaches them through proxies of its own, so that one can be cut off.
             let setup = Setup {
-                workload: Workload::Election(Arc::default()),
                 aof: true,
                 own_proxies: true,
                 resources: 1,
@@ -310,27 +324,33 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
                 fencing: true,
                 ..base
             };
-            let ran = engine::run(setup, seed, mixed::faults).await?;
+            let board = Arc::new(Board::default());
+            let ran = engine::run(setup, board.clone(), seed, {
+                let board = Arc::clone(&board);
+                move |ctl| mixed::faults(ctl, Some(board))
+            })
+            .await?;
             let checks = vec![
-                election::every_candidate_led(&ran),
-                election::cut_off_leaders_stepped_down_first(&ran),
-                election::reads_named_leaders(&ran),
-                mixed::every_kind_of_fault_struck(&ran),
+                election::every_candidate_led(&ran, &board),
+                election::cut_off_leaders_stepped_down_first(&ran, &board),
+                election::reads_named_leaders(&ran, &board),
+                mixed::every_kind_of_fault_struck(&ran, true),
                 no_success_inside_majority_faults(&ran),
             ];
             (ran, checks)
         }
         Scenario::Reentrant => {
             let setup = Setup {
-                workload: Workload::Reentrant(Arc::default()),
                 resources: REENTRANT_RESOURCES,
                 clients: REENTRANT_CLIENTS,
                 fencing: false,
                 ..proxied
             };
-            let ran = engine::run(setup, seed, mixed::faults).await?;
-            let mut checks = reentrant::checks(&ran).await;
-            checks.push(mixed::every_kind_of_fault_struck(&ran));
+            let ledger = Arc::new(Ledger::default());
+            let ran =
+                engine::run(setup, ledger.clone(), seed, |ctl| mixed::faults(ctl, None)).await?;
+            let mut checks = reentrant::checks(&ran, &ledger).await;
+            checks.push(mixed::every_kind_of_fault_struck(&ran, false));
             checks.push(no_success_inside_majority_faults(&ran));
             (ran, checks)
         }
@@ -340,6 +360,11 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         }
     };
     Ok(finish(scenario, length, seed, ran, checks))
+}
+
+/// The mutex workload with well-behaved clients: what most scenarios run.
+fn plain() -> Arc<Locks> {
+    Arc::new(Locks::default())
 }
 
 /// Runs the checker and adds the checks every scenario has.
@@ -835,8 +860,8 @@ fn no_success_inside_majority_faults(ran: &Ran) -> Check {
     )
 }
 
-fn split_votes_resolve(ran: &Ran) -> Check {
-    let rounds = &ran.rounds;
+fn split_votes_resolve(starts: &SimultaneousStarts) -> Check {
+    let rounds = &starts.rounds();
     let unresolved = rounds.iter().filter(|r| r.is_none()).count();
     let first = rounds.iter().filter(|r| **r == Some(1)).count();
     let second = rounds.iter().filter(|r| **r == Some(2)).count();
@@ -845,7 +870,7 @@ fn split_votes_resolve(ran: &Ran) -> Check {
     Check::new(
         format!(
             "every simultaneous round resolves within {} attempts",
-            ran.setup.round_attempts
+            simultaneous::ROUND_ATTEMPTS
         ),
         !rounds.is_empty() && unresolved == 0,
         format!(
@@ -855,8 +880,8 @@ fn split_votes_resolve(ran: &Ran) -> Check {
     )
 }
 
-fn stale_holders_touch_nothing(ran: &Ran) -> Vec<Check> {
-    let s = ran.stale;
+fn stale_holders_touch_nothing(observed: &Observed) -> Vec<Check> {
+    let s = observed.stale;
     vec![
         Check::new(
             "stale holders' extends are refused",
@@ -879,7 +904,7 @@ fn stale_holders_touch_nothing(ran: &Ran) -> Vec<Check> {
     ]
 }
 
-fn killed_holders_locks_come_back(ran: &Ran) -> Check {
+fn killed_holders_locks_come_back(ran: &Ran, observed: &Observed) -> Check {
     let s = &ran.setup;
     // The key expires a TTL after the last acquire or extend (before the kill); then a waiter
     // needs at most one retry delay and one attempt. The slack absorbs scheduling on a loaded
@@ -890,7 +915,7 @@ fn killed_holders_locks_come_back(ran: &Ran) -> Check {
     let mut worst = Duration::ZERO;
     let mut late = 0;
     let mut never = 0;
-    for (resource, killed) in &ran.kills {
+    for (resource, killed) in &observed.kills {
         let next = acquires
             .iter()
             .filter(|op| &op.resource == resource && op.end > *killed)
@@ -907,10 +932,10 @@ fn killed_holders_locks_come_back(ran: &Ran) -> Check {
     }
     Check::new(
         "a killed holder's lock comes back within TTL + retry delay",
-        !ran.kills.is_empty() && late == 0 && never == 0,
+        !observed.kills.is_empty() && late == 0 && never == 0,
         format!(
             "{} holders killed; worst comeback {:.0}ms (bound {:.0}ms); late {late}; never {never}",
-            ran.kills.len(),
+            observed.kills.len(),
             worst.as_secs_f64() * 1e3,
             bound.as_secs_f64() * 1e3
         ),

@@ -9,18 +9,21 @@
 //! permits) and a witness that admits as many clients as there are permits.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use quorumlock::{Error, Permit, Semaphore};
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use super::engine::{Ran, Shared};
+use super::ran::Ran;
+use super::shared::Shared;
+use super::workload::Workload;
 use super::Check;
 use crate::history::peak_holders;
 use crate::mutex;
-use crate::{Op, OpKind, Outcome, Releasing};
+use crate::{OccupancyWitness, Op, OpKind, Outcome, Releasing};
 
 /// The semaphore the clients share.
 pub(super) const SEMAPHORE: &str = "sem";
@@ -40,12 +43,58 @@ pub(super) fn slot_name(slot: usize) -> String {
     format!("{SEMAPHORE}:permit:{slot}")
 }
 
+/// The semaphore workload: the clients share one semaphore of `permits` permits, each slot
+/// one of the setup's resources (`resources` must equal the permits: one witness and register
+/// per slot).
+pub(super) struct SharedSemaphore {
+    permits: u32,
+    /// The semaphore's own witness, which admits as many clients as it has permits.
+    capacity: OnceLock<OccupancyWitness>,
+}
+
+impl SharedSemaphore {
+    pub(super) fn new(permits: u32) -> Self {
+        SharedSemaphore {
+            permits,
+            capacity: OnceLock::new(),
+        }
+    }
+}
+
+impl Workload for SharedSemaphore {
+    fn lock_name(&self, r: usize) -> String {
+        slot_name(r)
+    }
+
+    fn prepare(&self, shared: &Shared) {
+        let permits = self.permits as usize;
+        shared.history.watch_semaphore(SEMAPHORE, permits);
+        let _ = self
+            .capacity
+            .set(shared.history.capacity_witness(SEMAPHORE, permits));
+    }
+
+    fn client(
+        self: Arc<Self>,
+        shared: Arc<Shared>,
+        client: usize,
+        rng: StdRng,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async move { run_client(&self, shared, client, rng).await })
+    }
+}
+
 /// A client of the semaphore: takes a permit (waiting, or with one attempt per slot), does its
 /// critical section on the permit's slot, and releases it (or lets it lapse), until the run
 /// stops.
-pub(super) async fn client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
+async fn run_client(
+    workload: &SharedSemaphore,
+    shared: Arc<Shared>,
+    client: usize,
+    mut rng: StdRng,
+) {
     let rl = shared.redlock();
-    let permits = shared.setup.permits().unwrap_or(PERMITS);
+    let permits = workload.permits;
     // The name and count are fixed and valid: a failure here is a bug in the scenario.
     let semaphore = match rl.semaphore(SEMAPHORE, permits) {
         Ok(semaphore) => semaphore,
@@ -62,7 +111,9 @@ pub(super) async fn client(shared: Arc<Shared>, client: usize, mut rng: StdRng) 
             }
             continue;
         };
-        shared.permit_section(client, &mut permit, &mut rng).await;
+        shared
+            .permit_section(workload.capacity.get(), client, &mut permit, &mut rng)
+            .await;
         if rng.random_bool(LAPSE_CHANCE) {
             // Keep it to its deadline and walk away: the slot frees itself when its keys expire.
             tokio::time::sleep_until(permit.deadline().into()).await;
@@ -139,13 +190,19 @@ impl Shared {
         result
     }
 
-    /// The critical section on the permit's slot: enter the semaphore's witness and the slot's,
-    /// read–sleep–write the slot's registers while the lease has a safety margin left, maybe
-    /// extend, leave before the deadline.
-    async fn permit_section(&self, client: usize, permit: &mut Permit, rng: &mut StdRng) {
+    /// The critical section on the permit's slot: enter the semaphore's witness (`capacity`) and
+    /// the slot's, read–sleep–write the slot's registers while the lease has a safety margin
+    /// left, maybe extend, leave before the deadline.
+    async fn permit_section(
+        &self,
+        capacity: Option<&OccupancyWitness>,
+        client: usize,
+        permit: &mut Permit,
+        rng: &mut StdRng,
+    ) {
         let margin = self.setup.ttl / 10;
         let slot = permit.slot() as usize;
-        let among_the_holders = self.capacity.as_ref().map(|w| w.enter(client));
+        let among_the_holders = capacity.map(|w| w.enter(client));
         let alone_on_the_slot = self.witnesses[slot].enter(client);
         let value = self.registers[slot].read();
         let nap = rng.random_range(Duration::ZERO..=self.setup.critical_section);
@@ -194,11 +251,11 @@ pub(super) fn every_client_got_permits(ran: &Ran) -> Check {
 
 /// The semaphore was full at times: as many leases open at once as it has permits (so the run
 /// tests K holders, not one), and every slot taken.
-pub(super) fn the_semaphore_filled_up(ran: &Ran) -> Check {
-    let permits = ran.setup.permits().unwrap_or(PERMITS) as usize;
+pub(super) fn the_semaphore_filled_up(ran: &Ran, semaphore: &SharedSemaphore) -> Check {
+    let permits = semaphore.permits as usize;
     let ops = ran.history.ops();
     let peak = peak_holders(SEMAPHORE, &ops);
-    let inside = ran.capacity.as_ref().map_or(0, |w| w.peak());
+    let inside = semaphore.capacity.get().map_or(0, |w| w.peak());
     let per_slot: Vec<usize> = (0..permits)
         .map(|slot| {
             let name = slot_name(slot);

@@ -1,0 +1,154 @@
+//! The masters of a run ([`Cluster`]: five plain masters, not a Redis Cluster), the proxies in
+//! front of them, and direct queries that bypass both the proxies and the library.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::setup::{keys_pattern, Setup};
+use crate::mutex;
+use crate::{FaultProxy, RedisNodes, RedisServerBuilder};
+
+/// The masters of a run, and the proxies in front of them when the scenario needs network faults.
+pub(super) struct Cluster {
+    servers: Mutex<RedisNodes>,
+    addrs: Vec<SocketAddr>,
+    proxies: Vec<FaultProxy>,
+    urls: Vec<String>,
+    /// Per client, its own proxy to each master, when the setup gives them.
+    own: Vec<Vec<FaultProxy>>,
+}
+
+impl Cluster {
+    /// Starts the masters `setup` asks for, and the proxies in front of them.
+    pub(super) fn start(setup: &Setup) -> io::Result<Cluster> {
+        let servers =
+            RedisNodes::spawn_with(setup.masters, &RedisServerBuilder::new().aof(setup.aof))?;
+        let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr()).collect();
+        let proxies = if setup.proxied {
+            addrs
+                .iter()
+                .map(|a| FaultProxy::start(*a))
+                .collect::<io::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        let urls = if setup.proxied {
+            proxies.iter().map(FaultProxy::url).collect()
+        } else {
+            servers.urls()
+        };
+        let own = if setup.own_proxies {
+            (0..setup.clients)
+                .map(|_| {
+                    addrs
+                        .iter()
+                        .map(|a| FaultProxy::start(*a))
+                        .collect::<io::Result<Vec<_>>>()
+                })
+                .collect::<io::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(Cluster {
+            servers: Mutex::new(servers),
+            addrs,
+            proxies,
+            urls,
+            own,
+        })
+    }
+
+    pub(super) fn servers(&self) -> MutexGuard<'_, RedisNodes> {
+        mutex::lock(&self.servers)
+    }
+
+    /// The URLs the clients use (the proxies', when there are proxies).
+    pub(super) fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// The URLs client `client` uses: those of its own proxies when it has some, else
+    /// [`urls`](Self::urls).
+    pub(super) fn urls_of(&self, client: usize) -> Vec<String> {
+        match self.own.get(client) {
+            Some(own) => own.iter().map(FaultProxy::url).collect(),
+            None => self.urls.clone(),
+        }
+    }
+
+    /// Per client with proxies of its own, the URLs it uses (empty when no client has any).
+    pub(super) fn own_urls(&self) -> Vec<Vec<String>> {
+        (0..self.own.len()).map(|c| self.urls_of(c)).collect()
+    }
+
+    /// Client `client`'s own proxies, one per master (empty when it has none).
+    pub(super) fn own_proxies(&self, client: usize) -> &[FaultProxy] {
+        self.own.get(client).map_or(&[], Vec::as_slice)
+    }
+
+    /// The servers' own addresses (not the proxies').
+    pub(super) fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    pub(super) fn proxy(&self, i: usize) -> Option<&FaultProxy> {
+        self.proxies.get(i)
+    }
+
+    /// Every proxy in front of master `i`: the shared one and every client's own.
+    pub(super) fn network(&self, i: usize) -> Vec<&FaultProxy> {
+        self.proxies
+            .get(i)
+            .into_iter()
+            .chain(self.own.iter().filter_map(|own| own.get(i)))
+            .collect()
+    }
+
+    pub(super) fn running(&self) -> Vec<bool> {
+        self.servers().iter().map(|s| s.is_running()).collect()
+    }
+
+    /// The lock keys (fencing counters and wait lines excluded) on master `i`, read directly,
+    /// bypassing any proxy; `None` when it does not answer within 200 ms (down or paused).
+    pub(super) fn lock_keys(&self, i: usize) -> Option<Vec<String>> {
+        let keys: Vec<String> = direct_query(self.addrs[i], Duration::from_millis(200), |c| {
+            redis::cmd("KEYS").arg(keys_pattern()).query(c)
+        })?;
+        Some(keys.into_iter().filter(|k| !is_auxiliary(k)).collect())
+    }
+
+    /// Lock keys on the running masters that answer.
+    pub(super) fn lock_keys_everywhere(&self) -> usize {
+        let running = self.running();
+        (0..self.addrs.len())
+            .filter(|i| running[*i])
+            .filter_map(|i| self.lock_keys(i))
+            .map(|k| k.len())
+            .sum()
+    }
+}
+
+/// Runs one query on a fresh plain connection with short timeouts.
+pub(crate) fn direct_query<T>(
+    addr: SocketAddr,
+    timeout: Duration,
+    query: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+) -> Option<T> {
+    let client = redis::Client::open(format!("redis://{addr}")).ok()?;
+    let mut conn = client.get_connection_with_timeout(timeout).ok()?;
+    conn.set_read_timeout(Some(timeout)).ok()?;
+    conn.set_write_timeout(Some(timeout)).ok()?;
+    query(&mut conn).ok()
+}
+
+/// Whether `key` is one of the keys kept beside a lock key: a fencing counter (which expires a
+/// fencing grace after its last grant), or a wait line and its leases (which expire with their
+/// last entry's lease).
+fn is_auxiliary(key: &str) -> bool {
+    [":fence", ":queue", ":leases"]
+        .iter()
+        .any(|suffix| key.ends_with(suffix))
+        || key.ends_with(quorumlock::LAYOUT_MARKER)
+}
