@@ -311,7 +311,7 @@ fn tokens_only_on_the_primary(pair: &Pair) -> Vec<String> {
         crate::chaos::direct(server.addr(), Duration::from_millis(500), |c| {
             let mut mget = redis::cmd("MGET");
             for r in 0..RESOURCES {
-                mget.arg(format!("ledger-{r}"));
+                mget.arg(quorumlock::resource_key("", &format!("ledger-{r}")));
             }
             mget.query(c)
         })

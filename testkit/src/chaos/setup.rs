@@ -11,12 +11,12 @@ pub(super) const KEY_PREFIX: &str = "chaos:";
 /// The lock key of `resource`, as the chaos clients' library builds it. Every other key name the
 /// chaos code computes starts from this one: change the layout here, and only here.
 pub(super) fn lock_key(resource: &str) -> String {
-    format!("{KEY_PREFIX}{resource}")
+    quorumlock::resource_key(KEY_PREFIX, resource)
 }
 
 /// The `KEYS` pattern every key of a chaos run matches (lock keys and the keys kept beside them).
 pub(super) fn keys_pattern() -> String {
-    format!("{KEY_PREFIX}*")
+    format!("{{{KEY_PREFIX}*")
 }
 
 /// What a scenario runs: the masters, the clients and how they behave. What the clients do is
