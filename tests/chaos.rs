@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{del, holders, record, set};
+use common::{del, holders, lock_key, record, set};
 use quorumlock::{Lock, Redlock};
 use quorumlock_testkit::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
 use quorumlock_testkit::{History, Op, RedisNodes, RedisServerBuilder, Report, Violation};
@@ -169,6 +169,36 @@ async fn s22_votes_counted_once_answered_lose_locks_to_two_failovers_in_one_wind
     assert!(run.passed(), "{run}");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn s24_cluster_voters_whose_shards_fail_over_losing_writes_one_voter_at_a_time() {
+    survives(Scenario::ClusterVoters).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s25_sentinel_voters_whose_masters_fail_over_losing_writes_one_voter_at_a_time() {
+    survives(Scenario::SentinelVoters).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s26_a_cluster_a_sentinel_group_and_a_master_as_voters_under_their_faults() {
+    survives(Scenario::MixedVoters).await;
+}
+
+/// Scenario 27, the negative control of 24: two cluster voters lose the same held resource's
+/// key in one window, which breaks the rule per voter; the checker must find second holders.
+#[tokio::test(flavor = "multi_thread")]
+async fn s27_two_cluster_voters_losing_a_held_key_in_one_window_let_a_second_holder_in() {
+    let run = run_short(Scenario::ClusterVotersOneWindow).await;
+    let overlaps = run
+        .report
+        .violations
+        .iter()
+        .filter(|v| matches!(v, Violation::Overlap { .. }))
+        .count();
+    assert!(overlaps > 0, "the checker found no second holder:\n{run}");
+    assert!(run.passed(), "{run}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Negative controls: the checker must see a violation where the documented assumptions are broken,
 // and none where they hold. The interleaving is driven step by step, not left to chance.
@@ -186,14 +216,14 @@ fn redlock(nodes: &RedisNodes) -> Redlock {
 /// the moment), and stays inside its critical section.
 async fn holder_on_exactly_a_quorum(nodes: &RedisNodes, history: &History, ttl: Duration) -> Lock {
     for i in [3, 4] {
-        set(&nodes[i], "report", "someone-else", ttl);
+        set(&nodes[i], &lock_key("report"), "someone-else", ttl);
     }
     let start = Instant::now();
     let a = redlock(nodes).try_acquire("report", ttl).await.unwrap();
     record(history, 0, start, &a);
-    assert_eq!(holders(nodes, "report", a.token().expose()), 3);
+    assert_eq!(holders(nodes, &lock_key("report"), a.token().expose()), 3);
     for i in [3, 4] {
-        del(&nodes[i], "report");
+        del(&nodes[i], &lock_key("report"));
     }
     a
 }
@@ -282,7 +312,7 @@ async fn negative_control_the_same_restart_with_aof_leaves_no_overlap() {
     nodes[0].restart().unwrap();
     history.heal(restart);
     assert_eq!(
-        holders(&nodes, "report", a.token().expose()),
+        holders(&nodes, &lock_key("report"), a.token().expose()),
         3,
         "the key survived"
     );

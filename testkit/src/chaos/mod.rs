@@ -67,6 +67,7 @@ mod rwlock;
 mod scenarios;
 mod semaphore;
 mod simultaneous;
+mod topology;
 
 pub(crate) use masters::direct_query as direct;
 
@@ -159,11 +160,27 @@ pub enum Scenario {
     /// 23. As 22, with durable votes ([`quorumlock::Durability::Replicas`]`(1)`): a grant
     ///     counts only once its voter's replica has it. Never two holders.
     FailoverDurable,
+    /// 24. Three Redis Cluster voters of 3 primaries with a replica each: shards of held
+    ///     resources failed over to replicas frozen beforehand (the failover loses their last
+    ///     writes), slots of held resources moved (clients meet `ASK`), one voter at a time.
+    ///     Never two holders.
+    ClusterVoters,
+    /// 25. Three Sentinel-managed masters, each failed over to a replica frozen beforehand while
+    ///     locks are held, one voter at a time. Never two holders.
+    SentinelVoters,
+    /// 26. A Cluster voter, a Sentinel voter and a standalone master, under the faults of 24
+    ///     and 25 and kills of the master (restarted empty after a TTL), one voter at a time.
+    ///     Never two holders.
+    MixedVoters,
+    /// 27. The negative control of 24: two Cluster voters lose the same held resource's key in
+    ///     one window (both shards failed over to frozen replicas at once). The checker must
+    ///     find two holders.
+    ClusterVotersOneWindow,
 }
 
 impl Scenario {
     /// Every scenario, in the issue's order.
-    pub const ALL: [Scenario; 23] = [
+    pub const ALL: [Scenario; 27] = [
         Scenario::Baseline,
         Scenario::MinorityKilled,
         Scenario::MajorityKilled,
@@ -187,6 +204,10 @@ impl Scenario {
         Scenario::Reentrant,
         Scenario::FailoverNotDurable,
         Scenario::FailoverDurable,
+        Scenario::ClusterVoters,
+        Scenario::SentinelVoters,
+        Scenario::MixedVoters,
+        Scenario::ClusterVotersOneWindow,
     ];
 
     /// The scenario's number in the issue (14: the fencing figure; 15–17: the wait line; 18–21:
@@ -216,6 +237,10 @@ impl Scenario {
             Scenario::Reentrant => 21,
             Scenario::FailoverNotDurable => 22,
             Scenario::FailoverDurable => 23,
+            Scenario::ClusterVoters => 24,
+            Scenario::SentinelVoters => 25,
+            Scenario::MixedVoters => 26,
+            Scenario::ClusterVotersOneWindow => 27,
         }
     }
 
@@ -245,6 +270,10 @@ impl Scenario {
             Scenario::Reentrant => "reentrant",
             Scenario::FailoverNotDurable => "failover-not-durable",
             Scenario::FailoverDurable => "failover-durable",
+            Scenario::ClusterVoters => "cluster-voters",
+            Scenario::SentinelVoters => "sentinel-voters",
+            Scenario::MixedVoters => "mixed-voters",
+            Scenario::ClusterVotersOneWindow => "cluster-voters-one-window",
         }
     }
 
@@ -257,7 +286,10 @@ impl Scenario {
     /// Whether this scenario is a negative control: its faults break the rule the library's
     /// guarantee rests on, and the checker must find the violations that follow.
     pub fn is_negative_control(self) -> bool {
-        self == Scenario::FailoverNotDurable
+        matches!(
+            self,
+            Scenario::FailoverNotDurable | Scenario::ClusterVotersOneWindow
+        )
     }
 
     /// The fixed seed used when [`CHAOS_SEED_ENV`] is not set.

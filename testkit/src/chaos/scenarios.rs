@@ -358,6 +358,13 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         Scenario::FailoverNotDurable | Scenario::FailoverDurable => {
             return super::durable::run(scenario, length, seed).await;
         }
+        // Clusters, Sentinel groups and a mix of kinds as voters (see `topology`).
+        Scenario::ClusterVoters
+        | Scenario::SentinelVoters
+        | Scenario::MixedVoters
+        | Scenario::ClusterVotersOneWindow => {
+            return super::topology::run(scenario, length, seed).await;
+        }
     };
     Ok(finish(scenario, length, seed, ran, checks))
 }

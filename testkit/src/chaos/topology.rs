@@ -1,0 +1,529 @@
+//! Scenarios 24–27: voters as Redis runs in production — Redis Clusters, Sentinel-managed
+//! masters, and a mix of kinds with a standalone master — failing over while locks are held.
+//!
+//! Three voters; separate clients contend for a few resources (16 clients, 12 resources), most
+//! holds short and one in five long. The fault driver strikes the voter holding a long-held
+//! resource where it hurts: a **lossy failover** of the shard (or the Sentinel-managed master)
+//! that holds the resource's key. The replica is frozen (`SIGSTOP`) first, so the writes of the
+//! next moments reach the primary alone; then the primary is killed, the replica thawed and
+//! promoted at once (`CLUSTER FAILOVER TAKEOVER`, or `SENTINEL FAILOVER`): the voter forgets
+//! those grants, as an asynchronous failover does. The old primary comes back empty as the new
+//! one's replica. A cluster voter also has slots moved while their locks are held
+//! (`MIGRATING`/`IMPORTING` and `MIGRATE`, so clients meet `ASK`); a standalone master is killed
+//! and restarted empty after a TTL.
+//!
+//! * 24, 25, 26 keep the rule `f ≤ q − 1 − (N − k)` per voter: one voter at a time loses keys,
+//!   and the next fault waits until the last faulted voter has been back for a TTL (and a
+//!   reconnect's backoff), so every lock granted while it was away has expired. 0 violations.
+//! * 27, the negative control: two cluster voters lose the same held resource's key in one
+//!   window (q = 2, N = 3, k = 3: f = 2 > 1). The checker must find two holders.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use quorumlock::Redlock;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{percentiles, ChaosRun, Check, Length, Scenario};
+use crate::cluster::{key_slot, RedisClusterBuilder};
+use crate::failover::blocking;
+use crate::sentinel::SentinelGroupBuilder;
+use crate::{History, Op, RedisCluster, RedisServer, Releasing, SentinelGroup};
+
+const VOTERS: usize = 3;
+const CLIENTS: usize = 16;
+const RESOURCES: usize = 12;
+/// Long enough for a lossy failover (a kill, a takeover, the clients finding the new primary)
+/// to complete inside a long hold, so that the negative control can strike while it is held.
+const TTL: Duration = Duration::from_secs(3);
+const NODE_TIMEOUT: Duration = Duration::from_millis(150);
+const SHORT_HOLD: Duration = Duration::from_millis(10);
+const LONG_HOLD: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1_200)..=Duration::from_millis(2_200);
+const LONG_HOLD_ONE_IN: u32 = 5;
+/// How long a replica stays frozen at most, waiting for its primary to take a grant it will
+/// lose (a long hold's, at best).
+const LONGEST_FREEZE: Duration = Duration::from_millis(800);
+
+/// After a voter is back, how long before another voter may be struck (24–26): a TTL, so that
+/// the locks granted without it have expired, and the clients' reconnect backoff (at most 1 s).
+const REST: Duration = Duration::from_millis(TTL.as_millis() as u64 + 1_500);
+
+/// What one voter is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Cluster,
+    Sentinel,
+    Master,
+}
+
+/// One running voter.
+enum Voter {
+    Cluster(RedisCluster),
+    Sentinel(SentinelGroup),
+    Master(RedisServer),
+}
+
+impl Voter {
+    fn start(kind: Kind) -> io::Result<Voter> {
+        Ok(match kind {
+            Kind::Cluster => Voter::Cluster(
+                RedisClusterBuilder::new()
+                    .primaries(3)
+                    .replicas_per_primary(1)
+                    .node_timeout(Duration::from_millis(1_000))
+                    .spawn()?,
+            ),
+            Kind::Sentinel => Voter::Sentinel(
+                SentinelGroupBuilder::new()
+                    .replicas(1)
+                    .sentinels(3)
+                    .down_after(Duration::from_millis(1_000))
+                    .spawn()?,
+            ),
+            Kind::Master => Voter::Master(RedisServer::spawn()?),
+        })
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Voter::Cluster(c) => c.url(),
+            Voter::Sentinel(g) => g.url(),
+            Voter::Master(m) => m.url(),
+        }
+    }
+
+    /// The fault this voter takes next, for the resource `resource` (in the negative control,
+    /// always a lossy failover): returns its kind and how many grants it lost.
+    fn strike(
+        &mut self,
+        resource: &str,
+        rng: &mut StdRng,
+        shared: &Shared,
+        control: bool,
+    ) -> io::Result<(&'static str, usize)> {
+        let key = quorumlock::resource_key("", resource);
+        match self {
+            Voter::Cluster(cluster) if !control && rng.random_ratio(1, 4) => {
+                let slot = key_slot(&key);
+                let from = cluster.primary_for_slot(slot)?;
+                let primaries = cluster.primaries()?;
+                let to = primaries[(primaries.iter().position(|p| *p == from).unwrap_or(0) + 1)
+                    % primaries.len()];
+                let migration = cluster.begin_migration(slot, to)?;
+                std::thread::sleep(
+                    rng.random_range(Duration::from_millis(20)..=Duration::from_millis(300)),
+                );
+                cluster.finish_migration(migration)?;
+                Ok(("a cluster slot moved while held", 0))
+            }
+            Voter::Cluster(cluster) => {
+                let lost = lossy_cluster_failover(cluster, &key, shared)?;
+                Ok(("a cluster shard failed over, losing writes", lost))
+            }
+            Voter::Sentinel(group) => {
+                let lost = lossy_sentinel_failover(group, shared)?;
+                Ok(("a Sentinel master failed over, losing writes", lost))
+            }
+            Voter::Master(master) => {
+                let lost = usize::from(get(&master.url(), &key).is_some());
+                master.kill()?;
+                std::thread::sleep(TTL);
+                master.restart()?;
+                Ok(("a standalone master restarted empty after a TTL", lost))
+            }
+        }
+    }
+}
+
+/// `GET key` on one server, `None` when unset or unreachable.
+fn get(url: &str, key: &str) -> Option<String> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    redis::cmd("GET").arg(key).query(&mut conn).ok()?
+}
+
+/// Every resource's lock key whose slot `url` serves (all of them when `serves` says so), with
+/// the token it holds there now.
+fn tokens(url: &str, serves: impl Fn(&str) -> bool) -> HashMap<String, String> {
+    (0..RESOURCES)
+        .map(|r| quorumlock::resource_key("", &format!("ledger-{r}")))
+        .filter(|key| serves(key))
+        .filter_map(|key| get(url, &key).map(|token| (key, token)))
+        .collect()
+}
+
+/// With the replica frozen: waits until the primary at `url` holds a grant made since the
+/// freeze, a long hold's at best ([`LONGEST_FREEZE`] at most), and returns the grants made
+/// since the freeze that it holds.
+fn wait_for_unreplicated_grant(
+    url: &str,
+    serves: &dyn Fn(&str) -> bool,
+    before: &HashMap<String, String>,
+    shared: &Shared,
+) -> HashMap<String, String> {
+    let frozen = Instant::now();
+    loop {
+        let fresh: HashMap<String, String> = tokens(url, serves)
+            .into_iter()
+            .filter(|(key, token)| before.get(key) != Some(token))
+            .collect();
+        let long = {
+            let holds = crate::mutex::lock(&shared.long_holds);
+            fresh.values().any(|token| holds.contains_key(token))
+        };
+        let waited = frozen.elapsed();
+        if long || (!fresh.is_empty() && waited >= LONGEST_FREEZE / 2) || waited >= LONGEST_FREEZE {
+            return fresh;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// How many of `fresh` (key, token) the promoted primary at `url` lacks.
+fn lost(url: &str, fresh: &HashMap<String, String>) -> usize {
+    fresh
+        .iter()
+        .filter(|(key, token)| get(url, key).as_ref() != Some(*token))
+        .count()
+}
+
+/// Fails the shard that serves `key` over to its replica, frozen (`SIGSTOP`) until the primary
+/// took a grant the replica lacks; the old primary rejoins empty as a replica. Returns how many
+/// grants the failover lost.
+fn lossy_cluster_failover(
+    cluster: &mut RedisCluster,
+    key: &str,
+    shared: &Shared,
+) -> io::Result<usize> {
+    cluster.wait_settled()?;
+    let slot = key_slot(key);
+    let primary = cluster.primary_for_slot(slot)?;
+    let Some(&replica) = cluster.replicas_of(primary)?.first() else {
+        return Err(io::Error::other(format!("slot {slot}: no replica")));
+    };
+    let mut owner = HashMap::new();
+    for r in 0..RESOURCES {
+        let key = quorumlock::resource_key("", &format!("ledger-{r}"));
+        owner.insert(key.clone(), cluster.primary_for_slot(key_slot(&key))?);
+    }
+    let serves = move |key: &str| owner.get(key) == Some(&primary);
+    let url = cluster[primary].url();
+    let before = tokens(&url, &serves);
+    cluster[replica].pause()?;
+    let fresh = wait_for_unreplicated_grant(&url, &serves, &before, shared);
+    cluster[primary].kill()?;
+    cluster[replica].resume()?;
+    let mut takeover = redis::Client::open(cluster[replica].url())
+        .map_err(io::Error::other)?
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map_err(io::Error::other)?;
+    redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query::<()>(&mut takeover)
+        .map_err(io::Error::other)?;
+    cluster.wait_settled()?;
+    let lost = lost(&cluster[replica].url(), &fresh);
+    cluster.restart(primary)?;
+    Ok(lost)
+}
+
+/// As [`lossy_cluster_failover`], for the master of a Sentinel group.
+fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Result<usize> {
+    group.wait_settled()?;
+    let primary = group.primary()?;
+    let Some(replica) = (0..group.servers().len()).find(|i| *i != primary) else {
+        return Err(io::Error::other("no replica"));
+    };
+    let url = group[primary].url();
+    let every = |_: &str| true;
+    let before = tokens(&url, &every);
+    group[replica].pause()?;
+    let fresh = wait_for_unreplicated_grant(&url, &every, &before, shared);
+    group[primary].kill()?;
+    group[replica].resume()?;
+    let sentinel = group.sentinels()[0].url();
+    let name = group.master_name().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The Sentinels promote the replica at once when told to; until the replica has answered
+    // their INFO since it was thawed, they may find no good replica, and are asked again.
+    while group.primary()? == primary {
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!("{name}: no failover within 20 s")));
+        }
+        if let Ok(client) = redis::Client::open(sentinel.as_str()) {
+            if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_secs(1)) {
+                let _: redis::RedisResult<()> = redis::cmd("SENTINEL")
+                    .arg("FAILOVER")
+                    .arg(&name)
+                    .query(&mut conn);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let lost = lost(&group[replica].url(), &fresh);
+    group.restart(primary)?;
+    Ok(lost)
+}
+
+/// Runs scenario 24, 25, 26 or 27 (see the module docs) for `length` with `seed`.
+///
+/// # Errors
+///
+/// When a server cannot be started, or a fault step fails.
+pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Result<ChaosRun> {
+    let started = Instant::now();
+    let kinds = match scenario {
+        Scenario::SentinelVoters => [Kind::Sentinel; VOTERS],
+        Scenario::MixedVoters => [Kind::Cluster, Kind::Sentinel, Kind::Master],
+        _ => [Kind::Cluster; VOTERS],
+    };
+    let control = scenario == Scenario::ClusterVotersOneWindow;
+    // Started one after another: on two cores, three clusters coming up at once time out.
+    let voters = blocking(move || kinds.iter().map(|k| Voter::start(*k)).collect()).await?;
+    let voters: Vec<Voter> = voters;
+    let urls: Vec<String> = voters.iter().map(Voter::url).collect();
+    let history = Arc::new(History::new());
+    let shared = Arc::new(Shared::default());
+    let target = length.target();
+    let time_limit = match length {
+        Length::Short => Duration::from_secs(240),
+        Length::Long => Duration::from_secs(1_500),
+    };
+
+    let mut clients = Vec::new();
+    for client in 0..CLIENTS {
+        let rl = Redlock::builder(urls.clone())
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(Duration::from_millis(500))
+            .retry_delay(Duration::from_millis(10))
+            .retry_jitter(Duration::from_millis(10))
+            .acquire_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(io::Error::other)?;
+        let rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9));
+        clients.push(tokio::spawn(contend(
+            rl,
+            client,
+            rng,
+            Arc::clone(&history),
+            Arc::clone(&shared),
+        )));
+    }
+
+    let driver = tokio::spawn(strike(
+        voters,
+        control,
+        StdRng::seed_from_u64(seed),
+        Arc::clone(&history),
+        Arc::clone(&shared),
+    ));
+    let min_faults = min_faults(length, control);
+    while (shared.acquisitions.load(Ordering::Relaxed) < target
+        || shared.faults.load(Ordering::Relaxed) < min_faults)
+        && started.elapsed() < time_limit
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        let _ = client.await;
+    }
+    let log = driver.await.map_err(io::Error::other)??;
+
+    let report = history.check();
+    let mut latencies = std::mem::take(&mut *crate::mutex::lock(&shared.latencies));
+    let (p50, p99) = percentiles(&mut latencies);
+    let lost: usize = log.iter().map(|f| f.lost).sum();
+    let mut kinds_struck: Vec<&str> = log.iter().map(|f| f.kind).collect();
+    kinds_struck.sort_unstable();
+    kinds_struck.dedup();
+    let checks = vec![
+        Check::new(
+            "faults struck held resources",
+            log.len() >= min_faults,
+            format!("{} faults (at least {min_faults})", log.len()),
+        ),
+        Check::new(
+            "failovers lost grants their replicas never got",
+            lost > 0,
+            format!("{lost} grants lost with their primary"),
+        ),
+        Check::new(
+            "every kind of fault of these voters struck",
+            kinds_struck.len() >= expected_kinds(scenario),
+            kinds_struck.join("; "),
+        ),
+    ];
+    Ok(ChaosRun {
+        scenario,
+        seed,
+        length,
+        acquisitions: shared.acquisitions.load(Ordering::Relaxed),
+        failures: shared.failures.load(Ordering::Relaxed),
+        violations: report.violations.len(),
+        p50,
+        p99,
+        elapsed: started.elapsed(),
+        report,
+        checks,
+    })
+}
+
+/// Faults a run must strike.
+fn min_faults(length: Length, control: bool) -> usize {
+    match (length, control) {
+        (Length::Short, true) => 3,
+        (Length::Short, false) => 4,
+        (Length::Long, _) => 40,
+    }
+}
+
+/// How many kinds of fault a run must show (see [`Voter::strike`]): lossy failovers and slot
+/// moves on clusters; lossy failovers on Sentinel groups; and in the mix, the kill of the
+/// standalone master too.
+fn expected_kinds(scenario: Scenario) -> usize {
+    match scenario {
+        Scenario::ClusterVoters => 2,
+        Scenario::MixedVoters => 3,
+        _ => 1,
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    faults: AtomicUsize,
+    acquisitions: AtomicUsize,
+    failures: AtomicUsize,
+    latencies: Mutex<Vec<Duration>>,
+    /// The resources held long right now, by token: the fault driver strikes them first.
+    long_holds: Mutex<HashMap<String, String>>,
+}
+
+/// One client: acquire a random resource, hold it, release; every step in the history.
+async fn contend(
+    rl: Redlock,
+    client: usize,
+    mut rng: StdRng,
+    history: Arc<History>,
+    shared: Arc<Shared>,
+) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        let resource = format!("ledger-{}", rng.random_range(0..RESOURCES));
+        let start = Instant::now();
+        match rl.acquire(&resource, TTL).await {
+            Ok(lock) => {
+                let end = Instant::now();
+                history.record(Op::acquired(client, start, end, &lock));
+                shared.acquisitions.fetch_add(1, Ordering::Relaxed);
+                crate::mutex::lock(&shared.latencies).push(end - start);
+                if rng.random_ratio(1, LONG_HOLD_ONE_IN) {
+                    let token = lock.token().expose().to_owned();
+                    crate::mutex::lock(&shared.long_holds).insert(token.clone(), resource);
+                    // Never past the lease: the hold ends within the validity it was given.
+                    let hold = rng.random_range(LONG_HOLD).min(lock.remaining());
+                    tokio::time::sleep(hold).await;
+                    crate::mutex::lock(&shared.long_holds).remove(&token);
+                } else {
+                    tokio::time::sleep(rng.random_range(Duration::ZERO..=SHORT_HOLD)).await;
+                }
+                let releasing = Releasing::start(&lock);
+                let result = lock.release().await;
+                history.record(releasing.finished(client, &result));
+            }
+            Err(e) => {
+                history.record(Op::acquire_failed(
+                    client,
+                    &resource,
+                    start,
+                    Instant::now(),
+                    &e,
+                ));
+                shared.failures.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    }
+}
+
+/// One fault the driver struck.
+struct Struck {
+    kind: &'static str,
+    /// Held keys it lost (1 or 0 per voter struck).
+    lost: usize,
+}
+
+/// The resource to strike: one held long right now, or else any.
+fn victim(shared: &Shared, rng: &mut StdRng) -> String {
+    let long = crate::mutex::lock(&shared.long_holds);
+    let held: Vec<&String> = long.values().collect();
+    match held.is_empty() {
+        false => held[rng.random_range(0..held.len())].clone(),
+        true => format!("ledger-{}", rng.random_range(0..RESOURCES)),
+    }
+}
+
+/// The fault driver, until the clients stop. 24–26: one voter at a time, a rest after each
+/// (see [`REST`]). 27: two cluster voters at once, the same held resource on both.
+async fn strike(
+    voters: Vec<Voter>,
+    control: bool,
+    mut rng: StdRng,
+    history: Arc<History>,
+    shared: Arc<Shared>,
+) -> io::Result<Vec<Struck>> {
+    let voters: Vec<Arc<Mutex<Voter>>> = voters
+        .into_iter()
+        .map(|v| Arc::new(Mutex::new(v)))
+        .collect();
+    let mut log = Vec::new();
+    while !shared.stop.load(Ordering::Relaxed) {
+        // Wait for a long hold to strike, a second at most.
+        let waited = Instant::now();
+        while crate::mutex::lock(&shared.long_holds).is_empty()
+            && waited.elapsed() < Duration::from_secs(1)
+            && !shared.stop.load(Ordering::Relaxed)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if shared.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let resource = victim(&shared, &mut rng);
+        let first = rng.random_range(0..VOTERS);
+        let struck: Vec<usize> = match control {
+            true => vec![first, (first + rng.random_range(1..VOTERS)) % VOTERS],
+            false => vec![first],
+        };
+        let fault = history.fault(format!("voters {struck:?} struck on {resource:?}"));
+        let mut strikes = Vec::new();
+        for &v in &struck {
+            let (voter, resource) = (Arc::clone(&voters[v]), resource.clone());
+            let shared = Arc::clone(&shared);
+            let mut rng = StdRng::seed_from_u64(rng.random());
+            strikes.push(blocking(move || {
+                crate::mutex::lock(&voter).strike(&resource, &mut rng, &shared, control)
+            }));
+        }
+        for done in futures::future::join_all(strikes).await {
+            let (kind, lost) = done?;
+            log.push(Struck { kind, lost });
+        }
+        history.heal(fault);
+        shared.faults.fetch_add(1, Ordering::Relaxed);
+        if !control {
+            tokio::time::sleep(REST).await;
+        }
+    }
+    Ok(log)
+}
