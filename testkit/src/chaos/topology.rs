@@ -43,8 +43,12 @@ const TTL: Duration = Duration::from_secs(3);
 const NODE_TIMEOUT: Duration = Duration::from_millis(150);
 const SHORT_HOLD: Duration = Duration::from_millis(10);
 const LONG_HOLD: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(600)..=Duration::from_millis(1_200);
+/// The negative control's long holds: long enough that two failovers at once, on a loaded
+/// machine, still fall inside one.
+const CONTROL_LONG_HOLD: std::ops::RangeInclusive<Duration> =
     Duration::from_millis(1_200)..=Duration::from_millis(2_200);
-const LONG_HOLD_ONE_IN: u32 = 5;
+const LONG_HOLD_ONE_IN: u32 = 10;
 /// How long a replica stays frozen at most, waiting for its primary to take a grant it will
 /// lose (a long hold's, at best).
 const LONGEST_FREEZE: Duration = Duration::from_millis(800);
@@ -293,7 +297,10 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     let voters: Vec<Voter> = voters;
     let urls: Vec<String> = voters.iter().map(Voter::url).collect();
     let history = Arc::new(History::new());
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        control,
+        ..Shared::default()
+    });
     let target = length.target();
     let time_limit = match length {
         Length::Short => Duration::from_secs(240),
@@ -401,6 +408,8 @@ fn expected_kinds(scenario: Scenario) -> usize {
 
 #[derive(Default)]
 struct Shared {
+    /// Whether this run is the negative control (27).
+    control: bool,
     stop: AtomicBool,
     faults: AtomicUsize,
     acquisitions: AtomicUsize,
@@ -431,7 +440,11 @@ async fn contend(
                     let token = lock.token().expose().to_owned();
                     crate::mutex::lock(&shared.long_holds).insert(token.clone(), resource);
                     // Never past the lease: the hold ends within the validity it was given.
-                    let hold = rng.random_range(LONG_HOLD).min(lock.remaining());
+                    let range = match shared.control {
+                        true => CONTROL_LONG_HOLD,
+                        false => LONG_HOLD,
+                    };
+                    let hold = rng.random_range(range).min(lock.remaining());
                     tokio::time::sleep(hold).await;
                     crate::mutex::lock(&shared.long_holds).remove(&token);
                 } else {
