@@ -17,6 +17,9 @@
 //!   reconnect's backoff), so every lock granted while it was away has expired. 0 violations.
 //! * 27, the negative control: two cluster voters lose the same held resource's key in one
 //!   window (q = 2, N = 3, k = 3: f = 2 > 1). The checker must find two holders.
+//!
+//! After every fault a prober, a client of its own, asks for every resource once, as a
+//! newcomer would right after a failover.
 
 use std::collections::HashMap;
 use std::io;
@@ -93,6 +96,28 @@ impl Voter {
         })
     }
 
+    /// Brings back, empty, the servers the last strike killed: each rejoins as a replica.
+    fn recover(&mut self) -> io::Result<()> {
+        match self {
+            Voter::Cluster(cluster) => {
+                for i in 0..cluster.len() {
+                    if !cluster[i].is_running() {
+                        cluster.restart(i)?;
+                    }
+                }
+            }
+            Voter::Sentinel(group) => {
+                for i in 0..group.servers().len() {
+                    if !group[i].is_running() {
+                        group.restart(i)?;
+                    }
+                }
+            }
+            Voter::Master(_) => {}
+        }
+        Ok(())
+    }
+
     fn url(&self) -> String {
         match self {
             Voter::Cluster(c) => c.url(),
@@ -111,6 +136,7 @@ impl Voter {
         control: bool,
     ) -> io::Result<(&'static str, usize)> {
         let key = quorumlock::resource_key("", resource);
+        self.recover()?;
         match self {
             Voter::Cluster(cluster) if !control && rng.random_ratio(1, 4) => {
                 let slot = key_slot(&key);
@@ -236,9 +262,9 @@ fn lossy_cluster_failover(
         .query::<()>(&mut takeover)
         .map_err(io::Error::other)?;
     cluster.wait_settled()?;
-    let lost = lost(&cluster[replica].url(), &fresh);
-    cluster.restart(primary)?;
-    Ok(lost)
+    // The old primary comes back at the next strike (see `Voter::recover`), so that the prober
+    // meets the voter as the failover left it.
+    Ok(lost(&cluster[replica].url(), &fresh))
 }
 
 /// As [`lossy_cluster_failover`], for the master of a Sentinel group.
@@ -250,7 +276,7 @@ fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Re
     };
     let url = group[primary].url();
     let every = |_: &str| true;
-    let before = tokens(&url, &every);
+    let before = tokens(&url, every);
     group[replica].pause()?;
     let fresh = wait_for_unreplicated_grant(&url, &every, &before, shared);
     group[primary].kill()?;
@@ -274,9 +300,7 @@ fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Re
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let lost = lost(&group[replica].url(), &fresh);
-    group.restart(primary)?;
-    Ok(lost)
+    Ok(lost(&group[replica].url(), &fresh))
 }
 
 /// Runs scenario 24, 25, 26 or 27 (see the module docs) for `length` with `seed`.
@@ -327,8 +351,14 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         )));
     }
 
+    let prober = Redlock::builder(urls.clone())
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .map_err(io::Error::other)?;
     let driver = tokio::spawn(strike(
         voters,
+        prober,
         control,
         StdRng::seed_from_u64(seed),
         Arc::clone(&history),
@@ -476,6 +506,32 @@ struct Struck {
     lost: usize,
 }
 
+/// Right after a fault, a client of its own asks for every resource once, as a newcomer
+/// would: where the fault took a held lock's key from too many voters, it gets the lock beside
+/// its holder, and the history shows it.
+async fn probe(rl: &Redlock, history: &History) {
+    const PROBER: usize = CLIENTS;
+    for r in 0..RESOURCES {
+        let resource = format!("ledger-{r}");
+        let start = Instant::now();
+        match rl.try_acquire(&resource, TTL).await {
+            Ok(lock) => {
+                history.record(Op::acquired(PROBER, start, Instant::now(), &lock));
+                let releasing = Releasing::start(&lock);
+                let result = lock.release().await;
+                history.record(releasing.finished(PROBER, &result));
+            }
+            Err(e) => history.record(Op::acquire_failed(
+                PROBER,
+                &resource,
+                start,
+                Instant::now(),
+                &e,
+            )),
+        }
+    }
+}
+
 /// The resource to strike: one held long right now, or else any.
 fn victim(shared: &Shared, rng: &mut StdRng) -> String {
     let long = crate::mutex::lock(&shared.long_holds);
@@ -490,6 +546,7 @@ fn victim(shared: &Shared, rng: &mut StdRng) -> String {
 /// (see [`REST`]). 27: two cluster voters at once, the same held resource on both.
 async fn strike(
     voters: Vec<Voter>,
+    prober: Redlock,
     control: bool,
     mut rng: StdRng,
     history: Arc<History>,
@@ -534,6 +591,7 @@ async fn strike(
         }
         history.heal(fault);
         shared.faults.fetch_add(1, Ordering::Relaxed);
+        probe(&prober, &history).await;
         if !control {
             tokio::time::sleep(REST).await;
         }
