@@ -226,13 +226,15 @@ fn resp3(info: &ConnectionInfo) -> ConnectionInfo {
 }
 
 /// A cluster's connections: the crate's own request timeout is off (each request is bounded
-/// by the node timeout, as for a master), and a redirection or a topology refresh is retried a
-/// few times within that bound.
+/// by the node timeout, as for a master), and a redirection, a topology refresh or a
+/// `TRYAGAIN` is retried within that bound. `TRYAGAIN` answers a script during its slot's
+/// move (its keys are split between the two nodes for the moment `MIGRATE` takes); the
+/// retries, 10 at most, 5 to 50 ms apart, let a request wait a short move out.
 fn cluster_client(seeds: &[ConnectionInfo], connect_timeout: Duration) -> ClusterClientBuilder {
     let mut builder = ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(connect_timeout)
         .response_timeout(Duration::from_secs(3600))
-        .retries(3)
+        .retries(10)
         .min_retry_wait(5)
         .max_retry_wait(50);
     if let Some(seed) = seeds.first() {
