@@ -18,8 +18,11 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
     let held = other.acquire("acct:2", TTL).await.unwrap();
     let token = held.token().expose().to_owned();
     assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, "acct:2", &token)
-            == 5)
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            &lock_key("acct:2"),
+            &token
+        ) == 5)
         .await
     );
 
@@ -30,12 +33,12 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
     assert!(err.is_contention(), "{err}");
     assert!(err.to_string().contains("acct:1, acct:2"), "{err}");
     assert_eq!(
-        present(&nodes, "acct:1"),
+        present(&nodes, &lock_key("acct:1")),
         0,
         "no key of its own on any node"
     );
     assert_eq!(
-        holders(&nodes, "acct:2", &token),
+        holders(&nodes, &lock_key("acct:2"), &token),
         5,
         "the other holder's key is untouched"
     );
@@ -44,8 +47,12 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
     let mut lock = rl.acquire_many(&["acct:1", "acct:2"], TTL).await.unwrap();
     assert_eq!(lock.resources(), ["acct:1", "acct:2"]);
     let token = lock.token().expose().to_owned();
-    for key in ["acct:1", "acct:2"] {
-        assert!(eventually(Duration::from_secs(1), || holders(&nodes, key, &token) == 5).await);
+    for key in [lock_key("acct:1"), lock_key("acct:2")] {
+        assert!(
+            eventually(Duration::from_secs(1), || holders(&nodes, &key, &token)
+                == 5)
+            .await
+        );
     }
     assert!(other
         .try_acquire("acct:1", TTL)
@@ -54,8 +61,8 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
         .is_contention());
 
     lock.extend(Duration::from_secs(30)).await.unwrap();
-    for key in ["acct:1", "acct:2"] {
-        let renewed = || nodes.iter().filter(|s| pttl(s, key) > 25_000).count();
+    for key in [lock_key("acct:1"), lock_key("acct:2")] {
+        let renewed = || nodes.iter().filter(|s| pttl(s, &key) > 25_000).count();
         assert!(
             eventually(Duration::from_secs(1), || renewed() == 5).await,
             "{key}"
@@ -66,7 +73,7 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
         released.deleted >= 3 && released.absent == 0,
         "{released:?}"
     );
-    let left = || present(&nodes, "acct:1") + present(&nodes, "acct:2");
+    let left = || present(&nodes, &lock_key("acct:1")) + present(&nodes, &lock_key("acct:2"));
     assert!(eventually(Duration::from_secs(1), || left() == 0).await);
 
     for bad in [&[][..], &["a", "a"][..], &["a", ""][..]] {

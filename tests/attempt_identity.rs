@@ -60,7 +60,7 @@ async fn a_retried_rollback_of_an_owners_attempt_leaves_its_later_attempts_grant
     // Every late cleanup has run by now: retried rollbacks pause 100 ms, then up to 1 s.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let value = lock.token().expose().to_owned();
-    let held = holders(&nodes, "shard:7", &value);
+    let held = holders(&nodes, &lock_key("shard:7"), &value);
     assert!(
         held >= 2,
         "a cleanup of an earlier attempt deleted the lock it returned: held on {held} of 3 \

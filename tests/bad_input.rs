@@ -123,6 +123,18 @@ async fn an_empty_resource_is_refused_without_contacting_a_node() {
 }
 
 #[tokio::test]
+async fn a_name_that_leaves_its_keys_without_a_hash_tag_is_refused_without_contacting_a_node() {
+    let s = sentinels(3);
+    let rl = Redlock::builder(urls(&s)).build().unwrap();
+    // Under no prefix, `}x` is the key `{}x}`: Redis Cluster would hash it whole, and the
+    // resource's keys would be spread over slots.
+    let err = rl.acquire("}x", Duration::from_secs(1)).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidResource { .. }), "{err}");
+    assert!(!err.is_retriable());
+    no_connection_was_made(&s);
+}
+
+#[tokio::test]
 async fn unusable_ttls_are_refused_without_contacting_a_node() {
     let s = sentinels(3);
     let rl = Redlock::builder(urls(&s))

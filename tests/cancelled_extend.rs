@@ -28,11 +28,12 @@ async fn proxied() -> (RedisNodes, Vec<FaultProxy>, Redlock) {
     (nodes, proxies, rl)
 }
 
-/// Waits until `key` is on every master: an acquire returns at a quorum, and a request still
-/// on its way to a slow master must land before the extend, or its `SET` would restore the
-/// long TTL there afterwards.
-async fn everywhere(nodes: &RedisNodes, key: &str) {
-    assert!(eventually(Duration::from_secs(2), || present(nodes, key) == 5).await);
+/// Waits until the key of `resource` is on every master: an acquire returns at a quorum, and a
+/// request still on its way to a slow master must land before the extend, or its `SET` would
+/// restore the long TTL there afterwards.
+async fn everywhere(nodes: &RedisNodes, resource: &str) {
+    let key = lock_key(resource);
+    assert!(eventually(Duration::from_secs(2), || present(nodes, &key) == 5).await);
 }
 
 /// Runs `extend` until its requests have reached the masters, whose replies the proxies hold,
@@ -48,10 +49,12 @@ async fn drop_midway(proxies: &[FaultProxy], extend: impl Future) {
     }
 }
 
-/// The masters ran the shortening extend: the key has at most `SHORT` to live on each.
-fn shortened_on_the_masters(nodes: &RedisNodes, key: &str) {
+/// The masters ran the shortening extend: the key of `resource` has at most `SHORT` to live on
+/// each.
+fn shortened_on_the_masters(nodes: &RedisNodes, resource: &str) {
+    let key = lock_key(resource);
     for server in nodes.iter() {
-        let left = pttl(server, key);
+        let left = pttl(server, &key);
         assert!(
             (1..=1_000).contains(&left),
             "{key} on {}: {left} ms left",
@@ -84,6 +87,7 @@ async fn a_semaphore_permit_sees_the_deadline_of_a_shortening_extend_dropped_mid
     let (nodes, proxies, rl) = proxied().await;
     let mut permit = rl.semaphore("pool", 2).unwrap().acquire(TTL).await.unwrap();
     let slot = format!("pool:permit:{}", permit.slot());
+    assert_eq!(permit.resource(), slot);
     everywhere(&nodes, &slot).await;
     drop_midway(&proxies, permit.extend(SHORT)).await;
     shortened_on_the_masters(&nodes, &slot);

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::query;
+use common::{eventually, lock_key, query};
 use quorumlock::Error;
 use quorumlock_testkit::{RedisNodes, RedisServer, RedisServerBuilder};
 
@@ -50,6 +50,10 @@ async fn a_cluster_node_listed_as_a_master_is_refused_and_named() {
     let shown = refused.to_string();
     assert!(shown.contains("a Redis Cluster node"), "{shown}");
     assert!(shown.contains("standalone master"), "{shown}");
+    assert!(
+        shown.contains("redis+cluster://"),
+        "the right spelling is named: {shown}"
+    );
 
     // The two standalone masters are a quorum; nothing is written to the cluster node, for any
     // resource (the layout marker included).
@@ -101,4 +105,50 @@ async fn cluster_nodes_alone_give_no_lock_and_every_error_says_why() {
     for node in &nodes {
         assert_eq!(dbsize(node), 0);
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_node_listed_as_a_cluster_is_a_voter_and_keeps_each_resource_in_one_slot() {
+    let standalone = RedisNodes::spawn(2).unwrap();
+    let node = cluster_node();
+    let state_ok = || {
+        let info: String = query(&node, redis::cmd("CLUSTER").arg("INFO"));
+        info.contains("cluster_state:ok")
+    };
+    assert!(
+        eventually(Duration::from_secs(5), state_ok).await,
+        "{}",
+        node.log()
+    );
+    let mut urls = standalone.urls();
+    urls.push(format!("redis+cluster://{}", node.addr()));
+    let rl = quorumlock::Redlock::builder(&urls)
+        .node_timeout(Duration::from_millis(500))
+        .fencing(true)
+        .build()
+        .unwrap();
+    let health = rl.connect().await.unwrap();
+    assert_eq!(health.reachable, 3, "{:?}", health.unreachable);
+
+    // Every key of a resource has its hash tag: one slot, so the scripts that use the lock key
+    // and its fencing counter together run on the cluster (a CROSSSLOT error otherwise).
+    let lock = rl.acquire("alpha", TTL).await.unwrap();
+    let token = lock.token().expose().to_owned();
+    let on_the_cluster = || {
+        query::<Option<String>>(&node, redis::cmd("GET").arg(lock_key("alpha")))
+            == Some(token.clone())
+    };
+    assert!(
+        eventually(Duration::from_secs(2), on_the_cluster).await,
+        "{}",
+        node.log()
+    );
+    let fence: Option<String> = query(&node, redis::cmd("GET").arg("{alpha}:fence"));
+    assert_eq!(fence, lock.fencing_token().map(|f| f.to_string()));
+    let slot = |key: &str| -> i64 { query(&node, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key)) };
+    assert_eq!(slot("{alpha}"), slot("{alpha}:fence"));
+    lock.release().await.unwrap();
+    let gone =
+        || query::<Option<String>>(&node, redis::cmd("GET").arg(lock_key("alpha"))).is_none();
+    assert!(eventually(Duration::from_secs(2), gone).await);
 }

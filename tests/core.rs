@@ -22,7 +22,7 @@ async fn acquire_sets_the_token_on_every_master_and_release_removes_it() {
     assert!(
         eventually(Duration::from_secs(1), || holders(
             &nodes,
-            "orders:42",
+            &lock_key("orders:42"),
             &token
         ) == 5)
         .await
@@ -34,7 +34,13 @@ async fn acquire_sets_the_token_on_every_master_and_release_removes_it() {
         released.deleted >= 3 && released.absent == 0,
         "{released:?}"
     );
-    assert!(eventually(Duration::from_secs(1), || present(&nodes, "orders:42") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(1), || present(
+            &nodes,
+            &lock_key("orders:42")
+        ) == 0)
+        .await
+    );
 
     // Released straight after acquiring: the masters that had not answered yet are cleaned up
     // behind their late SET.
@@ -46,7 +52,13 @@ async fn acquire_sets_the_token_on_every_master_and_release_removes_it() {
             .await
             .unwrap();
     }
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "orders:43") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("orders:43")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -138,7 +150,10 @@ async fn acquire_succeeds_with_two_of_five_masters_killed() {
     nodes[3].kill().unwrap();
     let rl = client(&nodes);
     let lock = rl.acquire("survivor", TTL).await.unwrap();
-    assert_eq!(holders(&nodes, "survivor", lock.token().expose()), 3);
+    assert_eq!(
+        holders(&nodes, &lock_key("survivor"), lock.token().expose()),
+        3
+    );
     assert_eq!(rl.quorum(), 3, "quorum comes from the configured count");
     lock.release().await.unwrap();
 }
@@ -162,7 +177,7 @@ async fn acquire_fails_with_three_of_five_killed_and_leaves_no_key_on_the_live_m
             "error names the dead node {addr}: {text}"
         );
     }
-    assert_eq!(present(&nodes, "doomed"), 0);
+    assert_eq!(present(&nodes, &lock_key("doomed")), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -188,11 +203,14 @@ async fn acquire_does_not_wait_for_two_paused_masters_and_cleans_up_after_they_r
     // behind them on the same connections remove them.
     nodes[1].resume().unwrap();
     nodes[4].resume().unwrap();
-    let clean = eventually(Duration::from_secs(3), || present(&nodes, "paused") == 0).await;
+    let clean = eventually(Duration::from_secs(3), || {
+        present(&nodes, &lock_key("paused")) == 0
+    })
+    .await;
     assert!(
         clean,
         "{} masters still hold the key",
-        holders(&nodes, "paused", &token)
+        holders(&nodes, &lock_key("paused"), &token)
     );
 }
 
@@ -234,14 +252,17 @@ async fn acquire_fails_within_the_node_timeout_when_three_of_five_are_paused() {
         nodes
             .iter()
             .skip(3)
-            .filter(|s| get(s, "stalled").is_some())
+            .filter(|s| get(s, &lock_key("stalled")).is_some())
             .count(),
         0
     );
     for i in [0, 1, 2] {
         nodes[i].resume().unwrap();
     }
-    let clean = eventually(Duration::from_secs(3), || present(&nodes, "stalled") == 0).await;
+    let clean = eventually(Duration::from_secs(3), || {
+        present(&nodes, &lock_key("stalled")) == 0
+    })
+    .await;
     assert!(clean, "late SETs on the resumed masters were rolled back");
 }
 
@@ -286,8 +307,10 @@ async fn a_hung_master_is_probed_one_request_at_a_time_until_it_answers_again() 
         let lock = rl.try_acquire("hung", TTL).await;
         if let Ok(lock) = lock {
             let token = lock.token().expose().to_owned();
-            all_five =
-                eventually(PAUSED_NODE_TIMEOUT, || holders(&nodes, "hung", &token) == 5).await;
+            all_five = eventually(PAUSED_NODE_TIMEOUT, || {
+                holders(&nodes, &lock_key("hung"), &token) == 5
+            })
+            .await;
             lock.release().await.unwrap();
             if all_five {
                 break;
@@ -303,14 +326,14 @@ async fn a_lock_held_on_three_of_five_by_another_token_is_refused_and_the_free_m
 ) {
     let nodes = five();
     for i in 0..3 {
-        set(&nodes[i], "contended", "someone-else", TTL);
+        set(&nodes[i], &lock_key("contended"), "someone-else", TTL);
     }
     let rl = client(&nodes);
     let err = rl.try_acquire("contended", TTL).await.unwrap_err();
     assert!(err.is_contention(), "{err}");
-    assert_eq!(holders(&nodes, "contended", "someone-else"), 3);
-    assert_eq!(get(&nodes[3], "contended"), None);
-    assert_eq!(get(&nodes[4], "contended"), None);
+    assert_eq!(holders(&nodes, &lock_key("contended"), "someone-else"), 3);
+    assert_eq!(get(&nodes[3], &lock_key("contended")), None);
+    assert_eq!(get(&nodes[4], &lock_key("contended")), None);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -326,7 +349,9 @@ async fn release_never_deletes_another_holders_key() {
     let token = current.token().expose();
     assert!(
         eventually(Duration::from_secs(1), || holders(
-            &nodes, "handover", token
+            &nodes,
+            &lock_key("handover"),
+            token
         ) == 5)
         .await
     );
@@ -335,7 +360,7 @@ async fn release_never_deletes_another_holders_key() {
     assert!(released.absent >= 3, "{released:?}");
     // Give the releases still in flight when it returned time to land: none may delete.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(holders(&nodes, "handover", token), 5);
+    assert_eq!(holders(&nodes, &lock_key("handover"), token), 5);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -357,7 +382,7 @@ async fn extend_renews_the_keys_and_moves_the_deadline() {
     let renewed = || {
         nodes
             .iter()
-            .filter(|s| pttl(s, "long-job") > 18_000)
+            .filter(|s| pttl(s, &lock_key("long-job")) > 18_000)
             .count()
     };
     assert!(renewed() >= 3);
@@ -377,15 +402,18 @@ async fn extend_after_expiry_fails_and_touches_no_key() {
     let other = rl.acquire("expired", TTL).await.unwrap();
     let token = other.token().expose();
     assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, "expired", token)
-            == 5)
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            &lock_key("expired"),
+            token
+        ) == 5)
         .await
     );
     let err = lock.extend(TTL).await.unwrap_err();
     assert!(matches!(err, Error::Expired { .. }), "{err}");
     assert!(!err.is_retriable());
     assert!(
-        nodes.iter().all(|s| pttl(s, "expired") > 9_000),
+        nodes.iter().all(|s| pttl(s, &lock_key("expired")) > 9_000),
         "the new holder's keys keep their TTL"
     );
 }
@@ -399,14 +427,14 @@ async fn a_failed_extend_keeps_the_old_deadline_and_deletes_nothing() {
     assert!(
         eventually(Duration::from_secs(1), || holders(
             &nodes,
-            "taken-over",
+            &lock_key("taken-over"),
             &token
         ) == 5)
         .await
     );
     // Three masters lost this holder's key (say, restarted empty) and another client took it.
     for i in 0..3 {
-        set(&nodes[i], "taken-over", "newcomer", TTL);
+        set(&nodes[i], &lock_key("taken-over"), "newcomer", TTL);
     }
     let deadline = lock.deadline();
     let err = lock.extend(Duration::from_secs(60)).await.unwrap_err();
@@ -416,8 +444,12 @@ async fn a_failed_extend_keeps_the_old_deadline_and_deletes_nothing() {
         "the token is gone from a majority: {err}"
     );
     assert_eq!(lock.deadline(), deadline);
-    assert_eq!(holders(&nodes, "taken-over", "newcomer"), 3);
-    assert_eq!(holders(&nodes, "taken-over", &token), 2, "nothing deleted");
+    assert_eq!(holders(&nodes, &lock_key("taken-over"), "newcomer"), 3);
+    assert_eq!(
+        holders(&nodes, &lock_key("taken-over"), &token),
+        2,
+        "nothing deleted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -445,7 +477,10 @@ async fn dropping_an_unreleased_lock_releases_it_in_the_background() {
     let rl = client(&nodes);
     let lock = rl.acquire("dropped", TTL).await.unwrap();
     drop(lock);
-    let gone = eventually(Duration::from_secs(2), || present(&nodes, "dropped") == 0).await;
+    let gone = eventually(Duration::from_secs(2), || {
+        present(&nodes, &lock_key("dropped")) == 0
+    })
+    .await;
     assert!(gone);
     assert!(rl.try_acquire("dropped", TTL).await.is_ok());
 }
@@ -468,7 +503,10 @@ async fn a_cancelled_acquire_leaves_no_key_behind() {
     for i in [0, 1, 2] {
         nodes[i].resume().unwrap();
     }
-    let clean = eventually(Duration::from_secs(3), || present(&nodes, "cancel") == 0).await;
+    let clean = eventually(Duration::from_secs(3), || {
+        present(&nodes, &lock_key("cancel")) == 0
+    })
+    .await;
     assert!(clean);
 }
 
@@ -479,10 +517,13 @@ async fn an_even_node_count_works_with_a_majority_quorum() {
     assert_eq!(rl.quorum(), 3);
     let lock = rl.acquire("even", TTL).await.unwrap();
     let token = lock.token().expose();
-    assert!(holders(&nodes, "even", token) >= 3);
+    assert!(holders(&nodes, &lock_key("even"), token) >= 3);
     assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, "even", token)
-            == 4)
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            &lock_key("even"),
+            token
+        ) == 4)
         .await
     );
 }
@@ -493,15 +534,12 @@ async fn key_prefix_is_prepended_to_the_resource() {
     let rl = builder(&nodes).key_prefix("app:locks:").build().unwrap();
     let lock = rl.acquire("job", TTL).await.unwrap();
     let token = lock.token().expose();
-    assert!(
-        eventually(Duration::from_secs(1), || holders(
-            &nodes,
-            "app:locks:job",
-            token
-        ) == 5)
-        .await
-    );
-    assert_eq!(present(&nodes, "job"), 0);
+    // The prefix goes inside the hash tag: `{app:locks:job}`.
+    let key = quorumlock::resource_key("app:locks:", "job");
+    assert_eq!(key, "{app:locks:job}");
+    assert!(eventually(Duration::from_secs(1), || holders(&nodes, &key, token) == 5).await);
+    assert_eq!(present(&nodes, &lock_key("job")), 0);
+    assert_eq!(present(&nodes, "app:locks:job"), 0, "no key of layout 1");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -548,7 +586,7 @@ async fn a_restarted_master_is_used_again_without_rebuilding_the_client() {
         for _ in 0..50 {
             let lock = rl.acquire("comeback", TTL).await.unwrap();
             tokio::time::sleep(Duration::from_millis(20)).await;
-            held = holders(&nodes, "comeback", lock.token().expose());
+            held = holders(&nodes, &lock_key("comeback"), lock.token().expose());
             lock.release().await.unwrap();
             if held == 5 {
                 break;
@@ -583,6 +621,6 @@ async fn redlock_is_clone_send_sync_and_lock_is_send() {
         assert!(h.await.unwrap() >= 3, "a quorum confirmed each release");
     }
     // Requests that were still landing when a lock was released are cleaned up behind it.
-    let clean = || (0..4).all(|i| present(&nodes, &format!("task-{i}")) == 0);
+    let clean = || (0..4).all(|i| present(&nodes, &lock_key(&format!("task-{i}"))) == 0);
     assert!(eventually(Duration::from_secs(2), clean).await);
 }

@@ -58,13 +58,13 @@ async fn a_grant_counts_once_a_replica_has_it_and_so_does_an_extend() {
     // Read at once: every master that counted had its replica confirm the key first.
     let replicated = voters
         .iter()
-        .filter(|v| get(&v.replica, "ledger").as_deref() == Some(token.as_str()))
+        .filter(|v| get(&v.replica, &lock_key("ledger")).as_deref() == Some(token.as_str()))
         .count();
     assert!(replicated >= 2, "on {replicated} replicas");
     lock.extend(TTL * 4).await.unwrap();
     let renewed = voters
         .iter()
-        .filter(|v| pttl(&v.replica, "ledger") > TTL.as_millis() as i64)
+        .filter(|v| pttl(&v.replica, &lock_key("ledger")) > TTL.as_millis() as i64)
         .count();
     assert!(renewed >= 2, "renewed on {renewed} replicas");
     lock.release().await.unwrap();
@@ -93,7 +93,9 @@ async fn grants_their_replicas_do_not_confirm_do_not_count_and_are_rolled_back()
     assert_eq!(unconfirmed, 2, "{err}");
     // The rollback released the unconfirmed grants on the primaries.
     let gone = eventually(Duration::from_secs(2), || {
-        voters.iter().all(|v| get(&v.primary, "ledger").is_none())
+        voters
+            .iter()
+            .all(|v| get(&v.primary, &lock_key("ledger")).is_none())
     })
     .await;
     assert!(gone, "a grant was left behind");
@@ -286,7 +288,7 @@ async fn aof_votes_are_in_the_file_when_acquire_returns_and_survive_a_crash_rest
     for (resource, token, _lock) in &held {
         let kept = servers
             .iter()
-            .filter(|s| get(s, resource).as_deref() == Some(token.as_str()))
+            .filter(|s| get(s, &lock_key(resource)).as_deref() == Some(token.as_str()))
             .count();
         assert!(
             kept >= 2,

@@ -61,7 +61,13 @@ async fn candidates_lead_one_at_a_time_with_terms_that_only_grow() {
         assert!(pair[0].1 < pair[1].1, "terms went backwards: {terms:?}");
         assert!(pair[0].3 <= pair[1].2, "two leaders at once: {terms:?}");
     }
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "scheduler") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("scheduler")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -78,8 +84,11 @@ async fn the_elected_marks_its_key_and_still_renews_fences_and_releases_it() {
     let token = lock.token().expose().to_owned();
     let marked = format!("~elected:{token}");
     assert!(
-        eventually(Duration::from_secs(2), || holders(&nodes, "db", &marked)
-            == 5)
+        eventually(Duration::from_secs(2), || holders(
+            &nodes,
+            &lock_key("db"),
+            &marked
+        ) == 5)
         .await,
         "every master marked the key as the elected leader's"
     );
@@ -87,10 +96,19 @@ async fn the_elected_marks_its_key_and_still_renews_fences_and_releases_it() {
     assert_eq!(leader.value, "host-a");
     assert_eq!(leader.fingerprint, lock.token().fingerprint());
     // Renewal, the inspection and the release know the key as the holder's in either form.
-    set(&nodes[0], "db", &token, Duration::from_millis(500)); // one master not marked
+    set(
+        &nodes[0],
+        &lock_key("db"),
+        &token,
+        Duration::from_millis(500),
+    ); // one master not marked
     lock.extend(TTL * 2).await.unwrap();
     // (The extend returns once a quorum renewed: the last master's answer may be on its way.)
-    let renewed = || nodes.iter().all(|s| pttl(s, "db") > TTL.as_millis() as i64);
+    let renewed = || {
+        nodes
+            .iter()
+            .all(|s| pttl(s, &lock_key("db")) > TTL.as_millis() as i64)
+    };
     assert!(
         eventually(Duration::from_secs(2), renewed).await,
         "renewed everywhere"
@@ -101,7 +119,11 @@ async fn the_elected_marks_its_key_and_still_renews_fences_and_releases_it() {
         "{status:?}"
     );
     lock.release().await.unwrap();
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "db") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(&nodes, &lock_key("db"))
+            == 0)
+        .await
+    );
     assert_eq!(rl.leader("db").await.unwrap(), None);
 }
 
@@ -114,23 +136,23 @@ async fn leader_reads_a_quorum_and_never_reports_a_minority_holder() {
 
     // An elected leader's key on two masters only (a stale or partial write) is no leader.
     for server in nodes.iter().take(2) {
-        set(server, "db", &format!("~elected:{GHOST}"), TTL);
+        set(server, &lock_key("db"), &format!("~elected:{GHOST}"), TTL);
     }
     assert_eq!(reader.leader("db").await.unwrap(), None);
     // Nor is a campaign's attempt on three, not marked as won: it may still lose (its replies
     // lost, its validity used up) and be rolled back.
     for server in nodes.iter().take(3) {
-        set(server, "db", GHOST, TTL);
+        set(server, &lock_key("db"), GHOST, TTL);
     }
     assert_eq!(reader.leader("db").await.unwrap(), None);
     // Marked on three, it leads.
     for server in nodes.iter().take(3) {
-        set(server, "db", &format!("~elected:{GHOST}"), TTL);
+        set(server, &lock_key("db"), &format!("~elected:{GHOST}"), TTL);
     }
     let ghost = reader.leader("db").await.unwrap().expect("a leader");
     assert_eq!(ghost.value, "ghost");
     for server in nodes.iter().take(3) {
-        del(server, "db");
+        del(server, &lock_key("db"));
     }
 
     let (elected, told) = tokio::sync::oneshot::channel();
@@ -149,7 +171,11 @@ async fn leader_reads_a_quorum_and_never_reports_a_minority_holder() {
     assert!(leader.ttl.is_some_and(|t| t <= TTL), "{leader:?}");
     resign.send(()).unwrap();
     leading.await.unwrap();
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "db") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(&nodes, &lock_key("db"))
+            == 0)
+        .await
+    );
     assert_eq!(reader.leader("db").await.unwrap(), None);
 
     // With fewer than a quorum answering, no answer is given.

@@ -228,7 +228,7 @@ async fn a_quorum_read_names_no_leader_while_the_key_is_reserved_for_the_next_ca
             .get_connection_with_timeout(Duration::from_secs(2))
             .unwrap();
         let _: () = redis::cmd("SET")
-            .arg(ELECTION)
+            .arg(quorumlock::resource_key("", ELECTION))
             .arg(format!("~queued:{waiter}"))
             .arg("PX")
             .arg(TTL.as_millis() as u64)

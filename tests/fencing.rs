@@ -104,7 +104,8 @@ const AHEAD: u64 = 4_000_000_000_000_000;
 #[tokio::test(flavor = "multi_thread")]
 async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_prevents_it() {
     let nodes = five();
-    let key = "account:7";
+    let resource = "account:7";
+    let key = &lock_key(resource);
     let ahead = |counters: [u64; 5]| counters.map(|c| AHEAD + c);
 
     // The max-only scheme, driven by hand on the masters.
@@ -127,7 +128,7 @@ async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_pr
     for i in [3, 4] {
         set(&nodes[i], key, "someone-else", TTL);
     }
-    let lock_a = rl.try_acquire(key, TTL).await.unwrap();
+    let lock_a = rl.try_acquire(resource, TTL).await.unwrap();
     let lib_a = lock_a.fencing_token().unwrap();
     // The second round raised masters 1 and 2 to A's fence: a quorum now holds it.
     assert_eq!(counters(&nodes, key), ahead([6, 6, 6, 1, 1]).to_vec());
@@ -138,7 +139,7 @@ async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_pr
     for i in [0, 1] {
         set(&nodes[i], key, "someone-else", TTL);
     }
-    let lock_b = rl.try_acquire(key, TTL).await.unwrap();
+    let lock_b = rl.try_acquire(resource, TTL).await.unwrap();
     let lib_b = lock_b.fencing_token().unwrap();
     println!(
         "quorumlock: A → fence {lib_a}; B → fence {lib_b}; counters now {:?}",
@@ -223,7 +224,7 @@ async fn without_aof_a_quorum_restarted_empty_sends_fences_backwards() {
     }
     // Masters 3 and 4 are made to refuse, so the grants come from the three empty masters.
     for i in [3, 4] {
-        set(&nodes[i], "invoice", "someone-else", TTL);
+        set(&nodes[i], &lock_key("invoice"), "someone-else", TTL);
     }
     let start = Instant::now();
     let lock = rl

@@ -149,7 +149,7 @@ async fn fences_grow_across_releases_aof_restarts_a_stale_failover_and_expired_c
     // the latest fence too, it could not: the rule f ≥ q − N + k, for fences.)
     let (first, latest) = (fences[0].0, fences[fences.len() - 1].0);
     let holding: Vec<usize> = (0..nodes.len())
-        .filter(|&i| get(&nodes[i], "invoice:fence") == Some(latest.to_string()))
+        .filter(|&i| get(&nodes[i], &fence_key("invoice")) == Some(latest.to_string()))
         .collect();
     let [stale, current, ..] = holding[..] else {
         panic!("the latest fence {latest} is not on a quorum: {holding:?}");
@@ -158,13 +158,13 @@ async fn fences_grow_across_releases_aof_restarts_a_stale_failover_and_expired_c
         .find(|i| ![stale, current].contains(i))
         .unwrap();
     let _: () = redis::cmd("SET")
-        .arg("invoice:fence")
+        .arg(fence_key("invoice"))
         .arg(first)
         .query(&mut direct(&nodes[stale]))
         .unwrap();
     set(
         &nodes[other],
-        "invoice",
+        &lock_key("invoice"),
         "someone-else",
         Duration::from_secs(2),
     );
@@ -175,10 +175,12 @@ async fn fences_grow_across_releases_aof_restarts_a_stale_failover_and_expired_c
         "after a stale failover",
     );
     lock.release().await.unwrap();
-    del(&nodes[other], "invoice");
+    del(&nodes[other], &lock_key("invoice"));
     // The counters expire: the clock floor carries the next fence past them.
     let gone = eventually(grace * 3, || {
-        nodes.iter().all(|s| get(s, "invoice:fence").is_none())
+        nodes
+            .iter()
+            .all(|s| get(s, &fence_key("invoice")).is_none())
     })
     .await;
     assert!(gone, "the counters outlived their grace");

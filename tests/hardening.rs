@@ -136,7 +136,11 @@ async fn a_cancelled_with_lock_ends_the_handles_it_handed_out() {
     // The lock itself was released in the background.
     let other = client(&nodes);
     assert!(
-        eventually(Duration::from_secs(2), || present(&nodes, "batch") == 0).await,
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("batch")
+        ) == 0)
+        .await,
         "the cancelled hold's keys are still there"
     );
     other.try_acquire("batch", LONG).await.unwrap();
@@ -148,7 +152,7 @@ async fn an_extend_of_a_lost_lease_says_token_gone_not_contention() {
     let rl = client(&nodes);
     let mut lock = rl.acquire("lease", LONG).await.unwrap();
     for node in nodes.iter() {
-        del(node, "lease");
+        del(node, &lock_key("lease"));
     }
     let Error::NotExtended { nodes: refused, .. } = lock.extend(LONG).await.unwrap_err() else {
         panic!("not NotExtended");
@@ -170,43 +174,103 @@ fn fenced(nodes: &RedisNodes) -> Redlock {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_resource_named_like_another_resources_fence_counter_is_refused() {
+async fn a_resource_named_like_another_resources_fence_counter_is_a_lock_of_its_own() {
     let nodes = three();
     let rl = fenced(&nodes);
-    let first = rl.acquire("y", LONG).await.unwrap();
+    let first = rl.acquire("x", LONG).await.unwrap();
     let fence = first.fencing_token().unwrap();
     first.release().await.unwrap();
+    let counter = fence_key("x");
+    assert_eq!(counter, "{x}:fence");
+    let counters = || nodes.iter().map(|s| get(s, &counter)).collect::<Vec<_>>();
+    assert_eq!(counters(), vec![Some(fence.to_string()); 3]);
 
-    // On a fresh resource, this would have set z's counter to a token and deleted it on release.
-    let err = rl.acquire_many(&["z", "z:fence"], LONG).await.unwrap_err();
-    assert!(matches!(err, Error::InvalidResource { .. }), "{err}");
-    assert_eq!(present(&nodes, "z:fence"), 0);
-    let err = rl.acquire_many(&["y", "y:fence"], LONG).await.unwrap_err();
-    assert!(matches!(err, Error::InvalidResource { .. }), "{err}");
-    assert!(err.to_string().contains("\":fence\""), "{err}");
-    for reserved in ["x:fence", "x:released", "x:queue", "x:holder"] {
-        let err = rl.try_acquire(reserved, LONG).await.unwrap_err();
+    // `x:fence` is a resource like any other (key layout 2): its keys are `{x:fence}` and
+    // `{x:fence}:fence`, apart from x's. It is held while x is held, and taking and releasing it
+    // leaves x's lock and x's counter as they were.
+    let x = rl.acquire("x", LONG).await.unwrap();
+    let x_fence = x.fencing_token().unwrap();
+    assert!(x_fence > fence);
+    // (acquire returns once a quorum granted: the last grant may still be on its way.)
+    let everywhere = || holders(&nodes, &lock_key("x"), x.token().expose()) == 3;
+    assert!(eventually(Duration::from_secs(2), everywhere).await);
+    let before = counters();
+    let named = rl.try_acquire("x:fence", LONG).await.unwrap();
+    let named_fence = named.fencing_token().unwrap().to_string();
+    let taken = || {
+        holders(&nodes, &lock_key("x:fence"), named.token().expose()) == 3
+            && nodes
+                .iter()
+                .all(|s| get(s, &fence_key("x:fence")) == Some(named_fence.clone()))
+    };
+    assert!(
+        eventually(Duration::from_secs(2), taken).await,
+        "{}",
+        nodes.logs()
+    );
+    named.release().await.unwrap();
+    let gone = || present(&nodes, &lock_key("x:fence")) == 0;
+    assert!(eventually(Duration::from_secs(2), gone).await);
+    assert_eq!(counters(), before, "x's counter was touched");
+    assert!(everywhere(), "x's lock was touched");
+    x.release().await.unwrap();
+    let next = rl.acquire("x", LONG).await.unwrap();
+    assert!(next.fencing_token().unwrap() > x_fence);
+    next.release().await.unwrap();
+
+    // Every name that once was reserved, alone and beside its resource in one lock.
+    for name in ["x:fence", "x:released", "x:queue", "x:leases", "x:holder"] {
+        rl.try_acquire(name, LONG)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let both = rl.acquire_many(&["z", "z:fence"], LONG).await.unwrap();
+    let token = both.token().expose();
+    assert!(holders(&nodes, &lock_key("z"), token) >= 2);
+    assert!(holders(&nodes, &lock_key("z:fence"), token) >= 2);
+    both.release().await.unwrap();
+    let gone = || present(&nodes, &lock_key("z")) + present(&nodes, &lock_key("z:fence")) == 0;
+    assert!(eventually(Duration::from_secs(2), gone).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_name_that_leaves_the_key_without_a_hash_tag_is_refused() {
+    let nodes = three();
+    let rl = fenced(&nodes);
+    // Under no prefix, `}x` would make the key `{}x}`: braces around nothing, no hash tag.
+    for name in ["}x", "}"] {
+        let err = rl.try_acquire(name, LONG).await.unwrap_err();
         assert!(
             matches!(err, Error::InvalidResource { .. }),
-            "{reserved}: {err}"
+            "{name}: {err}"
         );
+        assert!(err.to_string().contains('}'), "{err}");
+        assert_eq!(present(&nodes, &lock_key(name)), 0);
     }
-    // The prefix counts: `fence` under the prefix `x:` is the key `x:fence`.
-    let prefixed = builder(&nodes).key_prefix("x:").build().unwrap();
-    assert!(matches!(
-        prefixed.try_acquire("fence", LONG).await,
-        Err(Error::InvalidResource { .. })
-    ));
-    // Nothing was written, and y's counter goes on from where it was.
-    assert_eq!(get(&nodes[0], "y:fence"), Some(fence.to_string()));
-    let next = rl.acquire("y", LONG).await.unwrap();
-    assert!(next.fencing_token().unwrap() > fence);
-    next.release().await.unwrap();
-    // Names that merely contain a suffix are fine.
-    rl.try_acquire("x:fence:1", LONG)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let err = rl.acquire_many(&["a", "}b"], LONG).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidResource { .. }), "{err}");
+    assert_eq!(present(&nodes, &lock_key("a")), 0, "nothing was written");
+    // So is every name under a prefix that starts with `}`.
+    let braced = builder(&nodes).key_prefix("}p:").build().unwrap();
+    let err = braced.try_acquire("x", LONG).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidResource { .. }), "{err}");
+    // Under another prefix the same name has a hash tag, and is a lock like any other; so are
+    // names with braces inside.
+    let prefixed = builder(&nodes).key_prefix("p:").build().unwrap();
+    let lock = prefixed.try_acquire("}x", LONG).await.unwrap();
+    let key = quorumlock::resource_key("p:", "}x");
+    assert_eq!(key, "{p:}x}");
+    assert!(holders(&nodes, &key, lock.token().expose()) >= 2);
+    lock.release().await.unwrap();
+    for name in ["x}", "{x}", "a{b}c"] {
+        rl.try_acquire(name, LONG)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
 }

@@ -161,7 +161,7 @@ async fn the_loss_signal_fires_before_the_deadline_when_three_of_five_masters_ar
         nodes
             .iter()
             .skip(3)
-            .filter(|s| get(s, "paused-hold").is_some())
+            .filter(|s| get(s, &lock_key("paused-hold")).is_some())
             .count()
     };
     assert_eq!(live_holders(), 0, "still held on a live master");
@@ -169,7 +169,7 @@ async fn the_loss_signal_fires_before_the_deadline_when_three_of_five_masters_ar
     for i in [0, 1, 2] {
         nodes[i].resume().unwrap();
     }
-    let gone = eventually(ttl * 3, || present(&nodes, "paused-hold") == 0).await;
+    let gone = eventually(ttl * 3, || present(&nodes, &lock_key("paused-hold")) == 0).await;
     assert!(gone, "{}", nodes.logs());
     tokio::time::sleep(ttl / 2).await;
     assert_eq!(
@@ -177,7 +177,7 @@ async fn the_loss_signal_fires_before_the_deadline_when_three_of_five_masters_ar
         renewals,
         "a renewal succeeded after the loss"
     );
-    assert_eq!(present(&nodes, "paused-hold"), 0);
+    assert_eq!(present(&nodes, &lock_key("paused-hold")), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -193,7 +193,7 @@ async fn with_lock_stops_at_the_next_renewal_when_a_quorum_no_longer_holds_the_t
             async move {
                 // Three masters lose the key (say, restarted empty) and another client takes it.
                 for i in 0..3 {
-                    set(&nodes[i], "taken-over", "newcomer", TTL);
+                    set(&nodes[i], &lock_key("taken-over"), "newcomer", TTL);
                 }
                 tokio::time::sleep(TTL).await;
             }
@@ -217,12 +217,12 @@ async fn with_lock_stops_at_the_next_renewal_when_a_quorum_no_longer_holds_the_t
         "stopped within the first lease"
     );
     assert_eq!(
-        holders(&nodes, "taken-over", "newcomer"),
+        holders(&nodes, &lock_key("taken-over"), "newcomer"),
         3,
         "the newcomer's keys are untouched"
     );
     assert_eq!(
-        present(&nodes, "taken-over"),
+        present(&nodes, &lock_key("taken-over")),
         3,
         "its own keys were released"
     );
@@ -271,7 +271,13 @@ async fn with_lock_releases_when_the_body_returns_an_error_and_when_it_panics() 
         .release()
         .await
         .unwrap();
-    assert!(eventually(Duration::from_secs(1), || present(&nodes, "panicking") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(1), || present(
+            &nodes,
+            &lock_key("panicking")
+        ) == 0)
+        .await
+    );
 
     // Cancelled from outside: the lock is released in the background.
     let cancelled = tokio::time::timeout(
@@ -280,7 +286,13 @@ async fn with_lock_releases_when_the_body_returns_an_error_and_when_it_panics() 
     )
     .await;
     assert!(cancelled.is_err());
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "cancelled") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("cancelled")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -304,7 +316,7 @@ async fn a_renewal_racing_the_release_never_resurrects_the_lock() {
         // release returned at a quorum, and the rest land just after (well before the keys
         // would expire on their own).
         let lock = other.try_acquire("racing", ttl).await.unwrap();
-        let gone = || holders(&nodes, "racing", &token) == 0;
+        let gone = || holders(&nodes, &lock_key("racing"), &token) == 0;
         assert!(eventually(ttl / 2, gone).await, "round {round}");
         lock.release().await.unwrap();
         tokens.push(token);
@@ -321,12 +333,12 @@ async fn a_renewal_racing_the_release_never_resurrects_the_lock() {
     while Instant::now() < until {
         seen += tokens
             .iter()
-            .map(|t| holders(&nodes, "racing", t))
+            .map(|t| holders(&nodes, &lock_key("racing"), t))
             .sum::<usize>();
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(seen, 0);
-    assert_eq!(present(&nodes, "racing"), 0);
+    assert_eq!(present(&nodes, &lock_key("racing")), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -348,5 +360,5 @@ async fn max_hold_stops_the_body_and_returns_lost_with_the_hold_limit() {
     assert!(!err.is_retriable());
     assert!(took >= Duration::from_millis(700), "{took:?}");
     assert!(took < TTL, "{took:?}");
-    assert_eq!(present(&nodes, "capped"), 0);
+    assert_eq!(present(&nodes, &lock_key("capped")), 0);
 }

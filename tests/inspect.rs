@@ -22,8 +22,11 @@ async fn inspect_shows_held_free_and_split() {
     let lock = rl.acquire("status", TTL).await.unwrap();
     let token = lock.token().expose().to_owned();
     assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, "status", &token)
-            == 5)
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            &lock_key("status"),
+            &token
+        ) == 5)
         .await
     );
     let held = rl.inspect("status").await.unwrap();
@@ -47,7 +50,7 @@ async fn inspect_shows_held_free_and_split() {
     lock.release().await.unwrap();
 
     for (i, value) in ["a", "a", "b", "b"].iter().enumerate() {
-        set(&nodes[i], "split", value, TTL);
+        set(&nodes[i], &lock_key("split"), value, TTL);
     }
     let split = rl.inspect("split").await.unwrap();
     assert_eq!(split.verdict, Verdict::Split);

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{builder, client, five, get, query};
+use common::{builder, client, five, get, lock_key, query};
 use quorumlock::{Error, KEY_LAYOUT, LAYOUT_MARKER};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -58,14 +58,35 @@ async fn a_master_marked_with_another_layout_is_named_and_not_used() {
 
     // The other four are a quorum; the lock never reaches the other layout's master.
     let lock = rl.acquire("orders:42", TTL).await.unwrap();
-    assert_eq!(get(&nodes[3], "orders:42"), None);
-    assert!(get(&nodes[0], "orders:42").is_some());
+    assert_eq!(get(&nodes[3], &lock_key("orders:42")), None);
+    assert!(get(&nodes[0], &lock_key("orders:42")).is_some());
     lock.release().await.unwrap();
     // Its marker is left as it was.
     assert_eq!(
         get(&nodes[3], LAYOUT_MARKER),
         Some((KEY_LAYOUT + 1).to_string())
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_master_marked_by_clients_of_layout_1_is_refused() {
+    // Layout 1 named the lock key `<prefix><resource>`, without the hash tag: its clients and
+    // this one would not see each other's locks.
+    assert_eq!(KEY_LAYOUT, 2);
+    let nodes = five();
+    let _: () = query(&nodes[1], redis::cmd("SET").arg(LAYOUT_MARKER).arg("1"));
+    let rl = client(&nodes);
+
+    let health = rl.connect().await.unwrap();
+    let [refused] = &health.unreachable[..] else {
+        panic!("one master refused: {:?}", health.unreachable);
+    };
+    assert_eq!(refused.node(), nodes[1].addr().to_string());
+    assert!(refused.to_string().contains("layout \"1\""), "{refused}");
+    let lock = rl.acquire("orders:42", TTL).await.unwrap();
+    assert_eq!(get(&nodes[1], &lock_key("orders:42")), None);
+    assert_eq!(get(&nodes[1], "orders:42"), None);
+    lock.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -100,8 +121,9 @@ async fn a_majority_of_another_layout_leaves_no_quorum_and_every_such_master_is_
 
     let refused = rl.try_acquire("orders:42", TTL).await.unwrap_err();
     assert!(refused.is_unavailable(), "{refused}");
+    let key = quorumlock::resource_key("locks:", "orders:42");
     for server in nodes.iter() {
-        assert_eq!(get(server, "locks:orders:42"), None);
+        assert_eq!(get(server, &key), None);
     }
 }
 

@@ -26,22 +26,23 @@ fn slow_polling(nodes: &RedisNodes) -> Redlock {
         .unwrap()
 }
 
-/// Entries in the line of `key` on `server`.
-fn line_len(server: &RedisServer, key: &str) -> usize {
+/// Entries in the line of `resource` on `server` (`{<resource>}:queue`).
+fn line_len(server: &RedisServer, resource: &str) -> usize {
     redis::cmd("ZCARD")
-        .arg(format!("{key}:queue"))
+        .arg(format!("{}:queue", lock_key(resource)))
         .query(&mut direct(server))
         .unwrap()
 }
 
-/// How many `PUBLISH` calls `server` has run (its `INFO commandstats`), scripts included.
+/// How many `SPUBLISH` calls `server` has run (its `INFO commandstats`), scripts included: the
+/// scripts announce on sharded channels.
 fn publishes(server: &RedisServer) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut direct(server))
         .unwrap();
     info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+        .find_map(|l| l.strip_prefix("cmdstat_spublish:calls="))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |n| n.parse().unwrap())
 }
@@ -106,7 +107,27 @@ async fn an_uncontended_release_publishes_nothing() {
     }
     let after: Vec<u64> = nodes.iter().map(publishes).collect();
     assert_eq!(before, after);
-    assert_eq!(present(&nodes, "quiet"), 0);
+    assert_eq!(present(&nodes, &lock_key("quiet")), 0);
+
+    // The control: a release with a waiter in line is announced, and counted above.
+    let holder = rl.acquire("quiet", TTL).await.unwrap();
+    let waiter = {
+        let other = client(&nodes);
+        tokio::spawn(async move { other.acquire("quiet", TTL).await })
+    };
+    let queued = || nodes.iter().all(|n| line_len(n, "quiet") == 1);
+    assert!(eventually(Duration::from_secs(2), queued).await);
+    holder.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+    let announced = || {
+        let now: Vec<u64> = nodes.iter().map(publishes).collect();
+        now.iter()
+            .zip(&after)
+            .filter(|(now, then)| now > then)
+            .count()
+            >= 3
+    };
+    assert!(eventually(Duration::from_secs(2), announced).await);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -190,24 +211,28 @@ async fn a_crashed_waiter_at_the_head_blocks_the_line_for_at_most_its_entry_leas
     let nodes = five();
     let holder = client(&nodes).acquire("job", TTL).await.unwrap();
     // A waiter that took its place and died: its entry is on every master, and nobody renews it.
+    let (queue, leases) = (
+        format!("{}:queue", lock_key("job")),
+        format!("{}:leases", lock_key("job")),
+    );
     for node in nodes.iter() {
         let now: (u64, u64) = redis::cmd("TIME").query(&mut direct(node)).unwrap();
         let now_ms = now.0 * 1000 + now.1 / 1000;
         let lapses = now_ms + ENTRY_LEASE.as_millis() as u64;
         let _: () = redis::pipe()
             .cmd("ZADD")
-            .arg("job:queue")
+            .arg(&queue)
             .arg(1)
             .arg("dead")
             .cmd("ZADD")
-            .arg("job:leases")
+            .arg(&leases)
             .arg(lapses)
             .arg("dead")
             .cmd("PEXPIRE")
-            .arg("job:queue")
+            .arg(&queue)
             .arg(ENTRY_LEASE.as_millis() as u64)
             .cmd("PEXPIRE")
-            .arg("job:leases")
+            .arg(&leases)
             .arg(ENTRY_LEASE.as_millis() as u64)
             .query(&mut direct(node))
             .unwrap();
@@ -222,8 +247,11 @@ async fn a_crashed_waiter_at_the_head_blocks_the_line_for_at_most_its_entry_leas
     // The release reserves the key for the dead head.
     let _ = holder.release().await;
     assert!(
-        eventually(ENTRY_LEASE / 2, || holders(&nodes, "job", "~queued:dead")
-            >= 3)
+        eventually(ENTRY_LEASE / 2, || holders(
+            &nodes,
+            &lock_key("job"),
+            "~queued:dead"
+        ) >= 3)
         .await,
         "the release did not reserve the key for the head of the line"
     );
@@ -246,12 +274,17 @@ async fn a_reserved_key_is_refused_to_every_other_acquirer_and_never_released_by
     let nodes = five();
     let rl = client(&nodes);
     for node in nodes.iter() {
-        set(node, "job", "~queued:someone", Duration::from_secs(5));
+        set(
+            node,
+            &lock_key("job"),
+            "~queued:someone",
+            Duration::from_secs(5),
+        );
     }
     let err = rl.try_acquire("job", TTL).await.unwrap_err();
     assert!(err.is_contention(), "{err}");
     let many = rl.acquire_many(&["job", "other"], TTL);
     let many = tokio::time::timeout(Duration::from_millis(300), many).await;
     assert!(many.is_err() || many.unwrap().is_err());
-    assert_eq!(holders(&nodes, "job", "~queued:someone"), 5);
+    assert_eq!(holders(&nodes, &lock_key("job"), "~queued:someone"), 5);
 }

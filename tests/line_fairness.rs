@@ -24,14 +24,15 @@ fn slow_polling(nodes: &RedisNodes, wait: Duration) -> Redlock {
         .unwrap()
 }
 
-async fn in_line_everywhere(nodes: &RedisNodes, key: &str, waiters: usize) {
+async fn in_line_everywhere(nodes: &RedisNodes, resource: &str, waiters: usize) {
+    let key = lock_key(resource);
     let queued = eventually(Duration::from_secs(5), || {
-        nodes.iter().all(|s| line(s, key).len() == waiters)
+        nodes.iter().all(|s| line(s, &key).len() == waiters)
     })
     .await;
     assert!(
         queued,
-        "{waiters} waiter(s) never stood in the line of {key}"
+        "{waiters} waiter(s) never stood in the line of {resource}"
     );
 }
 
@@ -46,7 +47,7 @@ async fn a_waiter_granted_by_a_master_that_lost_the_key_does_not_hand_the_lock_t
     });
     in_line_everywhere(&nodes, "job", 1).await;
     // One master loses the key (restarted empty, say): it grants the waiter, the others do not.
-    del(nodes.iter().next().unwrap(), "job");
+    del(nodes.iter().next().unwrap(), &lock_key("job"));
     let before = rl.stats();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = rl.stats();
@@ -170,7 +171,7 @@ async fn a_refusal_by_the_line_says_so() {
     in_line_everywhere(&nodes, "job", 1).await;
     // The key is gone from every master (its holder overran), but somebody waits.
     for server in nodes.iter() {
-        del(server, "job");
+        del(server, &lock_key("job"));
     }
     let e = client(&nodes).try_acquire("job", TTL).await.unwrap_err();
     assert!(e.is_contention(), "{e}");

@@ -186,7 +186,7 @@ async fn a_burst_of_timeouts_then_a_quiet_second_leaves_a_healthy_master_in_ever
     let locks = acquire_together(&rl, "calm", 8).await;
     let mut on_first = 0;
     for (i, lock) in locks.iter().enumerate() {
-        let key = format!("calm-{i}");
+        let key = lock_key(&format!("calm-{i}"));
         let token = lock.token().expose().to_owned();
         if eventually(NODE_TIMEOUT, || {
             get(&nodes[0], &key).as_deref() == Some(&token)
@@ -234,7 +234,7 @@ async fn a_release_sent_after_the_connection_was_replaced_still_follows_the_late
         lock.release().await.unwrap();
     }
     // The master has run the three SETs once their replies (`+OK\r\n` each) have come back.
-    let keys = ["late-0", "late-1", "late-2"];
+    let keys = ["late-0", "late-1", "late-2"].map(lock_key);
     let landed_and_clean = eventually(Duration::from_secs(4), || {
         slow.stats().bytes_down >= replied_before + 3 * 5
             && keys.iter().all(|key| get(&nodes[0], key).is_none())
@@ -243,7 +243,7 @@ async fn a_release_sent_after_the_connection_was_replaced_still_follows_the_late
     assert!(
         landed_and_clean,
         "late SETs outlived their release: {:?}",
-        keys.map(|key| get(&nodes[0], key))
+        keys.each_ref().map(|key| get(&nodes[0], key))
     );
 }
 
@@ -322,7 +322,13 @@ async fn a_release_counts_only_the_nodes_that_answered_it() {
         Err(Error::NotReleased { confirmed, .. }) => assert_eq!(confirmed, 1),
         other => panic!("expected NotReleased with one confirmation, got {other:?}"),
     }
-    assert!(eventually(Duration::from_secs(3), || present(&nodes, "counted") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(3), || present(
+            &nodes,
+            &lock_key("counted")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -353,7 +359,13 @@ async fn a_release_follows_an_acquire_still_in_flight_and_counts_that_masters_an
         .unwrap();
     // It returns at the quorum: the two that answered at once, and a late one.
     assert_eq!(released.unwrap().deleted, 3);
-    assert!(eventually(Duration::from_secs(3), || present(&nodes, "behind") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(3), || present(
+            &nodes,
+            &lock_key("behind")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -24,8 +24,11 @@ async fn nested_holds_keep_the_key_until_the_last_one_is_released_and_extend_for
     assert_eq!(outer.holds(), 3);
     assert_eq!(a.token(), outer.token());
     assert!(
-        eventually(Duration::from_secs(2), || holders(&nodes, "ledger", &token)
-            == 5)
+        eventually(Duration::from_secs(2), || holders(
+            &nodes,
+            &lock_key("ledger"),
+            &token
+        ) == 5)
         .await
     );
 
@@ -39,7 +42,7 @@ async fn nested_holds_keep_the_key_until_the_last_one_is_released_and_extend_for
     assert!(
         eventually(Duration::from_secs(2), || nodes
             .iter()
-            .all(|s| pttl(s, "ledger") > 5_000))
+            .all(|s| pttl(s, &lock_key("ledger")) > 5_000))
         .await
     );
 
@@ -47,7 +50,7 @@ async fn nested_holds_keep_the_key_until_the_last_one_is_released_and_extend_for
     assert!(b.release().await.unwrap().is_none());
     assert_eq!(outer.holds(), 1);
     assert_eq!(
-        holders(&nodes, "ledger", &token),
+        holders(&nodes, &lock_key("ledger"), &token),
         5,
         "inner releases kept the key"
     );
@@ -57,7 +60,13 @@ async fn nested_holds_keep_the_key_until_the_last_one_is_released_and_extend_for
         .unwrap()
         .expect("the last hold releases");
     assert!(released.deleted >= 3, "{released:?}");
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "ledger") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("ledger")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -76,7 +85,13 @@ async fn holds_ended_at_once_from_many_tasks_release_exactly_once() {
         last += usize::from(task.await.unwrap());
     }
     assert_eq!(last, 1, "exactly one hold is the last");
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "race") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("race")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -89,12 +104,20 @@ async fn dropping_every_hold_releases_the_lock_in_the_background() {
     let token = inner.token().expose().to_owned();
     assert!(
         eventually(Duration::from_secs(2), || holders(
-            &nodes, "dropped", &token
+            &nodes,
+            &lock_key("dropped"),
+            &token
         ) == 5)
         .await
     );
     drop(inner);
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "dropped") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("dropped")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -111,7 +134,9 @@ async fn a_restarted_worker_takes_its_own_lock_back_under_its_owner_id() {
     assert!(value.ends_with("@worker-7"), "{value}");
     assert!(
         eventually(Duration::from_secs(2), || holders(
-            &nodes, "shard:7", &value
+            &nodes,
+            &lock_key("shard:7"),
+            &value
         ) == 5)
         .await
     );
@@ -142,12 +167,18 @@ async fn a_restarted_worker_takes_its_own_lock_back_under_its_owner_id() {
     assert!(
         eventually(Duration::from_secs(2), || nodes
             .iter()
-            .all(|s| (1..=10_000).contains(&pttl(s, "shard:7"))))
+            .all(|s| (1..=10_000).contains(&pttl(s, &lock_key("shard:7")))))
         .await,
         "the expiry is the new TTL on every master"
     );
     lock.release().await.unwrap();
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "shard:7") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("shard:7")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -164,7 +195,9 @@ async fn an_owner_waits_in_line_like_any_acquire_and_advances_the_fence_on_every
         (owner, lock)
     });
     let queued = eventually(Duration::from_secs(5), || {
-        nodes.iter().all(|s| line(s, "report").len() == 1)
+        nodes
+            .iter()
+            .all(|s| line(s, &lock_key("report")).len() == 1)
     })
     .await;
     assert!(queued, "the owner's acquire never took a place in line");
@@ -177,7 +210,7 @@ async fn an_owner_waits_in_line_like_any_acquire_and_advances_the_fence_on_every
     assert!(second_fence > first_fence);
     // On a quorum, not necessarily on all five: the owner attempts once a quorum of masters has
     // handed it the key, and a master the holder's release had not reached yet refuses it.
-    let granted = holders(&nodes, "report", lock.token().expose());
+    let granted = holders(&nodes, &lock_key("report"), lock.token().expose());
     assert!(granted >= 3, "the owner holds the key on {granted} masters");
 
     // Taken again by the same owner: taken over where it holds, with a fence above the last.
@@ -187,11 +220,17 @@ async fn an_owner_waits_in_line_like_any_acquire_and_advances_the_fence_on_every
     // The earlier acquisition's release leaves the later one's keys alone...
     let value = again.token().expose().to_owned();
     lock.release().await.unwrap();
-    let kept = holders(&nodes, "report", &value);
+    let kept = holders(&nodes, &lock_key("report"), &value);
     assert!(kept >= 3, "the later acquisition kept {kept} masters");
     // ...and the later one's release removes them.
     again.release().await.unwrap();
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, "report") == 0).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("report")
+        ) == 0)
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -19,7 +19,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, query};
+use common::{eventually, lock_key, query};
 use quorumlock::Redlock;
 use quorumlock_testkit::history::ReleaseAudit;
 use quorumlock_testkit::naive_reentrant::NaiveReentrant;
@@ -122,12 +122,13 @@ async fn the_reentrant_lock_counts_holds_in_the_client_and_releases_its_one_key_
         .retry_delay(Duration::from_millis(20))
         .build()
         .unwrap();
+    let key = lock_key(LOCK);
     let holders = |token: &str| {
         nodes
             .iter()
             .enumerate()
             .filter(|(_, s)| {
-                query::<Option<String>>(s, redis::cmd("GET").arg(LOCK)).as_deref() == Some(token)
+                query::<Option<String>>(s, redis::cmd("GET").arg(&key)).as_deref() == Some(token)
             })
             .map(|(i, _)| i)
             .collect::<Vec<usize>>()

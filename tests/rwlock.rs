@@ -13,16 +13,16 @@ use quorumlock_testkit::{RedisNodes, RedisServer};
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// The live reader entries of `key` on `server`.
-fn readers(server: &RedisServer, key: &str) -> usize {
+/// The live reader entries of `resource` on `server` (in `{<resource>}:readers`).
+fn readers(server: &RedisServer, resource: &str) -> usize {
     redis::cmd("ZCARD")
-        .arg(format!("{key}:readers"))
+        .arg(format!("{}:readers", lock_key(resource)))
         .query(&mut direct(server))
         .unwrap()
 }
 
-fn readers_everywhere(nodes: &RedisNodes, key: &str) -> usize {
-    nodes.iter().map(|s| readers(s, key)).sum()
+fn readers_everywhere(nodes: &RedisNodes, resource: &str) -> usize {
+    nodes.iter().map(|s| readers(s, resource)).sum()
 }
 
 /// A client that retries often: holds of a read-write lock wait by retrying.
@@ -50,7 +50,7 @@ async fn readers_share_the_resource_and_keep_a_writer_out_until_the_last_one_lea
         .await
     );
     assert_eq!(
-        present(&nodes, "catalog"),
+        present(&nodes, &lock_key("catalog")),
         0,
         "readers leave the key itself alone"
     );
@@ -110,7 +110,7 @@ async fn a_waiting_writer_holds_new_readers_back_and_goes_next() {
     let noted = eventually(Duration::from_secs(5), || {
         nodes.iter().all(|s| {
             let waiting: usize = redis::cmd("ZCARD")
-                .arg("feed:writers")
+                .arg(format!("{}:writers", lock_key("feed")))
                 .query(&mut direct(s))
                 .unwrap();
             waiting == 1
@@ -161,11 +161,11 @@ fn patient(nodes: &RedisNodes) -> Redlock {
         .unwrap()
 }
 
-/// Whether every master has a subscriber on `channel`.
+/// Whether every master has a subscriber on the sharded channel `channel`.
 fn subscribed_everywhere(nodes: &RedisNodes, channel: &str) -> bool {
     nodes.iter().all(|s| {
         let (_, count): (String, usize) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
+            .arg("SHARDNUMSUB")
             .arg(channel)
             .query(&mut direct(s))
             .unwrap();
@@ -173,10 +173,10 @@ fn subscribed_everywhere(nodes: &RedisNodes, channel: &str) -> bool {
     })
 }
 
-/// The waiting writers' notes of `key` on `server`.
-fn writer_notes(server: &RedisServer, key: &str) -> usize {
+/// The waiting writers' notes of `resource` on `server` (in `{<resource>}:writers`).
+fn writer_notes(server: &RedisServer, resource: &str) -> usize {
     redis::cmd("ZCARD")
-        .arg(format!("{key}:writers"))
+        .arg(format!("{}:writers", lock_key(resource)))
         .query(&mut direct(server))
         .unwrap()
 }
@@ -202,7 +202,7 @@ async fn waiters_are_woken_by_the_release_they_wait_for_not_by_their_retry_delay
     })
     .await;
     assert!(noted, "the writer never noted itself as waiting");
-    let listening = || subscribed_everywhere(&nodes, "feed:rw:drained");
+    let listening = || subscribed_everywhere(&nodes, "{feed}:rw:drained");
     assert!(eventually(Duration::from_secs(5), listening).await);
     reading.release().await.unwrap();
     let written = tokio::time::timeout(Duration::from_secs(5), writing)
@@ -216,7 +216,7 @@ async fn waiters_are_woken_by_the_release_they_wait_for_not_by_their_retry_delay
     drop(reader);
     let reader = writers_client.rw_lock("feed").unwrap();
     let reading = tokio::spawn(async move { reader.read(TTL).await });
-    assert!(subscribed_everywhere(&nodes, "feed:rw"));
+    assert!(subscribed_everywhere(&nodes, "{feed}:rw"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!reading.is_finished(), "a reader got in beside the writer");
     written.release().await.unwrap();
@@ -234,7 +234,7 @@ async fn a_writer_refused_by_one_master_takes_its_note_there_away_with_its_relea
     // A reader's live entry on master 0 only: the writer wins on the other four, and master 0
     // refuses it and notes it as waiting.
     redis::cmd("ZADD")
-        .arg("ledger:readers")
+        .arg(format!("{}:readers", lock_key("ledger")))
         .arg(i64::MAX / 2)
         .arg("ghost")
         .query::<()>(&mut direct(&nodes[0]))
@@ -259,7 +259,7 @@ async fn a_writer_refused_by_one_master_takes_its_note_there_away_with_its_relea
         .await
     );
     redis::cmd("ZREM")
-        .arg("ledger:readers")
+        .arg(format!("{}:readers", lock_key("ledger")))
         .arg("ghost")
         .query::<()>(&mut direct(&nodes[0]))
         .unwrap();
@@ -424,13 +424,31 @@ async fn separate_clients_never_write_beside_anyone_and_read_together() {
     );
 }
 
-#[test]
-fn the_names_a_read_write_lock_keeps_beside_a_resource_cannot_be_locked() {
-    let rl = Redlock::builder(["redis://127.0.0.1:1"]).build().unwrap();
-    for bad in ["x:readers", "x:writers"] {
-        assert!(matches!(
-            rl.rw_lock(bad),
-            Err(Error::InvalidResource { .. })
-        ));
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_write_lock_named_like_another_ones_readers_is_a_lock_of_its_own() {
+    let nodes = five();
+    let rl = client(&nodes);
+    // `x:readers` is a resource like any other (key layout 2): its keys are `{x:readers}` and
+    // `{x:readers}:readers`, apart from x's readers, `{x}:readers`.
+    let reading = rl.rw_lock("x").unwrap().try_read(TTL).await.unwrap();
+    for name in ["x:readers", "x:writers"] {
+        let written = rl.rw_lock(name).unwrap().try_write(TTL).await.unwrap();
+        assert!(holders(&nodes, &lock_key(name), written.token().expose()) >= 3);
+        written.release().await.unwrap();
+        let gone = || present(&nodes, &lock_key(name)) == 0;
+        assert!(eventually(Duration::from_secs(2), gone).await);
     }
+    let untouched = || readers_everywhere(&nodes, "x") == 5;
+    assert!(
+        eventually(Duration::from_secs(2), untouched).await,
+        "x's readers"
+    );
+    reading.release().await.unwrap();
+    // A name that would leave the keys without a hash tag is refused before any node is
+    // contacted.
+    let offline = Redlock::builder(["redis://127.0.0.1:1"]).build().unwrap();
+    assert!(matches!(
+        offline.rw_lock("}x"),
+        Err(Error::InvalidResource { .. })
+    ));
 }

@@ -19,7 +19,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{query, reaching};
+use common::{lock_key, query, reaching};
 use quorumlock::Redlock;
 use quorumlock_testkit::history::{peak_readers, readers_of, Access};
 use quorumlock_testkit::naive_rwlock::{NaiveHold, NaiveRwLock};
@@ -172,7 +172,7 @@ async fn the_rw_lock_refuses_the_writer_under_the_same_reachability_while_reader
     ));
     assert!(timed_out.is_contention(), "{timed_out}");
     for server in nodes.iter() {
-        let key: Option<String> = query(server, redis::cmd("GET").arg(LOCK));
+        let key: Option<String> = query(server, redis::cmd("GET").arg(lock_key(LOCK)));
         assert_eq!(key, None, "a refused writer left its key\n{}", nodes.logs());
     }
 

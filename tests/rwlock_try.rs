@@ -9,11 +9,12 @@ use quorumlock_testkit::RedisNodes;
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// The waiting writers' notes of `key` on every master.
-fn notes(nodes: &RedisNodes, key: &str) -> Vec<usize> {
+/// The waiting writers' notes of `resource` on every master (`{<resource>}:writers`).
+fn notes(nodes: &RedisNodes, resource: &str) -> Vec<usize> {
+    let writers = format!("{}:writers", lock_key(resource));
     nodes
         .iter()
-        .map(|s| query(s, redis::cmd("ZCARD").arg(format!("{key}:writers"))))
+        .map(|s| query(s, redis::cmd("ZCARD").arg(&writers)))
         .collect()
 }
 

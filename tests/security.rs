@@ -6,16 +6,19 @@
 //! Everything quorumlock sends, with the key prefix `locks:` (`RedlockBuilder::key_prefix`):
 //!
 //! ```text
-//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* &locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +zadd +zrem +zrange +zscore +zcount +zcard +zremrangebyscore +time +publish +subscribe +unsubscribe +info
+//! ACL SETUSER quorumlock reset on >PASSWORD ~{locks:* ~locks:quorumlock:layout &{locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +zadd +zrem +zrange +zscore +zcount +zcard +zremrangebyscore +time +spublish +ssubscribe +sunsubscribe +info
 //! ```
 //!
-//! * keys `~locks:*`: the lock keys, their fencing counters (`locks:<resource>:fence`) and their
-//!   wait lines (`locks:<resource>:queue`, `locks:<resource>:leases`); channels `&locks:*`: the
-//!   hand-offs (`locks:<resource>:released:<client>`).
+//! * keys `~{locks:*` (key layout 2: each resource's keys share the hash tag
+//!   `{locks:<resource>}`): the lock keys, their fencing counters (`{locks:<resource>}:fence`)
+//!   and their wait lines (`{locks:<resource>}:queue`, `{locks:<resource>}:leases`); the key
+//!   layout marker `locks:quorumlock:layout`; channels `&{locks:*`: the hand-offs
+//!   (`{locks:<resource>}:released:<client>`). A `{` is no pattern character in an ACL rule.
 //! * `EVAL`, `EVALSHA`, `SCRIPT LOAD` run the scripts; `SET`, `GET`, `DEL`, `EXISTS`, `PEXPIRE`,
-//!   `PTTL`, `INCR`, the sorted-set commands, `TIME` and `PUBLISH` are what the scripts call (a
-//!   script runs with its caller's permissions); `SUBSCRIBE` / `UNSUBSCRIBE` wait for hand-offs;
-//!   `INFO` is `Redlock::connect`'s duplicate-server check (drop it if you never call `connect`).
+//!   `PTTL`, `INCR`, the sorted-set commands, `TIME` and `SPUBLISH` are what the scripts call (a
+//!   script runs with its caller's permissions); `SSUBSCRIBE` / `SUNSUBSCRIBE` wait for
+//!   hand-offs (sharded pub/sub); `INFO` is the check at connect that a master is standalone,
+//!   and `Redlock::connect`'s duplicate-server check.
 //!
 //! `acl_rule_lets_the_core_behaviours_through_and_nothing_else` runs the core behaviours as that
 //! user, and `every_permission_in_the_acl_rule_is_needed` takes each command away in turn and shows
@@ -55,9 +58,9 @@ const CORE_COMMANDS: &[&str] = &[
     "zcard",
     "zremrangebyscore",
     "time",
-    "publish",
-    "subscribe",
-    "unsubscribe",
+    "spublish",
+    "ssubscribe",
+    "sunsubscribe",
     "info",
 ];
 
@@ -106,8 +109,9 @@ fn logged() -> String {
 fn acl_rule(commands: &[&str]) -> Vec<String> {
     let mut rule: Vec<String> = ["reset", "on"].map(String::from).to_vec();
     rule.push(format!(">{PASSWORD}"));
-    rule.push(format!("~{PREFIX}*"));
-    rule.push(format!("&{PREFIX}*"));
+    rule.push(format!("~{{{PREFIX}*"));
+    rule.push(format!("~{PREFIX}{}", quorumlock::LAYOUT_MARKER));
+    rule.push(format!("&{{{PREFIX}*"));
     rule.push("-@all".to_owned());
     rule.extend(commands.iter().map(|c| format!("+{c}")));
     rule
@@ -187,7 +191,7 @@ async fn wait_in_line(
         let rl = rl.clone();
         tokio::spawn(async move { rl.acquire(resource, TTL).await })
     };
-    let line = format!("{PREFIX}{resource}:queue");
+    let line = format!("{}:queue", quorumlock::resource_key(PREFIX, resource));
     for _ in 0..100 {
         let queued: usize = redis::cmd("ZCARD")
             .arg(&line)
@@ -203,7 +207,7 @@ async fn wait_in_line(
 
 /// The core behaviours, as one client sees them; `Err` names the first that failed.
 /// With `linger`, it also waits for the waiter's client to drop the hand-off channel it kept
-/// subscribed after the wait (2 s, checked every 2 s): the only use of `UNSUBSCRIBE`.
+/// subscribed after the wait (2 s, checked every 2 s): the only use of `SUNSUBSCRIBE`.
 async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Result<(), String> {
     let rl = acl_client(nodes, password, false);
     let other = acl_client(nodes, password, false);
@@ -243,7 +247,7 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
         .map_err(|e| format!("release after the wait: {e}"))?;
     // A waiter's attempt that only a minority granted is rolled back there with the script's
     // source (`EVAL`), which puts it back in its place in line.
-    let foreign = format!("{PREFIX}orders:3");
+    let foreign = quorumlock::resource_key(PREFIX, "orders:3");
     for server in nodes.iter().skip(1) {
         set(server, &foreign, "someone-else", TTL);
     }
@@ -283,7 +287,7 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
     if linger {
         let subscribed = |server: &RedisServer| {
             let channels: Vec<String> = redis::cmd("PUBSUB")
-                .arg("CHANNELS")
+                .arg("SHARDCHANNELS")
                 .query(&mut direct(server))
                 .unwrap();
             !channels.is_empty()
@@ -301,19 +305,16 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
     // and AHEAD + 11 (above the masters' clock floor, so that the counters decide).
     const AHEAD: u64 = 4_000_000_000_000_000;
     let fenced = acl_client(nodes, password, true);
+    let key = quorumlock::resource_key(PREFIX, "orders:2");
+    let fence = format!("{key}:fence");
     for (i, server) in nodes.iter().enumerate() {
         let _: () = redis::cmd("SET")
-            .arg(format!("{PREFIX}orders:2:fence"))
+            .arg(&fence)
             .arg(AHEAD + if i == 0 { 20 } else { 10 })
             .query(&mut direct(server))
             .unwrap();
     }
-    set(
-        &nodes[nodes.len() - 1],
-        &format!("{PREFIX}orders:2"),
-        "someone-else",
-        TTL,
-    );
+    set(&nodes[nodes.len() - 1], &key, "someone-else", TTL);
     let lock = fenced
         .acquire("orders:2", TTL)
         .await
@@ -323,7 +324,7 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
     }
     let raised = nodes
         .iter()
-        .filter(|s| get(s, &format!("{PREFIX}orders:2:fence")) == Some((AHEAD + 21).to_string()))
+        .filter(|s| get(s, &fence) == Some((AHEAD + 21).to_string()))
         .count();
     if raised < rl.quorum() {
         return Err(format!("second fencing round reached {raised} masters"));
@@ -414,7 +415,7 @@ async fn every_permission_in_the_acl_rule_is_needed() {
                 .query(&mut direct(server))
                 .unwrap();
         }
-        let linger = *left_out == "unsubscribe";
+        let linger = *left_out == "sunsubscribe";
         let outcome = core_behaviours(&nodes, PASSWORD, linger).await;
         let denied = acl_denials(&nodes);
         println!("without +{left_out}: {outcome:?}; denied {denied:?}");
@@ -544,21 +545,19 @@ async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_tri
             let mut lock = rl.acquire(name, TTL).await.unwrap();
             assert_eq!(lock.resource(), name);
             let token = lock.token().expose().to_owned();
+            let key = lock_key(name);
             assert!(
-                holders(&nodes, name, &token) >= 3,
-                "the key is the name, byte for byte: {name:?}: {:?} vs {token}",
-                nodes.iter().map(|s| get(s, name)).collect::<Vec<_>>()
+                holders(&nodes, &key, &token) >= 3,
+                "the key is the name, byte for byte, in braces: {name:?}: {:?} vs {token}",
+                nodes.iter().map(|s| get(s, &key)).collect::<Vec<_>>()
             );
             assert!(rl.try_acquire(name, TTL).await.unwrap_err().is_contention());
             lock.extend(TTL).await.unwrap();
             lock.release().await.unwrap();
-            assert_eq!(present(&nodes, name), 0, "{name:?}");
+            assert_eq!(present(&nodes, &key), 0, "{name:?}");
         }
-        let fence_key = format!("{name}:fence");
-        assert!(
-            nodes.iter().all(|s| get(s, &fence_key).is_some()),
-            "{name:?}"
-        );
+        let fence = fence_key(name);
+        assert!(nodes.iter().all(|s| get(s, &fence).is_some()), "{name:?}");
     }
     for server in &nodes {
         assert_eq!(get(server, "sentinel").as_deref(), Some("still here"));
@@ -771,7 +770,7 @@ mod tls {
         let token = lock.token().expose().to_owned();
         let on_servers = servers
             .iter()
-            .filter(|s| get(&s.server, "tls:job").as_deref() == Some(token.as_str()))
+            .filter(|s| get(&s.server, &lock_key("tls:job")).as_deref() == Some(token.as_str()))
             .count();
         assert!(on_servers >= 2);
         lock.extend(TTL).await.unwrap();
@@ -819,7 +818,9 @@ mod tls {
         for (b, a) in before.iter().zip(&after) {
             assert_eq!(*a, b + 1, "only the INFO before this one ran");
         }
-        assert!(servers.iter().all(|s| get(&s.server, "tls:job").is_none()));
+        assert!(servers
+            .iter()
+            .all(|s| get(&s.server, &lock_key("tls:job")).is_none()));
 
         // No plain-text fallback either way: rediss:// to a plain port fails, and the system roots
         // do not trust the test CA.
@@ -843,7 +844,9 @@ mod tls {
             .await
             .unwrap_err()
             .is_unavailable());
-        assert!(servers.iter().all(|s| get(&s.server, "tls:job").is_none()));
+        assert!(servers
+            .iter()
+            .all(|s| get(&s.server, &lock_key("tls:job")).is_none()));
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -12,13 +12,14 @@ use quorumlock_testkit::RedisNodes;
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// How many masters have `key` in line for any slot of `resource` (K slots).
+/// How many entries the lines of the K slots of `resource` have, over every master (a slot
+/// is the resource `<resource>:permit:<i>`, its line `{<resource>:permit:<i>}:queue`).
 fn queued_anywhere(nodes: &RedisNodes, resource: &str, permits: u32) -> usize {
     nodes
         .iter()
         .map(|s| {
             (0..permits)
-                .map(|i| line(s, &format!("{resource}:permit:{i}")).len())
+                .map(|i| line(s, &lock_key(&format!("{resource}:permit:{i}"))).len())
                 .sum::<usize>()
         })
         .sum()
@@ -51,7 +52,7 @@ async fn k_permits_go_to_k_holders_on_distinct_slots_and_the_next_is_refused() {
     for p in &permits {
         assert_eq!(p.resource(), format!("exports:permit:{}", p.slot()));
         let token = p.token().expose().to_owned();
-        let key = p.resource().to_owned();
+        let key = lock_key(p.resource());
         assert!(
             eventually(Duration::from_secs(2), || holders(&nodes, &key, &token)
                 == 5)
@@ -78,7 +79,7 @@ async fn k_permits_go_to_k_holders_on_distinct_slots_and_the_next_is_refused() {
         p.release().await.unwrap();
     }
     for i in 0..3 {
-        let key = format!("exports:permit:{i}");
+        let key = lock_key(&format!("exports:permit:{i}"));
         assert!(eventually(Duration::from_secs(2), || present(&nodes, &key) == 0).await);
     }
 }
@@ -165,7 +166,7 @@ async fn a_dropped_wait_leaves_no_line_entry_and_no_key_behind() {
     a.release().await.unwrap();
     b.release().await.unwrap();
     for i in 0..K {
-        let key = format!("drop:permit:{i}");
+        let key = lock_key(&format!("drop:permit:{i}"));
         assert!(eventually(Duration::from_secs(2), || present(&nodes, &key) == 0).await);
     }
 }
@@ -227,7 +228,8 @@ async fn with_permit_runs_the_body_on_a_slot_and_gives_it_back() {
         .await
         .unwrap();
     assert!(rl.stats().renewals >= 1, "{:?}", rl.stats());
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, &slot) == 0).await);
+    let key = lock_key(&slot);
+    assert!(eventually(Duration::from_secs(2), || present(&nodes, &key) == 0).await);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -271,8 +273,11 @@ fn permits_and_names_are_checked_before_any_node_is_contacted() {
         assert!(!e.is_retriable());
     }
     assert!(rl.semaphore("s", MAX_PERMITS).is_ok());
-    for bad in ["", "s:fence"] {
+    for bad in ["", "}s"] {
         let e = rl.semaphore(bad, 2).unwrap_err();
         assert!(matches!(e, Error::InvalidResource { .. }), "{bad}: {e:?}");
     }
+    // Names that once were reserved (another resource's fencing counter) are names like any
+    // other since key layout 2.
+    assert!(rl.semaphore("s:fence", 2).is_ok());
 }

@@ -18,11 +18,11 @@ use tokio::task::JoinHandle;
 const TTL: Duration = Duration::from_secs(10);
 
 /// How many clients are subscribed to the hand-offs of `resource` on `server`: each client
-/// has a channel of its own per resource, `<key>:released:<client>`.
+/// has a sharded channel of its own per resource, `<key>:released:<client>`.
 fn subscribers(server: &RedisServer, resource: &str) -> usize {
     let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg(format!("{resource}:released:*"))
+        .arg("SHARDCHANNELS")
+        .arg(format!("{}:released:*", lock_key(resource)))
         .query(&mut direct(server))
         .unwrap();
     channels.len()
@@ -185,7 +185,9 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
     assert!(nodes.iter().all(|s| pubsub_connections(s) == 1));
     // Every waiter has taken its place in line on every master and is parked.
     let parked = eventually(Duration::from_secs(10), || {
-        nodes.iter().all(|s| line(s, "shared").len() == 4)
+        nodes
+            .iter()
+            .all(|s| line(s, &lock_key("shared")).len() == 4)
     })
     .await;
     assert!(parked, "{:?}", waiters.stats());
@@ -208,10 +210,14 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
     assert_eq!(after.acquired - before.acquired, 4);
     assert!(woken >= 4, "{before:?} → {after:?}");
 
-    // The channel lingers: another wait right after needs no new SUBSCRIBE, and its first
+    // The channel lingers: another wait right after needs no new SSUBSCRIBE, and its first
     // attempt already takes a place in line (no plain attempt first).
     assert!(nodes.iter().all(|s| subscribers(s, "shared") == 1));
-    let subscribes = |s: &RedisServer| command_calls(s, "subscribe");
+    let subscribes = |s: &RedisServer| command_calls(s, "ssubscribe");
+    assert!(
+        nodes.iter().all(|s| subscribes(s) > 0),
+        "the subscriptions were counted"
+    );
     let before: Vec<u64> = nodes.iter().map(subscribes).collect();
     let lock = holder.acquire("shared", TTL).await.unwrap();
     let (attempts_before, _, _) = counts(&waiters);
@@ -220,7 +226,9 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
         tokio::spawn(async move { rl.acquire("shared", TTL).await.unwrap().release().await })
     };
     let queued = eventually(Duration::from_secs(2), || {
-        nodes.iter().all(|s| line(s, "shared").len() == 1)
+        nodes
+            .iter()
+            .all(|s| line(s, &lock_key("shared")).len() == 1)
     })
     .await;
     assert!(queued);
@@ -235,7 +243,7 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
     let after: Vec<u64> = nodes.iter().map(subscribes).collect();
     assert_eq!(
         before, after,
-        "no SUBSCRIBE for a wait on a lingering channel"
+        "no SSUBSCRIBE for a wait on a lingering channel"
     );
 
     let left = eventually(UNSUBSCRIBED_WITHIN, || {
@@ -299,7 +307,8 @@ async fn line_up(
         }));
         let parked = eventually(Duration::from_secs(10), || {
             nodes.iter().all(|s| {
-                line(s, resource).len() == place + 1 && subscribers(s, resource) == place + 1
+                line(s, &lock_key(resource)).len() == place + 1
+                    && subscribers(s, resource) == place + 1
             })
         })
         .await;
@@ -312,7 +321,7 @@ async fn line_up(
 async fn held_on_every_node(nodes: &RedisNodes, holder: &Redlock, resource: &str) -> Lock {
     let held = holder.acquire(resource, TTL).await.unwrap();
     let token = held.token().expose().to_owned();
-    let everywhere = || holders(nodes, resource, &token) == 5;
+    let everywhere = || holders(nodes, &lock_key(resource), &token) == 5;
     assert!(eventually(Duration::from_secs(2), everywhere).await);
     held
 }
@@ -366,9 +375,9 @@ async fn a_hand_off_heard_from_every_node_wakes_only_the_waiter_it_names() {
     let clients: Vec<Redlock> = (0..WAITERS).map(|_| patient(&nodes)).collect();
     let held = held_on_every_node(&nodes, &holder, "heard").await;
     let (tasks, mut winners) = line_up(&nodes, &clients, "heard").await;
-    let ids = line(&nodes[0], "heard");
+    let ids = line(&nodes[0], &lock_key("heard"));
     assert!(
-        nodes.iter().all(|s| line(s, "heard") == ids),
+        nodes.iter().all(|s| line(s, &lock_key("heard")) == ids),
         "one order everywhere"
     );
 
@@ -376,13 +385,18 @@ async fn a_hand_off_heard_from_every_node_wakes_only_the_waiter_it_names() {
     // announced by every node, so that no attempt can race it.
     let before: Vec<_> = clients.iter().map(counts).collect();
     for server in nodes.iter() {
-        set(server, "heard", &format!("~queued:{}", ids[0]), TTL);
+        set(
+            server,
+            &lock_key("heard"),
+            &format!("~queued:{}", ids[0]),
+            TTL,
+        );
     }
     // The head's client alone listens on the channel named after it (a waiter's id starts with
     // its client's).
-    let channel = format!("heard:released:{}", &ids[0][..16]);
+    let channel = format!("{}:released:{}", lock_key("heard"), &ids[0][..16]);
     for server in nodes.iter() {
-        let listeners: i64 = redis::cmd("PUBLISH")
+        let listeners: i64 = redis::cmd("SPUBLISH")
             .arg(&channel)
             .arg(&ids[0])
             .query(&mut direct(server))

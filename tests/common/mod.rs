@@ -55,6 +55,17 @@ pub fn reaching(nodes: &RedisNodes, reach: &[usize]) -> (Vec<FaultProxy>, Vec<St
     (proxies, urls)
 }
 
+/// The lock key of `resource` under no key prefix, as the masters store it (key layout 2:
+/// `{<resource>}`). Every other key and channel of the resource is this key and a suffix.
+pub fn lock_key(resource: &str) -> String {
+    quorumlock::resource_key("", resource)
+}
+
+/// The fencing counter of `resource` under no key prefix: `{<resource>}:fence`.
+pub fn fence_key(resource: &str) -> String {
+    format!("{}:fence", lock_key(resource))
+}
+
 /// The value of `key` on `server`.
 pub fn get(server: &RedisServer, key: &str) -> Option<String> {
     redis::cmd("GET")
