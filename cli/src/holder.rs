@@ -1,4 +1,5 @@
-//! Who holds a lock: a description `exec` writes beside the lock key, `<key>:holder`, on every
+//! Who holds a lock: a description `exec` writes beside the lock key, `<key>:holder` (for the
+//! key `{<prefix><resource>}`, `{<prefix><resource>}:holder`: in the lock's slot), on every
 //! master — host, pid, command, start time and the token's fingerprint, **never the token** — so
 //! that `status` can say who to ask before a stuck lock is broken.
 //!
@@ -10,10 +11,9 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
-use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 
-use crate::masters::{self, Master};
+use crate::masters::{self, Conn, Master};
 
 /// What a holder says about itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,7 +108,7 @@ struct Published {
     key: String,
     value: String,
     ttl: Duration,
-    conns: Vec<MultiplexedConnection>,
+    conns: Vec<Conn>,
 }
 
 impl Published {

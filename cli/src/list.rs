@@ -1,6 +1,11 @@
 //! `quorumlock list [--prefix P]`: the locks present on the masters, found with SCAN, each with
 //! the quorum's verdict and its holder. A read-write lock held by readers has no key of its own:
 //! it is found by its readers' sorted set.
+//!
+//! Key layout 2: a resource's lock key is `{<key prefix><resource>}`, and its other keys are
+//! that key and a suffix (`{<key prefix><resource>}:readers`, `:fence`, ...). A lock key is the
+//! only one that ends with `}` (no suffix has one), whatever the resource's name. On a Redis
+//! Cluster voter, every primary is scanned.
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -28,8 +33,9 @@ on a quorum and fewer than a quorum are free; `leftover` when a minority still h
 failed attempt or an expiring lease), which expires at its TTL. A semaphore's permits are the
 locks <resource>:permit:<i>. Resource names are quoted, as `status` shows them.
 
-Listing needs SCAN on the masters (`+scan` in a least-privilege ACL). It fails, rather than
-show too little, unless enough masters answered it to see every lock held on a quorum.";
+Listing needs SCAN on the masters (`+scan` in a least-privilege ACL); on a Redis Cluster voter
+(redis+cluster://) every primary is scanned. It fails, rather than show too little, unless
+enough masters answered it to see every lock held on a quorum.";
 
 /// Options of `quorumlock list`.
 #[derive(Debug, clap::Args)]
@@ -53,10 +59,9 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
     let rl = args.nodes.builder().build()?;
     nodes::check(&rl).await?;
     let masters = args.nodes.masters(&rl);
-    let pattern = format!(
-        "{}*",
-        glob_escape(&format!("{}{}", args.nodes.key_prefix(), args.prefix))
-    );
+    // Every key of every resource whose name starts with `--prefix`: `{<key prefix><prefix>*`.
+    let start = format!("{{{}", args.nodes.key_prefix());
+    let pattern = format!("{}*", glob_escape(&format!("{start}{}", args.prefix)));
     let mut resources = BTreeSet::new();
     let mut failed = Vec::new();
     for (master, found) in masters
@@ -64,10 +69,11 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
         .zip(join_all(masters.iter().map(|m| lock_keys(m, &pattern))).await)
     {
         match found {
-            Ok(keys) => resources
-                .extend(keys.into_iter().filter_map(|key| {
-                    key.strip_prefix(args.nodes.key_prefix()).map(str::to_owned)
-                })),
+            Ok(keys) => resources.extend(
+                keys.iter()
+                    .filter_map(|key| key.strip_prefix(&start)?.strip_suffix('}'))
+                    .map(str::to_owned),
+            ),
             Err(e) => failed.push(format!("{}: {e}", master.node())),
         }
     }
@@ -113,22 +119,22 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The keys on `master` matching `pattern` that are locks: strings holding a token (32 hex
-/// digits) or reserved for a waiter, not one of the keys kept beside a lock; and the lock keys
-/// of read-write locks that readers hold (their `<key>:readers` sets). Only SCAN and GET: what
-/// the least-privilege ACL grants, plus `+scan`.
+/// The keys on `master` matching `pattern` that are locks: lock keys (strings ending with `}`,
+/// not one of the keys kept beside a lock) holding a token (32 hex digits) or reserved for a
+/// waiter; and the lock keys of read-write locks that readers hold (their `<key>:readers`
+/// sets). Only SCAN and GET: what the least-privilege ACL grants, plus `+scan`.
 async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String> {
-    const AUXILIARY: [&str; 4] = [":fence", ":released", ":queue", ":holder"];
     let mut conn = master.connect().await?;
     let mut locks: Vec<String> = masters::scan(&mut conn, pattern, "zset")
         .await?
         .iter()
         .filter_map(|key| key.strip_suffix(":readers").map(str::to_owned))
+        .filter(|key| key.ends_with('}'))
         .collect();
     let keys: Vec<String> = masters::scan(&mut conn, pattern, "string")
         .await?
         .into_iter()
-        .filter(|k| !AUXILIARY.iter().any(|s| k.ends_with(s)))
+        .filter(|k| k.ends_with('}'))
         .collect();
     for chunk in keys.chunks(500) {
         let values = masters::get_all(&mut conn, chunk).await?;

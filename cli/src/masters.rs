@@ -1,31 +1,72 @@
-//! Plain connections to each master, for what lies beside a lock rather than in it: the holder
+//! Plain connections to each voter, for what lies beside a lock rather than in it: the holder
 //! description, forced unlocks, listing the held keys. The lock itself only ever goes through the
 //! library.
+//!
+//! A voter is reached the way the library reaches it: a standalone master directly
+//! (`redis://`, `rediss://`, `unix://`); the master a Sentinel group names, asked of the
+//! Sentinels on every connection (`redis+sentinel://`); a Redis Cluster through a cluster
+//! connection, which routes each key to the primary of its slot (`redis+cluster://`). Every key
+//! of one resource shares one hash tag, so one request per key is enough on a cluster too;
+//! only a listing ([`scan`]) asks every primary.
 
+use std::fmt;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
+use redis::{Client, Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisConnectionInfo};
+use redis::{RedisFuture, Value};
 
 /// How long one plain request to one master may take.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// One master, reached without the library.
-#[derive(Debug)]
+/// The default port of a Sentinel.
+const SENTINEL_PORT: u16 = 26379;
+
+/// One voter, reached without the library.
 pub(crate) struct Master {
     node: String,
-    url: String,
+    /// How to reach it; why not, when its URL names no voter.
+    reach: Result<Reach, String>,
+}
+
+/// How a voter is reached.
+enum Reach {
+    /// A standalone master.
+    Direct(Client),
+    /// A Redis Cluster, by its seed nodes (boxed: a cluster client is large).
+    Cluster(Box<ClusterClient>),
+    /// The master a Sentinel group monitors under `master`.
+    Sentinel {
+        sentinels: Vec<ConnectionInfo>,
+        master: String,
+        login: RedisConnectionInfo,
+    },
+}
+
+impl fmt::Debug for Master {
+    // The URL carries credentials: only the voter's name is shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Master")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Master {
-    /// `node` is the master's `host:port` (as the library names it), `url` how to reach it.
+    /// `node` is the voter as the library names it (`host:port` for a master), `url` how to
+    /// reach it (a URL the library accepted).
     pub(crate) fn new(node: &str, url: &str) -> Self {
         Master {
             node: node.to_owned(),
-            url: url.to_owned(),
+            reach: Reach::parse(url),
         }
     }
 
-    /// The master as `host:port`.
+    /// The voter as the library names it: `host:port` for a master.
     pub(crate) fn node(&self) -> &str {
         &self.node
     }
@@ -34,14 +75,169 @@ impl Master {
     ///
     /// # Errors
     ///
-    /// Why the master cannot be used, on one line, without credentials.
-    pub(crate) async fn connect(&self) -> Result<MultiplexedConnection, String> {
-        let client = redis::Client::open(self.url.as_str()).map_err(|e| one_line(&e))?;
-        match tokio::time::timeout(REQUEST_TIMEOUT, client.get_multiplexed_async_connection()).await
-        {
+    /// Why the voter cannot be used, on one line, without credentials.
+    pub(crate) async fn connect(&self) -> Result<Conn, String> {
+        let reach = self.reach.as_ref().map_err(Clone::clone)?;
+        match tokio::time::timeout(REQUEST_TIMEOUT, reach.connect()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(one_line(&e)),
             Err(_) => Err(format!("no reply within {REQUEST_TIMEOUT:?}")),
+        }
+    }
+}
+
+impl Reach {
+    fn parse(url: &str) -> Result<Reach, String> {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        match scheme.to_ascii_lowercase().as_str() {
+            "redis+cluster" => {
+                let (login, hosts, _) = split(rest)?;
+                let seeds = hosts
+                    .iter()
+                    .map(|host| format!("redis://{login}{host}").into_connection_info())
+                    .collect::<redis::RedisResult<Vec<_>>>()
+                    .map_err(|e| one_line(&e))?;
+                let mut builder = ClusterClientBuilder::new(seeds.clone())
+                    .connection_timeout(REQUEST_TIMEOUT)
+                    .response_timeout(REQUEST_TIMEOUT)
+                    .retries(1);
+                if let Some(seed) = seeds.first() {
+                    let login = seed.redis_settings();
+                    if let Some(user) = login.username() {
+                        builder = builder.username(user);
+                    }
+                    if let Some(password) = login.password() {
+                        builder = builder.password(password);
+                    }
+                }
+                builder
+                    .build()
+                    .map(|client| Reach::Cluster(Box::new(client)))
+                    .map_err(|e| one_line(&e))
+            }
+            "redis+sentinel" | "redis-sentinel" => {
+                let (login, hosts, path) = split(rest)?;
+                let mut parts = path.trim_matches('/').split('/');
+                let master = parts.next().unwrap_or_default().to_owned();
+                let db = parts.next().filter(|db| !db.is_empty());
+                let sentinels = hosts
+                    .iter()
+                    .map(|host| {
+                        let host = match has_port(host) {
+                            true => (*host).to_owned(),
+                            false => format!("{host}:{SENTINEL_PORT}"),
+                        };
+                        format!("redis://{host}").into_connection_info()
+                    })
+                    .collect::<redis::RedisResult<Vec<_>>>()
+                    .map_err(|e| one_line(&e))?;
+                let db = db.map_or(String::new(), |db| format!("/{db}"));
+                let login = format!("redis://{login}localhost{db}")
+                    .into_connection_info()
+                    .map_err(|e| one_line(&e))?
+                    .redis_settings()
+                    .clone();
+                Ok(Reach::Sentinel {
+                    sentinels,
+                    master,
+                    login,
+                })
+            }
+            _ => Client::open(url)
+                .map(Reach::Direct)
+                .map_err(|e| one_line(&e)),
+        }
+    }
+
+    async fn connect(&self) -> redis::RedisResult<Conn> {
+        match self {
+            Reach::Direct(client) => client
+                .get_multiplexed_async_connection()
+                .await
+                .map(Conn::Master),
+            Reach::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            Reach::Sentinel {
+                sentinels,
+                master,
+                login,
+            } => {
+                let mut group = Sentinel::build(sentinels.clone())?;
+                let login =
+                    SentinelNodeConnectionInfo::default().set_redis_connection_info(login.clone());
+                group
+                    .async_master_for(master, Some(&login))
+                    .await?
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map(Conn::Master)
+            }
+        }
+    }
+}
+
+/// Splits `[user:password@]host[:port][,host[:port]...][/path]` into the user-info part (with
+/// its `@`, or empty), the hosts, and the path: the spelling of `redis+cluster://` and
+/// `redis+sentinel://` URLs.
+///
+/// # Errors
+///
+/// An empty host in the list.
+pub(crate) fn split(rest: &str) -> Result<(&str, Vec<&str>, &str), String> {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let (login, hosts) = match authority.rfind('@') {
+        Some(at) => authority.split_at(at + 1),
+        None => ("", authority),
+    };
+    let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
+    if hosts.iter().any(|h| h.is_empty()) {
+        return Err("an empty host in the list (host:port,host:port,...)".into());
+    }
+    Ok((login, hosts, path))
+}
+
+/// Whether `host` (`host[:port]`) names its port.
+fn has_port(host: &str) -> bool {
+    match host.rsplit_once(':') {
+        // An IPv6 address without a port has colons too: `[::1]` ends with its bracket.
+        Some((_, port)) => !host.ends_with(']') && port.parse::<u16>().is_ok(),
+        None => false,
+    }
+}
+
+/// A connection to one voter. Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// A master's own connection (a standalone master, or the one the Sentinels name).
+    Master(MultiplexedConnection),
+    /// A cluster's connection: each request goes to the primary of its key's slot.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Master(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Master(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Master(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
         }
     }
 }
@@ -52,7 +248,7 @@ impl Master {
 ///
 /// The server's error or the timeout, on one line.
 pub(crate) async fn request<T: redis::FromRedisValue>(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     cmd: &redis::Cmd,
 ) -> Result<T, String> {
     match tokio::time::timeout(REQUEST_TIMEOUT, cmd.query_async(conn)).await {
@@ -68,7 +264,7 @@ pub(crate) async fn request<T: redis::FromRedisValue>(
 ///
 /// As [`request`].
 pub(crate) async fn invoke<T: redis::FromRedisValue>(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     call: &redis::ScriptInvocation<'_>,
 ) -> Result<T, String> {
     match tokio::time::timeout(REQUEST_TIMEOUT, call.invoke_async(conn)).await {
@@ -83,20 +279,18 @@ pub(crate) const MAX_KEYS: usize = 100_000;
 
 /// The keys of type `kind` (`string`, `zset`) on `conn` matching the glob `pattern` (see
 /// [`glob_escape`]), at most [`MAX_KEYS`], found with `SCAN` (which a least-privilege ACL must
-/// grant: `+scan`).
+/// grant: `+scan`). On a cluster, every primary is scanned.
 ///
 /// # Errors
 ///
 /// The first request that failed (a `NOPERM` when the ACL does not grant `SCAN`), on one line.
 pub(crate) async fn scan(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     pattern: &str,
     kind: &str,
 ) -> Result<Vec<String>, String> {
-    let mut keys = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let scan = redis::cmd("SCAN")
+    let scan = |cursor: u64| {
+        redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
             .arg(pattern)
@@ -104,13 +298,62 @@ pub(crate) async fn scan(
             .arg(1000)
             .arg("TYPE")
             .arg(kind)
-            .clone();
-        let (next, batch): (u64, Vec<String>) = request(conn, &scan).await?;
-        keys.extend(batch);
-        cursor = next;
-        if cursor == 0 || keys.len() >= MAX_KEYS {
-            return Ok(keys);
+            .clone()
+    };
+    let mut keys = Vec::new();
+    let Conn::Cluster(cluster) = conn else {
+        let mut cursor = 0u64;
+        loop {
+            let (next, batch): (u64, Vec<String>) = request(conn, &scan(cursor)).await?;
+            keys.extend(batch);
+            cursor = next;
+            if cursor == 0 || keys.len() >= MAX_KEYS {
+                return Ok(keys);
+            }
         }
+    };
+    // Each primary has a cursor of its own: the first page from all of them at once, each
+    // reply under its primary's address, then each primary's next pages from it alone.
+    let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let first = routed(cluster, scan(0), all).await?;
+    let pages: Vec<(Value, Value)> = match first {
+        Value::Map(pages) => pages,
+        other => return Err(format!("SCAN on every primary: unexpected reply {other:?}")),
+    };
+    for (address, page) in pages {
+        let address: String = redis::from_redis_value(address).map_err(|e| one_line(&e))?;
+        let (mut cursor, batch): (u64, Vec<String>) =
+            redis::from_redis_value(page).map_err(|e| format!("{address}: {}", one_line(&e)))?;
+        keys.extend(batch);
+        let (host, port) = address
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
+            .ok_or_else(|| format!("a primary at {address:?}"))?;
+        while cursor != 0 && keys.len() < MAX_KEYS {
+            let there = SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port,
+            };
+            let page = routed(cluster, scan(cursor), RoutingInfo::SingleNode(there)).await?;
+            let (next, batch): (u64, Vec<String>) = redis::from_redis_value(page)
+                .map_err(|e| format!("{address}: {}", one_line(&e)))?;
+            keys.extend(batch);
+            cursor = next;
+        }
+    }
+    Ok(keys)
+}
+
+/// `cmd` sent where `routing` says on a cluster, bounded by [`REQUEST_TIMEOUT`].
+async fn routed(
+    cluster: &mut ClusterConnection,
+    cmd: Cmd,
+    routing: RoutingInfo,
+) -> Result<Value, String> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, cluster.route_command(cmd, routing)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(one_line(&e)),
+        Err(_) => Err(format!("no reply within {REQUEST_TIMEOUT:?}")),
     }
 }
 
@@ -126,12 +369,14 @@ pub(crate) fn glob_escape(text: &str) -> String {
     escaped
 }
 
-/// The slots of a semaphore on `key` that some master has a key for (`<key>:permit:<i>`,
-/// `exec --permits`), in order. Empty when none do, or when no master lets us look (an ACL
-/// without `+scan`).
-pub(crate) async fn permit_slots(masters: &[Master], key: &str) -> Vec<u32> {
-    let pattern = format!("{}:permit:*", glob_escape(key));
-    let prefix = format!("{key}:permit:");
+/// The slots of the semaphore `resource` under the key prefix `prefix` that some voter has a
+/// key for (its permits are the resources `<resource>:permit:<i>`, `exec --permits`, whose
+/// lock keys are `{<prefix><resource>:permit:<i>}`), in order. Empty when none do, or when no
+/// voter lets us look (an ACL without `+scan`).
+pub(crate) async fn permit_slots(masters: &[Master], prefix: &str, resource: &str) -> Vec<u32> {
+    let name = format!("{prefix}{resource}:permit:");
+    let pattern = format!("{{{}*}}", glob_escape(&name));
+    let start = format!("{{{name}");
     let found = futures::future::join_all(masters.iter().map(|master| {
         let pattern = &pattern;
         async move {
@@ -143,10 +388,12 @@ pub(crate) async fn permit_slots(masters: &[Master], key: &str) -> Vec<u32> {
     let mut slots: Vec<u32> = Vec::new();
     for (master, keys) in masters.iter().zip(found) {
         match keys {
-            Ok(keys) => slots.extend(
-                keys.iter()
-                    .filter_map(|k| k.strip_prefix(&prefix)?.parse::<u32>().ok()),
-            ),
+            Ok(keys) => slots.extend(keys.iter().filter_map(|k| {
+                k.strip_prefix(&start)?
+                    .strip_suffix('}')?
+                    .parse::<u32>()
+                    .ok()
+            })),
             Err(e) => tracing::debug!(node = master.node(), error = %e, "no look for permits"),
         }
     }
@@ -155,20 +402,35 @@ pub(crate) async fn permit_slots(masters: &[Master], key: &str) -> Vec<u32> {
     slots
 }
 
-/// The values of `keys` (strings) on `conn`, in one round trip, bounded by [`REQUEST_TIMEOUT`].
+/// The values of `keys` (strings) on `conn`, bounded by [`REQUEST_TIMEOUT`]: in one round trip
+/// on a master; on a cluster, each from the primary of its slot.
 ///
 /// # Errors
 ///
 /// As [`request`].
 pub(crate) async fn get_all(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     keys: &[String],
 ) -> Result<Vec<Option<String>>, String> {
-    let mut gets = redis::pipe();
-    for key in keys {
-        gets.cmd("GET").arg(key);
-    }
-    match tokio::time::timeout(REQUEST_TIMEOUT, gets.query_async(conn)).await {
+    let values = async {
+        match conn {
+            Conn::Master(conn) => {
+                let mut gets = redis::pipe();
+                for key in keys {
+                    gets.cmd("GET").arg(key);
+                }
+                gets.query_async(conn).await
+            }
+            Conn::Cluster(conn) => {
+                let gets = keys.iter().map(|key| {
+                    let mut conn = conn.clone();
+                    async move { redis::cmd("GET").arg(key).query_async(&mut conn).await }
+                });
+                futures::future::try_join_all(gets).await
+            }
+        }
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, values).await {
         Ok(Ok(values)) => Ok(values),
         Ok(Err(e)) => Err(one_line(&e)),
         Err(_) => Err(format!("no reply within {REQUEST_TIMEOUT:?}")),

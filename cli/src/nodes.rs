@@ -8,30 +8,30 @@ use crate::masters::Master;
 /// Where the masters are.
 #[derive(Debug, clap::Args)]
 pub(crate) struct NodesArg {
-    /// The independent Redis masters, comma-separated
-    /// (`redis://[user:password@]host:port[/db]`; `rediss://` for TLS).
+    /// The independent voters, comma-separated, each in one of three spellings:
+    /// `redis://[user:pass@]host:port[/db]` (a standalone master; `rediss://` for TLS),
+    /// `redis+cluster://host:port[,host:port...]` (a Redis Cluster, one voter),
+    /// `redis+sentinel://host[:26379][,host...]/<master-name>[/db]` (a Sentinel-managed master).
     #[arg(
         long,
         env = "QUORUMLOCK_NODES",
-        value_delimiter = ',',
         required = true,
-        value_parser = parse_url,
+        value_parser = parse_list,
         // `--help` would show the variable's value, passwords included.
         hide_env_values = true
     )]
     nodes: Vec<String>,
-    /// Prefix of every lock key (the key is the prefix plus the resource name).
+    /// Prefix of every lock key (a resource's key is `{<prefix><resource>}`).
     #[arg(long, env = "QUORUMLOCK_KEY_PREFIX", default_value = "")]
     key_prefix: String,
 }
 
 impl NodesArg {
-    /// The node URLs as given, without empty entries (a trailing comma).
+    /// The voter URLs as given, without empty entries (a trailing comma).
     pub(crate) fn urls(&self) -> Vec<&str> {
         self.nodes
             .iter()
-            .map(|u| u.trim())
-            .filter(|u| !u.is_empty())
+            .flat_map(|list| split_list(list))
             .collect()
     }
 
@@ -40,9 +40,10 @@ impl NodesArg {
         &self.key_prefix
     }
 
-    /// The Redis key of `resource`, as the library names it.
+    /// The Redis key of `resource`, as the library names it: `{<prefix><resource>}` (key
+    /// layout 2). Every other key of the resource is this key and a suffix.
     pub(crate) fn key(&self, resource: &str) -> String {
-        format!("{}{resource}", self.key_prefix)
+        quorumlock::resource_key(&self.key_prefix, resource)
     }
 
     /// A builder for these masters and key prefix.
@@ -78,11 +79,92 @@ pub(crate) async fn check(rl: &Redlock) -> Result<(), quorumlock::Error> {
     rl.connect().await.map(|_health| ())
 }
 
-/// Accepts a node URL, or says how to fix it: a missing scheme, a port out of range, anything
-/// else the Redis client cannot parse. A password in the URL is never echoed back.
+/// The schemes of a voter that is more than one server: its URL lists several hosts,
+/// comma-separated, inside the comma-separated list of voters.
+const TOPOLOGIES: [&str; 6] = [
+    "redis+cluster://",
+    "redis+sentinel://",
+    "redis-sentinel://",
+    "rediss+cluster://",
+    "rediss+sentinel://",
+    "rediss-sentinel://",
+];
+
+fn is_topology(url: &str) -> bool {
+    TOPOLOGIES.iter().any(|scheme| {
+        url.get(..scheme.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(scheme))
+    })
+}
+
+/// A comma-separated list of voters, split into their URLs: an entry without a scheme right
+/// after a `redis+cluster://` or `redis+sentinel://` URL whose path has not begun is one more
+/// host of that URL (`redis+cluster://a:7000,b:7000`); empty entries (a trailing comma) are
+/// dropped.
+fn split_list(list: &str) -> Vec<&str> {
+    let mut urls: Vec<&str> = Vec::new();
+    let mut start: Option<usize> = None;
+    let mut offset = 0;
+    for piece in list.split(',') {
+        let (at, end) = (offset, offset + piece.len());
+        offset = end + 1;
+        let trimmed = piece.trim();
+        let continues = !trimmed.is_empty()
+            && !trimmed.contains("://")
+            && !trimmed.starts_with("unix:")
+            && start.is_some_and(|s| {
+                // The URL so far, up to the comma before this entry.
+                let url = list[s..at - 1].trim_start();
+                is_topology(url) && !url.split_once("://").is_some_and(|(_, r)| r.contains('/'))
+            });
+        match (continues, start) {
+            (true, _) => {}
+            (false, Some(s)) => {
+                urls.push(list[s..at - 1].trim());
+                start = Some(at);
+            }
+            (false, None) => start = Some(at),
+        }
+    }
+    if let Some(s) = start {
+        urls.push(list[s..].trim());
+    }
+    urls.retain(|u| !u.is_empty());
+    urls
+}
+
+/// Accepts a comma-separated list of voter URLs (see [`split_list`]), or says how to fix the
+/// first wrong one.
+fn parse_list(text: &str) -> Result<String, String> {
+    for url in split_list(text) {
+        parse_url(url)?;
+    }
+    Ok(text.to_owned())
+}
+
+/// Accepts a voter URL, or says how to fix it: a missing scheme, a port out of range, anything
+/// else the Redis client cannot parse. A password in the URL is never echoed back. A cluster's
+/// or a Sentinel group's URL is checked for its hosts' ports here, and for the rest by the
+/// library.
 fn parse_url(text: &str) -> Result<String, String> {
     let text = text.trim();
     if text.is_empty() || text.starts_with("unix:") || text.starts_with("redis+unix:") {
+        return Ok(text.to_owned());
+    }
+    if is_topology(text) {
+        let (_, rest) = text.split_once("://").unwrap_or_default();
+        let (_, hosts, _) =
+            crate::masters::split(rest).map_err(|e| format!("{}: {e}", redact(text)))?;
+        for host in hosts {
+            if let Some((_, port)) = host.rsplit_once(':').filter(|_| !host.ends_with(']')) {
+                if !matches!(port.parse::<u16>(), Ok(p) if p > 0) {
+                    return Err(format!(
+                        "{}: port {port:?} is not a port number (1-65535)",
+                        redact(text)
+                    ));
+                }
+            }
+        }
         return Ok(text.to_owned());
     }
     let Some((_scheme, rest)) = text.split_once("://") else {
@@ -123,7 +205,37 @@ fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_url;
+    use super::{parse_list, parse_url, split_list};
+
+    #[test]
+    fn the_hosts_of_a_cluster_or_a_sentinel_group_stay_in_its_url() {
+        assert_eq!(
+            split_list("redis://a:1, redis+cluster://b:2,c:3 ,redis://d:4,"),
+            ["redis://a:1", "redis+cluster://b:2,c:3", "redis://d:4"]
+        );
+        assert_eq!(
+            split_list("redis+sentinel://:pw@s1,s2:26380/mymaster/2,redis://m:6379"),
+            [
+                "redis+sentinel://:pw@s1,s2:26380/mymaster/2",
+                "redis://m:6379"
+            ]
+        );
+        assert_eq!(split_list("redis://a:1,,b:2"), ["redis://a:1", "b:2"]);
+        assert_eq!(
+            split_list("redis+sentinel://s1/m,b:2"),
+            ["redis+sentinel://s1/m", "b:2"],
+            "no host after the master's name"
+        );
+        assert!(split_list(" , ").is_empty());
+        assert!(parse_list("redis+cluster://a:7000,b:7001").is_ok());
+        assert!(parse_list("redis-sentinel://a,b/m").is_ok());
+        let typo = parse_list("redis+cluster://:hunter2@a:7000,b:70010").unwrap_err();
+        assert!(typo.contains("\"70010\" is not a port"), "{typo}");
+        assert!(!typo.contains("hunter2"), "{typo}");
+        // After a standalone master, a host without a scheme is a mistake, not another host.
+        let missing = parse_list("redis://a:1,b:2").unwrap_err();
+        assert!(missing.contains("write redis://b:2"), "{missing}");
+    }
 
     #[test]
     fn a_url_without_a_scheme_gets_the_fix_and_hides_its_password() {

@@ -91,7 +91,7 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
 /// 75; `None` when no permit is held (or the masters do not let us look).
 async fn permits_held(rl: &Redlock, args: &StatusArgs) -> anyhow::Result<Option<ExitCode>> {
     let masters = args.nodes.masters(rl);
-    let slots = masters::permit_slots(&masters, &args.nodes.key(&args.resource)).await;
+    let slots = masters::permit_slots(&masters, args.nodes.key_prefix(), &args.resource).await;
     let mut held = Vec::new();
     for slot in slots {
         let name = format!("{}:permit:{slot}", args.resource);

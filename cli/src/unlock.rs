@@ -92,7 +92,7 @@ pub(crate) async fn run(args: UnlockArgs) -> anyhow::Result<ExitCode> {
         return unlock_readers(&args, &key, &reading).await;
     }
     if holding.is_empty() {
-        let slots = masters::permit_slots(&masters, &key).await;
+        let slots = masters::permit_slots(&masters, args.nodes.key_prefix(), &args.resource).await;
         if !slots.is_empty() {
             let names: Vec<String> = slots
                 .iter()

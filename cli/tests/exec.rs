@@ -180,7 +180,7 @@ fn bench_measures_cycles_against_the_given_masters_and_leaves_no_key() {
             .get_connection()
             .unwrap();
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg("quorumlock-bench:*")
+            .arg("{quorumlock-bench:*")
             .query(&mut conn)
             .unwrap();
         left.extend(keys);

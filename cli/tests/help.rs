@@ -60,6 +60,23 @@ fn help_never_shows_the_passwords_in_quorumlock_nodes() {
     assert!(!help.contains("hunter2"), "{help}");
 }
 
+#[test]
+fn every_command_on_the_masters_documents_the_three_spellings_of_a_voter() {
+    for command in ["exec", "elect", "bench", "status", "list", "unlock"] {
+        let out = quorumlock(&[command, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{command}: {out:?}");
+        for spelling in [
+            "redis://[user:pass@]host:port[/db]",
+            "redis+cluster://host:port[,host:port...]",
+            "redis+sentinel://host[:26379][,host...]/<master-name>[/db]",
+        ] {
+            assert!(help.contains(spelling), "{command}: no {spelling}: {help}");
+        }
+        assert!(help.contains("QUORUMLOCK_NODES"), "{command}: {help}");
+    }
+}
+
 /// The exit codes `--help` lists, as written in its first column ("75", "128+N").
 fn codes_in_help() -> Vec<String> {
     let out = quorumlock(&["--help"]);

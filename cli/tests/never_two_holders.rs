@@ -115,7 +115,7 @@ fn leaver(witness: &Witness, release: &std::path::Path, linger: bool) -> String 
     format!(
         "setsid sh -c 'echo $$ >> {pids}; {tick}' < /dev/null > /dev/null 2>&1 &\n\
          bash -c 'set -m; (echo $BASHPID >> {pids}; {tick}) < /dev/null > /dev/null 2>&1 &'\n\
-         while [ \"$(wc -l < {pids})\" -lt 2 ]; do sleep 0.01; done\n\
+         while [ \"$(cat {pids} 2>/dev/null | wc -l)\" -lt 2 ]; do sleep 0.01; done\n\
          echo \"A start\" >> {log}\n\
          {stay}",
         pids = pids.display(),
@@ -123,7 +123,8 @@ fn leaver(witness: &Witness, release: &std::path::Path, linger: bool) -> String 
     )
 }
 
-/// The pids `leaver` recorded.
+/// The pids `leaver` recorded. (Its command waits for both before it logs `A start`: the
+/// count reads 0, not an error that ends the wait, while the file does not exist yet.)
 fn left_behind(witness: &Witness) -> Vec<u32> {
     std::fs::read_to_string(witness.path("A.pids"))
         .unwrap_or_default()

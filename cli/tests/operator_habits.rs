@@ -169,7 +169,7 @@ fn unlock_deletes_a_read_held_lock_and_names_a_semaphores_permits() {
     assert_eq!(dry.status.code(), Some(0), "{}", text(&dry));
     assert!(stdout(&dry).contains("held by readers"), "{}", text(&dry));
     assert!(
-        stdout(&dry).contains("would delete catalog:readers"),
+        stdout(&dry).contains("would delete {catalog}:readers"),
         "{}",
         text(&dry)
     );

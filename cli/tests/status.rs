@@ -7,8 +7,18 @@ use std::process::{Child, Output};
 use std::time::Duration;
 
 use common::{exec, quorumlock, text, wait_for_file, Witness};
-use quorumlock_testkit::RedisNodes;
+use quorumlock_testkit::{RedisCluster, RedisNodes};
 use serde_json::Value;
+
+/// The lock key of `resource` (no key prefix): `{<resource>}`.
+fn key(resource: &str) -> String {
+    quorumlock::resource_key("", resource)
+}
+
+/// The holder description `exec` writes beside the lock of `resource`.
+fn holder_key(resource: &str) -> String {
+    format!("{}:holder", key(resource))
+}
 
 fn get(nodes: &RedisNodes, i: usize, key: &str) -> Option<String> {
     let mut conn = redis::Client::open(nodes[i].url())
@@ -20,8 +30,24 @@ fn get(nodes: &RedisNodes, i: usize, key: &str) -> Option<String> {
 
 /// An `exec` holding `resource` while its command waits for a file; returns once it runs.
 fn holding(nodes: &RedisNodes, witness: &Witness, resource: &str) -> Child {
-    let started = witness.path(&format!("{resource}.started"));
-    let child = exec(
+    holding_with(nodes, witness, resource, |_| {})
+}
+
+/// [`holding`], with the `exec` command adjusted by `adjust` first (its environment: other
+/// voters, a key prefix).
+fn holding_with(
+    nodes: &RedisNodes,
+    witness: &Witness,
+    resource: &str,
+    adjust: impl FnOnce(&mut std::process::Command),
+) -> Child {
+    // A file name for any resource name (`*`, `{`, `/`, ...).
+    let file: String = resource
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let started = witness.path(&format!("{file}.{}.started", resource.len()));
+    let mut cmd = exec(
         nodes,
         &["--resource", resource, "--ttl", "5s"],
         &format!(
@@ -29,9 +55,9 @@ fn holding(nodes: &RedisNodes, witness: &Witness, resource: &str) -> Child {
             started.display(),
             witness.path("done").display()
         ),
-    )
-    .spawn()
-    .unwrap();
+    );
+    adjust(&mut cmd);
+    let child = cmd.spawn().unwrap();
     assert!(wait_for_file(&started, Duration::from_secs(10)));
     child
 }
@@ -53,7 +79,7 @@ fn status_exits_0_when_free_75_when_held_69_without_a_quorum_and_names_the_holde
     assert!(common::wait_until(Duration::from_secs(5), || get(
         &nodes,
         0,
-        "job:holder"
+        &holder_key("job")
     )
     .is_some()));
     let held = quorumlock(&nodes).args(["status", "job"]).output().unwrap();
@@ -61,7 +87,7 @@ fn status_exits_0_when_free_75_when_held_69_without_a_quorum_and_names_the_holde
     assert_eq!(held.status.code(), Some(75), "{shown}");
     assert!(shown.contains(&format!("pid {}", holder.id())), "{shown}");
     assert!(shown.contains("running sh -c"), "{shown}");
-    let token = get(&nodes, 0, "job").unwrap();
+    let token = get(&nodes, 0, &key("job")).unwrap();
     assert!(!shown.contains(&token), "the token is never shown: {shown}");
 
     let report = quorumlock(&nodes)
@@ -82,7 +108,7 @@ fn status_exits_0_when_free_75_when_held_69_without_a_quorum_and_names_the_holde
     std::fs::write(witness.path("done"), "").unwrap();
     assert!(holder.wait().unwrap().success());
     // Released, and its description with it.
-    assert_eq!(get(&nodes, 0, "job:holder"), None);
+    assert_eq!(get(&nodes, 0, &holder_key("job")), None);
 
     nodes[0].kill().unwrap();
     nodes[1].kill().unwrap();
@@ -103,7 +129,7 @@ fn unlock_shows_what_it_would_delete_and_deletes_only_with_force() {
     assert!(common::wait_until(Duration::from_secs(5), || get(
         &nodes,
         0,
-        "stuck:holder"
+        &holder_key("stuck")
     )
     .is_some()));
 
@@ -117,14 +143,18 @@ fn unlock_shows_what_it_would_delete_and_deletes_only_with_force() {
         "a dry run is no failure: {}",
         text(&dry)
     );
-    assert!(text(&dry).contains("would delete stuck"), "{}", text(&dry));
+    assert!(
+        text(&dry).contains("would delete {stuck}"),
+        "{}",
+        text(&dry)
+    );
     assert!(
         text(&dry).contains(&format!("pid {}", holder.id())),
         "{}",
         text(&dry)
     );
     assert!(text(&dry).contains("--force"), "{}", text(&dry));
-    assert!(get(&nodes, 0, "stuck").is_some(), "nothing deleted");
+    assert!(get(&nodes, 0, &key("stuck")).is_some(), "nothing deleted");
 
     let forced = quorumlock(&nodes)
         .args(["unlock", "stuck", "--force"])
@@ -137,8 +167,8 @@ fn unlock_shows_what_it_would_delete_and_deletes_only_with_force() {
         text(&forced)
     );
     for i in 0..3 {
-        assert_eq!(get(&nodes, i, "stuck"), None);
-        assert_eq!(get(&nodes, i, "stuck:holder"), None);
+        assert_eq!(get(&nodes, i, &key("stuck")), None);
+        assert_eq!(get(&nodes, i, &holder_key("stuck")), None);
     }
     // The holder finds its token gone at its next renewal and stops its command at once.
     let out = holder.wait_with_output().unwrap();
@@ -158,7 +188,7 @@ fn list_shows_the_held_locks_under_a_prefix_with_their_holders() {
         .map(|r| holding(&nodes, &witness, r))
         .collect();
     assert!(common::wait_until(Duration::from_secs(5), || {
-        get(&nodes, 0, "billing:holder").is_some()
+        get(&nodes, 0, &holder_key("billing")).is_some()
     }));
 
     let all = quorumlock(&nodes).args(["list"]).output().unwrap();
@@ -193,4 +223,153 @@ fn list_shows_the_held_locks_under_a_prefix_with_their_holders() {
     }
     let none = quorumlock(&nodes).args(["list"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&none.stdout).trim(), "no locks");
+}
+
+#[test]
+fn list_matches_names_and_prefixes_with_glob_characters_and_braces_literally() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    let prefix = "k[1]:";
+    let under = |p: &'static str| {
+        move |cmd: &mut std::process::Command| {
+            cmd.env("QUORUMLOCK_KEY_PREFIX", p);
+        }
+    };
+    let holders: Vec<Child> = ["x*1", "xy1", "x{1}", "x}"]
+        .into_iter()
+        .map(|r| holding_with(&nodes, &witness, r, under(prefix)))
+        .chain([holding_with(&nodes, &witness, "x*2", under("k1:"))])
+        .collect();
+    let list = |args: &[&str]| {
+        let out = quorumlock(&nodes)
+            .args(["list", "--json", "--key-prefix", prefix])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let listed = json(&out);
+        let mut names: Vec<String> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["resource"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    // Every lock under the prefix `k[1]:` (keys `{k[1]:...}`), and no other prefix's.
+    assert_eq!(list(&[]), ["x*1", "xy1", "x{1}", "x}"]);
+    // `*` is a character of the name, not a pattern.
+    assert_eq!(list(&["--prefix", "x*"]), ["x*1"]);
+    assert_eq!(list(&["--prefix", "x{"]), ["x{1}"]);
+
+    std::fs::write(witness.path("done"), "").unwrap();
+    for mut holder in holders {
+        assert!(holder.wait().unwrap().success());
+    }
+}
+
+#[test]
+fn list_status_and_unlock_find_the_locks_on_a_redis_cluster_voter() {
+    let masters = RedisNodes::spawn(2).unwrap();
+    let cluster = RedisCluster::spawn(3, 0).unwrap();
+    // Two standalone masters and a cluster of three primaries: three voters.
+    let voters = format!("{},{}", masters.urls().join(","), cluster.url());
+    let on_voters = |cmd: &mut std::process::Command| {
+        cmd.env("QUORUMLOCK_NODES", &voters);
+    };
+    // Resources whose keys live on every primary of the cluster, so that listing them takes a
+    // SCAN of each.
+    let mut resources: Vec<String> = Vec::new();
+    let mut primaries = std::collections::BTreeSet::new();
+    for i in 0.. {
+        let resource = format!("reports:{i}");
+        let owner = cluster
+            .primary_for_key(quorumlock::resource_key("", &resource))
+            .unwrap();
+        if primaries.insert(owner) {
+            resources.push(resource);
+        }
+        if primaries.len() == 3 {
+            break;
+        }
+    }
+    let witness = Witness::new();
+    let holders: Vec<Child> = resources
+        .iter()
+        .map(|r| holding_with(&masters, &witness, r, on_voters))
+        .collect();
+
+    let listed = quorumlock(&masters)
+        .env("QUORUMLOCK_NODES", &voters)
+        .args(["list", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed));
+    let listed = json(&listed);
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["resource"].as_str().unwrap())
+        .collect();
+    let mut expected: Vec<&str> = resources.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    assert_eq!(names, expected, "{listed:#}\n{}", cluster.logs());
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["state"] == "held"),
+        "{listed:#}"
+    );
+
+    // status names the holder, whose description sits beside the lock on the cluster too.
+    let status = quorumlock(&masters)
+        .env("QUORUMLOCK_NODES", &voters)
+        .args(["status", "--json", &resources[0]])
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(75), "{}", text(&status));
+    assert_eq!(
+        json(&status)["holder"]["pid"],
+        holders[0].id(),
+        "{}",
+        text(&status)
+    );
+
+    // unlock --force deletes it on every voter, the cluster included.
+    let forced = quorumlock(&masters)
+        .env("QUORUMLOCK_NODES", &voters)
+        .args(["unlock", "--force", &resources[0]])
+        .output()
+        .unwrap();
+    assert_eq!(forced.status.code(), Some(0), "{}", text(&forced));
+    assert!(
+        text(&forced).contains("deleted on 3/3 masters"),
+        "{}",
+        text(&forced)
+    );
+    let owner = cluster
+        .primary_for_key(quorumlock::resource_key("", &resources[0]))
+        .unwrap();
+    let mut conn = redis::Client::open(cluster.nodes()[owner].url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let left: Option<String> = redis::cmd("GET")
+        .arg(quorumlock::resource_key("", &resources[0]))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, None);
+
+    // Its holder finds its token gone at its next renewal and stops its command.
+    let mut holders = holders.into_iter();
+    let unlocked = holders.next().unwrap().wait_with_output().unwrap();
+    assert_eq!(unlocked.status.code(), Some(76), "{}", text(&unlocked));
+    std::fs::write(witness.path("done"), "").unwrap();
+    for mut holder in holders {
+        assert!(holder.wait().unwrap().success());
+    }
 }

@@ -317,8 +317,7 @@ async fn warn_without_aof(masters: &[Master]) {
 /// starting at the same moment with different sizes are not caught.
 async fn check_permits(args: &ExecArgs, rl: &Redlock, permits: u32) -> anyhow::Result<()> {
     let masters = args.nodes.masters(rl);
-    let key = args.nodes.key(args.resource());
-    let slots = masters::permit_slots(&masters, &key).await;
+    let slots = masters::permit_slots(&masters, args.nodes.key_prefix(), args.resource()).await;
     if let Some(slot) = slots.iter().copied().find(|slot| *slot >= permits) {
         anyhow::bail!(
             "--permits {permits} does not match the holders of {:?}: slot {slot} is held, so \
@@ -328,7 +327,8 @@ async fn check_permits(args: &ExecArgs, rl: &Redlock, permits: u32) -> anyhow::R
         );
     }
     for slot in slots {
-        let holder = holder::read(&masters, &format!("{key}:permit:{slot}")).await;
+        let permit = format!("{}:permit:{slot}", args.resource());
+        let holder = holder::read(&masters, &args.nodes.key(&permit)).await;
         if let Some(theirs) = holder.and_then(|h| h.permits).filter(|k| *k != permits) {
             anyhow::bail!(
                 "--permits {permits} does not match the holders of {:?}: they use --permits \

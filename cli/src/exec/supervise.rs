@@ -120,7 +120,7 @@ pub(crate) async fn run(held: Held, cx: Context<'_>) -> anyhow::Result<Outcome> 
     };
     let holder = Holder::me(command, held.token().fingerprint(), cx.permits);
     let announcement = cx.announce_under.map(|prefix| {
-        let key = format!("{prefix}{}", held.resource());
+        let key = quorumlock::resource_key(&prefix, held.resource());
         Announcement::start(cx.masters, key, holder, cx.plan.ttl)
     });
     let outcome = match command {
