@@ -7,7 +7,7 @@ use std::process::{Child, Output};
 use std::time::Duration;
 
 use common::{exec, quorumlock, text, wait_for_file, Witness};
-use quorumlock_testkit::{RedisCluster, RedisNodes};
+use quorumlock_testkit::{RedisCluster, RedisNodes, SentinelGroup};
 use serde_json::Value;
 
 /// The lock key of `resource` (no key prefix): `{<resource>}`.
@@ -372,4 +372,41 @@ fn list_status_and_unlock_find_the_locks_on_a_redis_cluster_voter() {
     for mut holder in holders {
         assert!(holder.wait().unwrap().success());
     }
+}
+
+#[test]
+fn status_and_unlock_reach_the_master_a_sentinel_group_names() {
+    let masters = RedisNodes::spawn(2).unwrap();
+    let group = SentinelGroup::spawn(1, 3).unwrap();
+    let voters = format!("{},{}", masters.urls().join(","), group.url());
+    let witness = Witness::new();
+    let holder = holding_with(&masters, &witness, "nightly", |cmd| {
+        cmd.env("QUORUMLOCK_NODES", &voters);
+    });
+    // The holder's description, written beside the lock on the master the Sentinels name, is
+    // read back from there.
+    let status = quorumlock(&masters)
+        .env("QUORUMLOCK_NODES", &voters)
+        .args(["status", "--json", "nightly"])
+        .output()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(75), "{}", text(&status));
+    assert_eq!(
+        json(&status)["holder"]["pid"],
+        holder.id(),
+        "{}",
+        text(&status)
+    );
+    let forced = quorumlock(&masters)
+        .env("QUORUMLOCK_NODES", &voters)
+        .args(["unlock", "--force", "nightly"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&forced).contains("deleted on 3/3 masters"),
+        "{}",
+        text(&forced)
+    );
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(76), "{}", text(&out));
 }
