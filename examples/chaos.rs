@@ -39,7 +39,7 @@ async fn main() -> ExitCode {
     }
 
     println!(
-        "quorumlock chaos suite, {} version ({}+ acquisitions per safety scenario), 5 masters (22-23: 3 primaries with a replica each)",
+        "quorumlock chaos suite, {} version ({}+ acquisitions per safety scenario), 5 masters (22-23: 3 primaries with a replica each; 24-27: 3 Cluster, Sentinel or mixed voters)",
         if length == Length::Short {
             "short"
         } else {

@@ -378,7 +378,10 @@ impl RedlockBuilder {
     /// certificates (with the `tls` feature).
     fn target(&self, url: &str) -> Result<Target, String> {
         #[cfg(feature = "tls")]
-        if url.get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://")) {
+        if url
+            .get(..9)
+            .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+        {
             let info = url.into_connection_info().map_err(|e| e.to_string())?;
             // rustls needs a process-wide crypto provider; install ours unless the application
             // already chose one (then this does nothing).

@@ -310,7 +310,9 @@ impl Keys {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         if let Some(groups) = by_slot::groups(self, node) {
-            let answers = by_slot::each(&groups, |g| g.keys.release_on(node, token, hand_off, timeout));
+            let answers = by_slot::each(&groups, |g| {
+                g.keys.release_on(node, token, hand_off, timeout)
+            });
             return by_slot::all_ok(answers.await).map(|released| released.contains(&true));
         }
         match self {
@@ -348,7 +350,8 @@ impl Keys {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         if let Some(groups) = by_slot::groups(self, node) {
-            let answers = by_slot::each(&groups, |g| g.keys.extend_on(node, token, ttl_ms, timeout));
+            let answers =
+                by_slot::each(&groups, |g| g.keys.extend_on(node, token, ttl_ms, timeout));
             return by_slot::all_ok(answers.await).map(|renewed| !renewed.contains(&false));
         }
         match self {
@@ -395,7 +398,9 @@ impl Keys {
         if let Some(groups) = by_slot::groups(self, node) {
             let answers = by_slot::each(&groups, |g| async move {
                 let fences = g.fences(fences);
-                g.keys.raise_fence_on(node, token, &fences, grace_ms, timeout).await
+                g.keys
+                    .raise_fence_on(node, token, &fences, grace_ms, timeout)
+                    .await
             });
             return by_slot::all_ok(answers.await).map(|raised| !raised.contains(&false));
         }
@@ -608,4 +613,3 @@ pub(crate) fn line_key(key: &str) -> String {
 pub(crate) fn leases_key(key: &str) -> String {
     format!("{key}{LEASES_SUFFIX}")
 }
-

@@ -15,18 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{
-    Cmd, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation,
-    ServerErrorKind,
-};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation, ServerErrorKind};
 
 use crate::durability::Durability;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
+use conn::Conn;
 use health::{Health, TIMEOUTS_BEFORE_UNRESPONSIVE};
 pub(crate) use layout::marker_key;
 pub use layout::{resource_key, KEY_LAYOUT, LAYOUT_MARKER};
-use conn::Conn;
 use link::{Link, NotOpened};
 pub(crate) use subscription::Subscriber;
 pub(crate) use target::Target;

@@ -221,7 +221,12 @@ async fn a_lock_whose_slot_moves_while_held_is_released_once_the_move_ends_and_t
         .map(|i| format!("other-{i}"))
         .find(|r| quorumlock_testkit::key_slot(quorumlock::resource_key("", r)) != slot)
         .unwrap();
-    rl.acquire(&other, TTL).await.unwrap().release().await.unwrap();
+    rl.acquire(&other, TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let releasing = tokio::spawn(async move { lock.release().await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     cluster.finish_migration(migration).unwrap();

@@ -14,10 +14,7 @@ use crate::durability::{self, Durability};
 /// # Errors
 ///
 /// The connection's error, or the refusal, naming what the master lacks.
-pub(super) async fn check(
-    conn: &Conn,
-    durability: Durability,
-) -> Result<(), RedisError> {
+pub(super) async fn check(conn: &Conn, durability: Durability) -> Result<(), RedisError> {
     if !durability.waits() {
         return Ok(());
     }

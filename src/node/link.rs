@@ -117,7 +117,6 @@ impl Link {
         }
     }
 
-
     /// The open connection; or the attempt under way, joined; or a new attempt, bounded by the
     /// connect timeout. While a failed attempt's backoff runs, fails at once with that
     /// attempt's error, unless `patient`: then it waits the backoff out and tries again (the
@@ -298,11 +297,7 @@ async fn check_durability(
 /// Marks the master with this client's key layout where it has none, and fails the connection
 /// when it is marked with another. A server that refuses the marker commands (an ACL that does
 /// not cover the marker key) is used unchecked, with a warning.
-async fn check_layout(
-    conn: &Conn,
-    marker: &str,
-    node: &str,
-) -> Result<(), RedisError> {
+async fn check_layout(conn: &Conn, marker: &str, node: &str) -> Result<(), RedisError> {
     match layout::mark(conn, marker).await {
         Ok(Marked::Same) => Ok(()),
         Ok(Marked::Other(theirs)) => {

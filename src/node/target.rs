@@ -207,7 +207,10 @@ impl Target {
             login,
         } = self
         else {
-            return Err(RedisError::from((ErrorKind::Client, "not a Sentinel group")));
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "not a Sentinel group",
+            )));
         };
         let mut group = Sentinel::build(sentinels.clone())?;
         let login = SentinelNodeConnectionInfo::default()
