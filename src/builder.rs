@@ -210,7 +210,7 @@ impl RedlockBuilder {
 
     /// Gives every lock a fencing token ([`Lock::fencing_token`](crate::Lock::fencing_token)),
     /// strictly increasing across successive holders of a resource. It keeps a counter per
-    /// resource under the key `<prefix><resource>:fence`, which lasts
+    /// resource under the key `{<prefix><resource>}:fence`, which lasts
     /// [`fence_grace`](Self::fence_grace) after the resource's last grant; a token is one above
     /// the counter and never below the master's clock in seconds times a million, so a token
     /// issued after the counter expired is still greater. It needs nodes that keep their data
@@ -284,7 +284,8 @@ impl RedlockBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] when no node is given, a URL does not parse (the error names it, with
-    /// any password hidden), the same node is listed twice, the drift factor is outside `[0, 1)`,
+    /// any password hidden), durable votes are asked of a cluster voter, the same node (or
+    /// cluster seed, or Sentinel master) is listed twice, the drift factor is outside `[0, 1)`,
     /// or a timeout is zero.
     pub fn build(self) -> Result<Redlock, Error> {
         if self.urls.is_empty() {
@@ -362,8 +363,22 @@ impl RedlockBuilder {
 }
 
 impl Redlock {
-    /// Starts configuring a client for these node URLs (`redis://[user:password@]host:port[/db]`).
-    /// List each independent master once; use an odd count (3, 5, 7).
+    /// Starts configuring a client for these voter URLs, each one vote: a standalone master
+    /// (`redis://[user:password@]host:port[/db]`), a Redis Cluster
+    /// (`redis+cluster://[user:password@]host:port[,host:port…]`) or a Sentinel-managed master
+    /// (`redis+sentinel://[user:password@]host[:26379][,host…]/<master-name>[/db]`). List each
+    /// independent voter once; use an odd count (3, 5, 7).
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), quorumlock::Error> {
+    /// let rl = quorumlock::Redlock::builder([
+    ///     "redis+cluster://10.0.1.1:6379,10.0.1.2:6379",
+    ///     "redis+sentinel://10.0.2.1,10.0.2.2,10.0.2.3/locks",
+    ///     "redis://10.0.3.1:6379",
+    /// ])
+    /// .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn builder<I, S>(urls: I) -> RedlockBuilder
     where
         I: IntoIterator<Item = S>,

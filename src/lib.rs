@@ -38,6 +38,17 @@
 //! Release is compare-and-delete and extend is compare-and-`PEXPIRE`, both by Lua script, so a
 //! holder whose lease ran out never touches the next holder's key.
 //!
+//! # Voters
+//!
+//! Each URL is one voter, and kinds mix freely: `redis://host:port` (a standalone master;
+//! `rediss://` with the `tls` feature), `redis+cluster://host:port[,host:port…]` (a whole Redis
+//! Cluster: requests go to the primary of the resource's slot, `MOVED` and `ASK` are followed),
+//! `redis+sentinel://host[:26379][,host…]/<master-name>[/db]` (the master a Sentinel group
+//! names, followed through a failover). Every key and channel of a resource shares the hash tag
+//! `{<prefix><resource>}` ([`resource_key`]), so a resource lives in one slot of a cluster. The
+//! rule on lost keys below counts voters: a failover inside one (a shard's primary, a
+//! Sentinel-managed master, replaced by a replica without the key) is that voter losing it.
+//!
 //! # Guarantees, and what they assume
 //!
 //! At most one holder's validity window is open at a time for a resource, **while**:
@@ -77,7 +88,7 @@
 //! After an attempt finds the resource held, [`Redlock::acquire`] takes a place in the
 //! resource's line on every node, ordered by arrival and shared by every client. The holder's
 //! release reserves the key for the first waiter in line and publishes that waiter's id on
-//! `<prefix><resource>:released:<client>`, the channel of that waiter's client; only that
+//! `{<prefix><resource>}:released:<client>`, the channel of that waiter's client (sharded pub/sub); only that
 //! waiter attempts, once a quorum of nodes has announced the hand-off. Waiting is bounded by the
 //! [acquire timeout](RedlockBuilder::acquire_timeout) ([`DEFAULT_ACQUIRE_TIMEOUT`]). The line
 //! decides who tries, never who holds: a lock still needs a quorum of grants within its
@@ -143,7 +154,7 @@
 //! | layer | modules | what they hold |
 //! |---|---|---|
 //! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `telemetry`, `durability`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, metrics, what confirms a durable vote, who a hand-off wakes |
-//! | L1 | `scripts`, `node`, `node::health`, `node::layout`, `node::link`, `node::standalone`, `node::durable`, `node::conn`, `node::target`, `node::subscription`, `keys`, `keys::by_slot` | one master: its connection, its health, its key layout marker, the checks at connect (no cluster node, durable votes possible), the scripts and the requests on a lock's keys |
+//! | L1 | `scripts`, `node`, `node::health`, `node::layout`, `node::link`, `node::standalone`, `node::durable`, `node::conn`, `node::target`, `node::subscription`, `keys`, `keys::by_slot` | one voter: what it is (a master, a cluster, a Sentinel group) and its connection, its health, its key layout marker, the checks at connect (no cluster node as a master, durable votes possible), its wake-up subscriptions, the scripts and the requests on a lock's keys (one hash tag at a time on a cluster) |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
 //! | L4 | `hold`, `many`, `inspect`, `semaphore`, `reentrant`, `rwlock`, `election` | features built on the client |

@@ -126,11 +126,12 @@ impl Redlock {
     }
 
     /// Connects to every node now, instead of on first use, and checks that no server is listed
-    /// twice under different names (by its `run_id`).
+    /// twice under different names (by its `run_id`), nor one Redis Cluster (by its nodes' ids).
     ///
     /// # Errors
     ///
-    /// [`ConfigError::DuplicateNode`] when two nodes report the same `run_id`;
+    /// [`ConfigError::DuplicateNode`] when two nodes report the same `run_id`, or are nodes of
+    /// one cluster;
     /// [`Error::Unavailable`] when fewer than a quorum answer. A minority down is not an error:
     /// it is reported in [`Health::unreachable`].
     ///
