@@ -99,13 +99,19 @@ async fn acquire_many_over_slots_of_cluster_voters_is_all_or_nothing_per_voter()
     let other = client(&urls[..1]);
     let blocker = other.acquire(names[1], TTL).await.unwrap();
     let many = rl.acquire_many(&names, TTL).await.unwrap();
-    assert_eq!(
-        keys_in(&clusters[0]),
-        BTreeSet::from([quorumlock::resource_key("", names[1])]),
-        "the refusing voter kept none of its partial grant"
+    // acquire_many returns at the quorum: the refusing voter may answer (and give back its
+    // partial grant) just after, and the last granting voter's keys land just after too.
+    let blocked = BTreeSet::from([quorumlock::resource_key("", names[1])]);
+    assert!(
+        eventually(|| keys_in(&clusters[0]) == blocked).await,
+        "the refusing voter kept some of its partial grant: {:?}",
+        keys_in(&clusters[0])
     );
     for cluster in &clusters[1..] {
-        assert_eq!(keys_in(cluster).len(), 3, "every key on a granting voter");
+        assert!(
+            eventually(|| keys_in(cluster).len() == 3).await,
+            "every key on a granting voter"
+        );
     }
     many.release().await.unwrap();
     for cluster in &clusters[1..] {
