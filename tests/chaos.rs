@@ -38,7 +38,7 @@ async fn survives(scenario: Scenario) {
     assert_eq!(run.violations, 0, "the checker found violations:\n{run}");
     assert!(run.passed(), "a scenario check failed:\n{run}");
     if scenario.expects_success() {
-        assert!(run.acquisitions >= Length::Short.target(), "{run}");
+        assert!(run.acquisitions >= scenario.target(Length::Short), "{run}");
     } else {
         assert_eq!(run.acquisitions, 0, "{run}");
     }

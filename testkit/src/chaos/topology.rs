@@ -50,7 +50,7 @@ const LONG_HOLD: std::ops::RangeInclusive<Duration> =
 /// The negative control's long holds: long enough that two failovers at once, on a loaded
 /// machine, still fall inside one.
 const CONTROL_LONG_HOLD: std::ops::RangeInclusive<Duration> =
-    Duration::from_millis(1_200)..=Duration::from_millis(2_200);
+    Duration::from_millis(2_000)..=Duration::from_millis(2_800);
 const LONG_HOLD_ONE_IN: u32 = 10;
 /// How long a replica stays frozen at most, waiting for its primary to take a grant it will
 /// lose (a long hold's, at best).
@@ -134,7 +134,7 @@ impl Voter {
         rng: &mut StdRng,
         shared: &Shared,
         control: bool,
-    ) -> io::Result<(&'static str, usize)> {
+    ) -> io::Result<(&'static str, Vec<String>)> {
         let key = quorumlock::resource_key("", resource);
         self.recover()?;
         match self {
@@ -149,7 +149,7 @@ impl Voter {
                     rng.random_range(Duration::from_millis(20)..=Duration::from_millis(300)),
                 );
                 cluster.finish_migration(migration)?;
-                Ok(("a cluster slot moved while held", 0))
+                Ok(("a cluster slot moved while held", Vec::new()))
             }
             Voter::Cluster(cluster) => {
                 let lost = lossy_cluster_failover(cluster, &key, shared)?;
@@ -160,7 +160,7 @@ impl Voter {
                 Ok(("a Sentinel master failed over, losing writes", lost))
             }
             Voter::Master(master) => {
-                let lost = usize::from(get(&master.url(), &key).is_some());
+                let lost = get(&master.url(), &key).into_iter().collect();
                 master.kill()?;
                 std::thread::sleep(TTL);
                 master.restart()?;
@@ -218,12 +218,13 @@ fn wait_for_unreplicated_grant(
     }
 }
 
-/// How many of `fresh` (key, token) the promoted primary at `url` lacks.
-fn lost(url: &str, fresh: &HashMap<String, String>) -> usize {
+/// The tokens of `fresh` (key, token) the promoted primary at `url` lacks.
+fn lost(url: &str, fresh: &HashMap<String, String>) -> Vec<String> {
     fresh
         .iter()
         .filter(|(key, token)| get(url, key).as_ref() != Some(*token))
-        .count()
+        .map(|(_, token)| token.clone())
+        .collect()
 }
 
 /// Fails the shard that serves `key` over to its replica, frozen (`SIGSTOP`) until the primary
@@ -233,7 +234,7 @@ fn lossy_cluster_failover(
     cluster: &mut RedisCluster,
     key: &str,
     shared: &Shared,
-) -> io::Result<usize> {
+) -> io::Result<Vec<String>> {
     cluster.wait_settled()?;
     let slot = key_slot(key);
     let primary = cluster.primary_for_slot(slot)?;
@@ -268,7 +269,7 @@ fn lossy_cluster_failover(
 }
 
 /// As [`lossy_cluster_failover`], for the master of a Sentinel group.
-fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Result<usize> {
+fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Result<Vec<String>> {
     group.wait_settled()?;
     let primary = group.primary()?;
     let Some(replica) = (0..group.servers().len()).find(|i| *i != primary) else {
@@ -325,12 +326,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         control,
         ..Shared::default()
     });
-    // The negative control needs faults, not throughput: its long holds make acquisitions
-    // slow, and a quarter of the target shows enough of them.
-    let target = match control {
-        true => length.target() / 4,
-        false => length.target(),
-    };
+    let target = scenario.target(length);
     let time_limit = match length {
         Length::Short => Duration::from_secs(240),
         Length::Long => Duration::from_secs(1_500),
@@ -372,7 +368,8 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     let min_faults = min_faults(length, control);
     while (shared.acquisitions.load(Ordering::Relaxed) < target
         || shared.faults.load(Ordering::Relaxed) < min_faults
-        || shared.lost.load(Ordering::Relaxed) == 0)
+        || shared.lost.load(Ordering::Relaxed) == 0
+        || (control && shared.lost_on_both.load(Ordering::Relaxed) < min_faults))
         && started.elapsed() < time_limit
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -400,6 +397,14 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             "failovers lost grants their replicas never got",
             lost > 0,
             format!("{lost} grants lost with their primary"),
+        ),
+        Check::new(
+            "the negative control lost a grant on both struck voters",
+            !control || shared.lost_on_both.load(Ordering::Relaxed) >= min_faults,
+            format!(
+                "{} rounds (at least {min_faults})",
+                shared.lost_on_both.load(Ordering::Relaxed)
+            ),
         ),
         Check::new(
             "every kind of fault of these voters struck",
@@ -450,6 +455,8 @@ struct Shared {
     faults: AtomicUsize,
     /// Grants the faults lost so far: a run goes on until one has been.
     lost: AtomicUsize,
+    /// Rounds of the negative control that lost one grant on both struck voters.
+    lost_on_both: AtomicUsize,
     acquisitions: AtomicUsize,
     failures: AtomicUsize,
     latencies: Mutex<Vec<Duration>>,
@@ -593,10 +600,23 @@ async fn strike(
                 crate::mutex::lock(&voter).strike(&resource, &mut rng, &shared, control)
             }));
         }
+        let mut lost_here: Vec<Vec<String>> = Vec::new();
         for done in futures::future::join_all(strikes).await {
             let (kind, lost) = done?;
-            shared.lost.fetch_add(lost, Ordering::Relaxed);
-            log.push(Struck { kind, lost });
+            shared.lost.fetch_add(lost.len(), Ordering::Relaxed);
+            lost_here.push(lost.clone());
+            log.push(Struck {
+                kind,
+                lost: lost.len(),
+            });
+        }
+        // The negative control's round counts once a grant was lost on both struck voters: a
+        // lock that then has its key on one voter alone, which a client (the prober, next, or
+        // any other) can take beside its holder while the hold lasts.
+        if let [first, second] = lost_here.as_slice() {
+            if first.iter().any(|token| second.contains(token)) {
+                shared.lost_on_both.fetch_add(1, Ordering::Relaxed);
+            }
         }
         history.heal(fault);
         shared.faults.fetch_add(1, Ordering::Relaxed);
