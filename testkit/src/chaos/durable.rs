@@ -18,19 +18,19 @@
 //!   replica acknowledged it, so a frozen voter's grants never count, and what counted is on the
 //!   promoted replica. 0 violations.
 
-use std::collections::HashSet;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorumlock::{Durability, Redlock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::contenders::{contend, Contention, Holds};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::failover::{blocking, Pair};
-use crate::{History, Op, Releasing};
+use crate::History;
 
 const VOTERS: usize = 3;
 const CLIENTS: usize = 16;
@@ -63,13 +63,16 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     let urls: Vec<String> = pairs.iter().map(|p| p.vip.url()).collect();
     let history = Arc::new(History::new());
     let shared = Arc::new(Shared {
-        stop: AtomicBool::new(false),
         rounds_struck: AtomicUsize::new(0),
-        acquisitions: AtomicUsize::new(0),
-        failures: AtomicUsize::new(0),
-        latencies: Mutex::new(Vec::new()),
-        long_holds: Mutex::new(HashSet::new()),
+        clients: Arc::default(),
     });
+    let holds = Holds {
+        resources: RESOURCES,
+        ttl: TTL,
+        short: SHORT_HOLD,
+        long: LONG_HOLD,
+        long_one_in: LONG_HOLD_ONE_IN,
+    };
     let target = length.target();
     let time_limit = match length {
         Length::Short => Duration::from_secs(150),
@@ -92,8 +95,9 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             rl,
             client,
             rng,
+            holds.clone(),
             Arc::clone(&history),
-            Arc::clone(&shared),
+            Arc::clone(&shared.clients),
         )));
     }
 
@@ -104,20 +108,20 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         Arc::clone(&shared),
     ));
     let min_rounds = min_rounds(length);
-    while (shared.acquisitions.load(Ordering::Relaxed) < target
+    while (shared.clients.acquisitions.load(Ordering::Relaxed) < target
         || shared.rounds_struck.load(Ordering::Relaxed) < min_rounds)
         && started.elapsed() < time_limit
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    shared.stop.store(true, Ordering::Relaxed);
+    shared.clients.stop.store(true, Ordering::Relaxed);
     for client in clients {
         let _ = client.await;
     }
     let rounds = driver.await.map_err(io::Error::other)??;
 
     let report = history.check();
-    let mut latencies = std::mem::take(&mut *crate::mutex::lock(&shared.latencies));
+    let mut latencies = std::mem::take(&mut *crate::mutex::lock(&shared.clients.latencies));
     let (p50, p99) = percentiles(&mut latencies);
     let lost: usize = rounds.iter().map(|r| r.keys_lost).sum();
     let struck = rounds.iter().filter(|r| r.struck).count();
@@ -140,8 +144,8 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         scenario,
         seed,
         length,
-        acquisitions: shared.acquisitions.load(Ordering::Relaxed),
-        failures: shared.failures.load(Ordering::Relaxed),
+        acquisitions: shared.clients.acquisitions.load(Ordering::Relaxed),
+        failures: shared.clients.failures.load(Ordering::Relaxed),
         violations: report.violations.len(),
         p50,
         p99,
@@ -160,59 +164,10 @@ fn min_rounds(length: Length) -> usize {
 }
 
 struct Shared {
-    stop: AtomicBool,
     /// Rounds whose failovers struck a grant on both voters.
     rounds_struck: AtomicUsize,
-    acquisitions: AtomicUsize,
-    failures: AtomicUsize,
-    latencies: Mutex<Vec<Duration>>,
-    /// Tokens of the locks held long right now: the fault driver strikes them first.
-    long_holds: Mutex<HashSet<String>>,
-}
-
-/// One client: acquire a random resource, hold it (see [`SHORT_HOLD`]), release; every step
-/// recorded in the history.
-async fn contend(
-    rl: Redlock,
-    client: usize,
-    mut rng: StdRng,
-    history: Arc<History>,
-    shared: Arc<Shared>,
-) {
-    while !shared.stop.load(Ordering::Relaxed) {
-        let resource = format!("ledger-{}", rng.random_range(0..RESOURCES));
-        let start = Instant::now();
-        match rl.acquire(&resource, TTL).await {
-            Ok(lock) => {
-                let end = Instant::now();
-                history.record(Op::acquired(client, start, end, &lock));
-                shared.acquisitions.fetch_add(1, Ordering::Relaxed);
-                crate::mutex::lock(&shared.latencies).push(end - start);
-                if rng.random_ratio(1, LONG_HOLD_ONE_IN) {
-                    let token = lock.token().expose().to_owned();
-                    crate::mutex::lock(&shared.long_holds).insert(token.clone());
-                    tokio::time::sleep(rng.random_range(LONG_HOLD)).await;
-                    crate::mutex::lock(&shared.long_holds).remove(&token);
-                } else {
-                    tokio::time::sleep(rng.random_range(Duration::ZERO..=SHORT_HOLD)).await;
-                }
-                let releasing = Releasing::start(&lock);
-                let result = lock.release().await;
-                history.record(releasing.finished(client, &result));
-            }
-            Err(e) => {
-                history.record(Op::acquire_failed(
-                    client,
-                    &resource,
-                    start,
-                    Instant::now(),
-                    &e,
-                ));
-                shared.failures.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    }
+    /// The clients' (see `contenders`); the fault driver strikes their long holds first.
+    clients: Arc<Contention>,
 }
 
 /// One round of the fault driver.
@@ -236,7 +191,7 @@ async fn fail_over_in_pairs(
     shared: Arc<Shared>,
 ) -> io::Result<Vec<Round>> {
     let mut rounds = Vec::new();
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.clients.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(rng.random_range(800..=1_600))).await;
         let first = rng.random_range(0..VOTERS);
         let second = (first + rng.random_range(1..VOTERS)) % VOTERS;
@@ -257,8 +212,8 @@ async fn fail_over_in_pairs(
                 let on_both: Vec<&String> =
                     lost[0].iter().filter(|t| lost[1].contains(*t)).collect();
                 let held_long = {
-                    let long = crate::mutex::lock(&long_holds.long_holds);
-                    on_both.iter().any(|t| long.contains(*t))
+                    let long = crate::mutex::lock(&long_holds.clients.long_holds);
+                    on_both.iter().any(|t| long.contains_key(*t))
                 };
                 let waited = frozen_at.elapsed();
                 if held_long || (!on_both.is_empty() && waited >= LONGEST_FREEZE / 2) {
@@ -311,7 +266,7 @@ fn tokens_only_on_the_primary(pair: &Pair) -> Vec<String> {
         crate::chaos::direct(server.addr(), Duration::from_millis(500), |c| {
             let mut mget = redis::cmd("MGET");
             for r in 0..RESOURCES {
-                mget.arg(quorumlock::resource_key("", &format!("ledger-{r}")));
+                mget.arg(quorumlock::resource_key("", &Holds::resource(r)));
             }
             mget.query(c)
         })

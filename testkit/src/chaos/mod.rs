@@ -57,6 +57,7 @@ mod workload;
 mod engine;
 
 // Workloads, fault drivers and the scenarios that wire them into the engine.
+mod contenders;
 mod durable;
 mod election;
 mod line;

@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,7 @@ use quorumlock::Redlock;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::contenders::{contend, Contention, Holds};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::cluster::{key_slot, RedisClusterBuilder};
 use crate::failover::blocking;
@@ -185,7 +186,7 @@ fn get(url: &str, key: &str) -> Option<String> {
 /// the token it holds there now.
 fn tokens(url: &str, serves: impl Fn(&str) -> bool) -> HashMap<String, String> {
     (0..RESOURCES)
-        .map(|r| quorumlock::resource_key("", &format!("ledger-{r}")))
+        .map(|r| quorumlock::resource_key("", &Holds::resource(r)))
         .filter(|key| serves(key))
         .filter_map(|key| get(url, &key).map(|token| (key, token)))
         .collect()
@@ -207,7 +208,7 @@ fn wait_for_unreplicated_grant(
             .filter(|(key, token)| before.get(key) != Some(token))
             .collect();
         let long = {
-            let holds = crate::mutex::lock(&shared.long_holds);
+            let holds = crate::mutex::lock(&shared.clients.long_holds);
             fresh.values().any(|token| holds.contains_key(token))
         };
         let waited = frozen.elapsed();
@@ -243,7 +244,7 @@ fn lossy_cluster_failover(
     };
     let mut owner = HashMap::new();
     for r in 0..RESOURCES {
-        let key = quorumlock::resource_key("", &format!("ledger-{r}"));
+        let key = quorumlock::resource_key("", &Holds::resource(r));
         owner.insert(key.clone(), cluster.primary_for_slot(key_slot(&key))?);
     }
     let serves = move |key: &str| owner.get(key) == Some(&primary);
@@ -322,10 +323,17 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     let voters: Vec<Voter> = voters;
     let urls: Vec<String> = voters.iter().map(Voter::url).collect();
     let history = Arc::new(History::new());
-    let shared = Arc::new(Shared {
-        control,
-        ..Shared::default()
-    });
+    let shared = Arc::new(Shared::default());
+    let holds = Holds {
+        resources: RESOURCES,
+        ttl: TTL,
+        short: SHORT_HOLD,
+        long: match control {
+            true => CONTROL_LONG_HOLD,
+            false => LONG_HOLD,
+        },
+        long_one_in: LONG_HOLD_ONE_IN,
+    };
     let target = scenario.target(length);
     let time_limit = match length {
         Length::Short => Duration::from_secs(240),
@@ -347,8 +355,9 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             rl,
             client,
             rng,
+            holds.clone(),
             Arc::clone(&history),
-            Arc::clone(&shared),
+            Arc::clone(&shared.clients),
         )));
     }
 
@@ -366,7 +375,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         Arc::clone(&shared),
     ));
     let min_faults = min_faults(length, control);
-    while (shared.acquisitions.load(Ordering::Relaxed) < target
+    while (shared.clients.acquisitions.load(Ordering::Relaxed) < target
         || shared.faults.load(Ordering::Relaxed) < min_faults
         || shared.lost.load(Ordering::Relaxed) == 0
         || (control && shared.lost_on_both.load(Ordering::Relaxed) < min_faults))
@@ -374,14 +383,14 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    shared.stop.store(true, Ordering::Relaxed);
+    shared.clients.stop.store(true, Ordering::Relaxed);
     for client in clients {
         let _ = client.await;
     }
     let log = driver.await.map_err(io::Error::other)??;
 
     let report = history.check();
-    let mut latencies = std::mem::take(&mut *crate::mutex::lock(&shared.latencies));
+    let mut latencies = std::mem::take(&mut *crate::mutex::lock(&shared.clients.latencies));
     let (p50, p99) = percentiles(&mut latencies);
     let lost: usize = log.iter().map(|f| f.lost).sum();
     let mut kinds_struck: Vec<&str> = log.iter().map(|f| f.kind).collect();
@@ -416,8 +425,8 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         scenario,
         seed,
         length,
-        acquisitions: shared.acquisitions.load(Ordering::Relaxed),
-        failures: shared.failures.load(Ordering::Relaxed),
+        acquisitions: shared.clients.acquisitions.load(Ordering::Relaxed),
+        failures: shared.clients.failures.load(Ordering::Relaxed),
         violations: report.violations.len(),
         p50,
         p99,
@@ -449,69 +458,13 @@ fn expected_kinds(scenario: Scenario) -> usize {
 
 #[derive(Default)]
 struct Shared {
-    /// Whether this run is the negative control (27).
-    control: bool,
-    stop: AtomicBool,
     faults: AtomicUsize,
     /// Grants the faults lost so far: a run goes on until one has been.
     lost: AtomicUsize,
     /// Rounds of the negative control that lost one grant on both struck voters.
     lost_on_both: AtomicUsize,
-    acquisitions: AtomicUsize,
-    failures: AtomicUsize,
-    latencies: Mutex<Vec<Duration>>,
-    /// The resources held long right now, by token: the fault driver strikes them first.
-    long_holds: Mutex<HashMap<String, String>>,
-}
-
-/// One client: acquire a random resource, hold it, release; every step in the history.
-async fn contend(
-    rl: Redlock,
-    client: usize,
-    mut rng: StdRng,
-    history: Arc<History>,
-    shared: Arc<Shared>,
-) {
-    while !shared.stop.load(Ordering::Relaxed) {
-        let resource = format!("ledger-{}", rng.random_range(0..RESOURCES));
-        let start = Instant::now();
-        match rl.acquire(&resource, TTL).await {
-            Ok(lock) => {
-                let end = Instant::now();
-                history.record(Op::acquired(client, start, end, &lock));
-                shared.acquisitions.fetch_add(1, Ordering::Relaxed);
-                crate::mutex::lock(&shared.latencies).push(end - start);
-                if rng.random_ratio(1, LONG_HOLD_ONE_IN) {
-                    let token = lock.token().expose().to_owned();
-                    crate::mutex::lock(&shared.long_holds).insert(token.clone(), resource);
-                    // Never past the lease: the hold ends within the validity it was given.
-                    let range = match shared.control {
-                        true => CONTROL_LONG_HOLD,
-                        false => LONG_HOLD,
-                    };
-                    let hold = rng.random_range(range).min(lock.remaining());
-                    tokio::time::sleep(hold).await;
-                    crate::mutex::lock(&shared.long_holds).remove(&token);
-                } else {
-                    tokio::time::sleep(rng.random_range(Duration::ZERO..=SHORT_HOLD)).await;
-                }
-                let releasing = Releasing::start(&lock);
-                let result = lock.release().await;
-                history.record(releasing.finished(client, &result));
-            }
-            Err(e) => {
-                history.record(Op::acquire_failed(
-                    client,
-                    &resource,
-                    start,
-                    Instant::now(),
-                    &e,
-                ));
-                shared.failures.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-    }
+    /// The clients' (see `contenders`): the fault driver strikes their long holds first.
+    clients: Arc<Contention>,
 }
 
 /// One fault the driver struck.
@@ -527,7 +480,7 @@ struct Struck {
 async fn probe(rl: &Redlock, history: &History) {
     const PROBER: usize = CLIENTS;
     for r in 0..RESOURCES {
-        let resource = format!("ledger-{r}");
+        let resource = Holds::resource(r);
         let start = Instant::now();
         match rl.try_acquire(&resource, TTL).await {
             Ok(lock) => {
@@ -549,11 +502,11 @@ async fn probe(rl: &Redlock, history: &History) {
 
 /// The resource to strike: one held long right now, or else any.
 fn victim(shared: &Shared, rng: &mut StdRng) -> String {
-    let long = crate::mutex::lock(&shared.long_holds);
+    let long = crate::mutex::lock(&shared.clients.long_holds);
     let held: Vec<&String> = long.values().collect();
     match held.is_empty() {
         false => held[rng.random_range(0..held.len())].clone(),
-        true => format!("ledger-{}", rng.random_range(0..RESOURCES)),
+        true => Holds::resource(rng.random_range(0..RESOURCES)),
     }
 }
 
@@ -572,16 +525,16 @@ async fn strike(
         .map(|v| Arc::new(Mutex::new(v)))
         .collect();
     let mut log = Vec::new();
-    while !shared.stop.load(Ordering::Relaxed) {
+    while !shared.clients.stop.load(Ordering::Relaxed) {
         // Wait for a long hold to strike, a second at most.
         let waited = Instant::now();
-        while crate::mutex::lock(&shared.long_holds).is_empty()
+        while crate::mutex::lock(&shared.clients.long_holds).is_empty()
             && waited.elapsed() < Duration::from_secs(1)
-            && !shared.stop.load(Ordering::Relaxed)
+            && !shared.clients.stop.load(Ordering::Relaxed)
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        if shared.stop.load(Ordering::Relaxed) {
+        if shared.clients.stop.load(Ordering::Relaxed) {
             break;
         }
         let resource = victim(&shared, &mut rng);
