@@ -357,6 +357,7 @@ impl RedlockBuilder {
                 key_prefix: self.key_prefix,
                 fencing: self.fencing,
                 fence_grace: self.fence_grace,
+                durable: self.durability.waits(),
             },
         )))
     }

@@ -37,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) fencing: bool,
     /// How long a fencing counter lasts after its last grant.
     pub(crate) fence_grace: Duration,
+    /// Whether a grant counts only once confirmed durable (see `durability`).
+    pub(crate) durable: bool,
 }
 
 impl Inner {

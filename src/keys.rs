@@ -55,11 +55,13 @@ pub(crate) enum Acquired {
     /// Every key was set; with fencing, each key's new counter value, in key order (empty
     /// without fencing).
     Granted(Vec<u64>),
-    /// At least one key is held by another token; nothing was set.
-    Held,
+    /// At least one key is held by another token; nothing was set. A waiter's attempt learns
+    /// the master's time (ms) with it (see `wakeup/handed.rs`).
+    Held(Option<u64>),
     /// Others wait in line for a key: an attempt with no place in the line is refused, so that
-    /// a key that fell free goes to the head of its line; nothing was set.
-    Line,
+    /// a key that fell free goes to the head of its line; nothing was set. As `Held`, with the
+    /// master's time for a waiter's attempt.
+    Line(Option<u64>),
 }
 
 impl Keys {
@@ -189,8 +191,8 @@ impl Keys {
                 }
                 let grant: i64 = node.invoke_granting(call, timeout, |g| *g > 0).await?;
                 Ok(match u64::try_from(grant) {
-                    Err(_) => Acquired::Line,
-                    Ok(0) => Acquired::Held,
+                    Err(_) => Acquired::Line(None),
+                    Ok(0) => Acquired::Held(None),
                     Ok(fence) if fenced.is_some() => Acquired::Granted(vec![fence]),
                     Ok(_) => Acquired::Granted(Vec::new()),
                 })
@@ -202,7 +204,7 @@ impl Keys {
                 let granted: i64 = node.invoke_granting(call, timeout, |g| *g == 1).await?;
                 Ok(match granted {
                     1 => Acquired::Granted(Vec::new()),
-                    _ => Acquired::Held,
+                    _ => Acquired::Held(None),
                 })
             }
             (Keys::Write { key, writer, wait }, _) => {
@@ -220,7 +222,7 @@ impl Keys {
                 }
                 let grant: u64 = node.invoke_granting(call, timeout, |g| *g > 0).await?;
                 Ok(match grant {
-                    0 => Acquired::Held,
+                    0 => Acquired::Held(None),
                     fence if fenced.is_some() => Acquired::Granted(vec![fence]),
                     _ => Acquired::Granted(Vec::new()),
                 })
@@ -281,21 +283,27 @@ impl Keys {
     }
 
     /// Removes the waiter `id` from the line of every key on `node`, passing on a key reserved
-    /// for it.
+    /// for it, unless it is `holding` the lock that key is part of (see `wakeup/handed.rs`).
     pub(crate) async fn dequeue_on(
         &self,
         node: &Node,
         id: &str,
         reserve: Duration,
+        holding: bool,
         timeout: Duration,
     ) -> Result<(), NodeError> {
         if let Some(groups) = by_slot::groups(self, node) {
-            let answers = by_slot::each(&groups, |g| g.keys.dequeue_on(node, id, reserve, timeout));
+            let answers = by_slot::each(&groups, |g| {
+                g.keys.dequeue_on(node, id, reserve, holding, timeout)
+            });
             return answers.await.into_iter().collect();
         }
         let mut call = scripts::DEQUEUE.prepare_invoke();
         self.line_keys(&mut call);
         call.arg(id).arg(millis(reserve)).arg(self.len());
+        if holding {
+            call.arg("holding");
+        }
         let _: i64 = node.invoke(call, timeout).await?;
         Ok(())
     }
@@ -546,25 +554,37 @@ impl ToRedisArgs for Suffixed<'_> {
 
 /// Whether a reply read by [`fences_or_refusal`] granted.
 fn is_grant(reply: &redis::Value) -> bool {
-    matches!(reply, redis::Value::Array(_))
+    match reply {
+        redis::Value::Array(fences) => !matches!(fences.first(), Some(redis::Value::Int(..0))),
+        _ => false,
+    }
 }
 
 /// The reply of a script that grants several keys at once (`lua/acquire_many.lua`,
-/// `lua/acquire_queued.lua`): the new fence counters in key order, nil when a key is held, -1
-/// when refused for the line alone.
+/// `lua/acquire_queued.lua`): the new fence counters in key order; when refused, nil (a key is
+/// held) or -1 (refused for the line alone), or from a waiter's attempt {-2, t} or {-1, t}, t
+/// being the master's time in ms.
 fn fences_or_refusal(node: &Node, reply: redis::Value) -> Result<Acquired, NodeError> {
     match reply {
-        redis::Value::Int(-1) => Ok(Acquired::Line),
-        redis::Value::Nil => Ok(Acquired::Held),
-        redis::Value::Array(fences) => fences
-            .iter()
-            .map(|fence| match fence {
-                redis::Value::Int(fence) => u64::try_from(*fence).ok(),
-                _ => None,
-            })
-            .collect::<Option<Vec<u64>>>()
-            .map(Acquired::Granted)
-            .ok_or_else(|| unexpected(node, &fences)),
+        redis::Value::Int(-1) => Ok(Acquired::Line(None)),
+        redis::Value::Nil => Ok(Acquired::Held(None)),
+        redis::Value::Array(reply) => match reply.as_slice() {
+            [redis::Value::Int(-2), redis::Value::Int(now)] => {
+                Ok(Acquired::Held(u64::try_from(*now).ok()))
+            }
+            [redis::Value::Int(-1), redis::Value::Int(now)] => {
+                Ok(Acquired::Line(u64::try_from(*now).ok()))
+            }
+            fences => fences
+                .iter()
+                .map(|fence| match fence {
+                    redis::Value::Int(fence) => u64::try_from(*fence).ok(),
+                    _ => None,
+                })
+                .collect::<Option<Vec<u64>>>()
+                .map(Acquired::Granted)
+                .ok_or_else(|| unexpected(node, &fences)),
+        },
         other => Err(unexpected(node, &other)),
     }
 }

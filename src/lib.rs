@@ -153,7 +153,7 @@
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `telemetry`, `durability`, `wakeup::hub` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, metrics, what confirms a durable vote, who a hand-off wakes |
+//! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `telemetry`, `durability`, `wakeup::hub`, `wakeup::handed` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, metrics, what confirms a durable vote, who a hand-off wakes, how long a hand-off holds |
 //! | L1 | `scripts`, `node`, `node::health`, `node::layout`, `node::link`, `node::standalone`, `node::durable`, `node::conn`, `node::target`, `node::subscription`, `keys`, `keys::by_slot` | one voter: what it is (a master, a cluster, a Sentinel group) and its connection, its health, its key layout marker, the checks at connect (no cluster node as a master, durable votes possible), its wake-up subscriptions, the scripts and the requests on a lock's keys (one hash tag at a time on a cluster) |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |

@@ -19,6 +19,7 @@ use crate::stats::Counters;
 use crate::task_holds::HoldMark;
 use crate::telemetry::Holding;
 use crate::token::LockToken;
+use crate::wakeup::Renewal;
 
 /// A lock held on a quorum of nodes until [`deadline`](Lock::deadline).
 ///
@@ -59,6 +60,9 @@ pub struct Lock {
     /// Counts the lock in the held gauge until it is dropped (see `telemetry`): kept for its
     /// `Drop` alone.
     pub(crate) _holding: Holding,
+    /// For a lock a release handed over, valid at first only as long as the hand-off could
+    /// prove: the renewal to the full TTL that runs in the background (see `wakeup/handed.rs`).
+    pub(crate) renewal: Option<Arc<Renewal>>,
 }
 
 impl fmt::Debug for Lock {
@@ -109,12 +113,13 @@ impl Lock {
     /// The instant the lock stops being valid: the start of the acquire (or extend) that set it,
     /// plus the TTL, minus the clock-drift allowance.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        let renewed = self.renewal.as_ref().and_then(|r| r.won());
+        renewed.map_or(self.deadline, |won| won.max(self.deadline))
     }
 
     /// Validity left; [`Duration::ZERO`] once expired.
     pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(Instant::now())
     }
 
     /// `true` while validity is left.
@@ -158,6 +163,11 @@ impl Lock {
         moved: impl Fn(Instant),
     ) -> Result<(), Error> {
         let lease = self.inner.lease(ttl)?;
+        // A hand-off's renewal counts only up to here: one that lands later may have been
+        // overtaken on the masters by this extend, and must not move the deadline past it.
+        if let Some(renewal) = self.renewal.take() {
+            self.deadline = self.deadline.max(renewal.won().unwrap_or(self.deadline));
+        }
         if !self.is_valid() {
             return Err(Error::Expired {
                 resource: self.resource.clone(),

@@ -18,7 +18,7 @@ use crate::stats::{Counters, Stats};
 use crate::task_holds::TaskId;
 use crate::telemetry::{Holding, Waiting};
 use crate::token::LockToken;
-use crate::wakeup::Waiter;
+use crate::wakeup::{Renewal, Waiter};
 
 /// A distributed lock client over N independent Redis masters.
 ///
@@ -364,6 +364,12 @@ impl Redlock {
                 };
                 if woken {
                     Counters::bump(&self.inner.counters().wakeups);
+                    if let Some(lock) = waiter
+                        .as_ref()
+                        .and_then(|w| self.hold_handed(label, keys, lease, w))
+                    {
+                        return Ok(lock);
+                    }
                     tracing::debug!(attempts, "handed the lock by a release; attempting now");
                 } else if last.is_some() {
                     return Err(self.give_up(label, failure, attempts));
@@ -423,6 +429,8 @@ impl Redlock {
     ) -> Result<Lock, Failure> {
         // A read-write lock's waiter is woken by its releases but has no place in a line.
         let in_line = waiter.filter(|_| keys.waits_in_line()).map(Waiter::ticket);
+        // What the replies tell of each master's clock, to judge a later hand-off by.
+        let masters = waiter.filter(|_| in_line.is_some()).map(Waiter::masters);
         let token = keys.attempt_token();
         let settings = self.inner.settings();
         let fenced = keys.fenced(settings.fencing, settings.fence_grace);
@@ -449,8 +457,8 @@ impl Redlock {
         let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         let judge = |grant| match grant {
             Acquired::Granted(fences) => Ok(fences),
-            Acquired::Held => Err(NodeErrorKind::Held),
-            Acquired::Line => Err(NodeErrorKind::Line),
+            Acquired::Held(_) => Err(NodeErrorKind::Held),
+            Acquired::Line(_) => Err(NodeErrorKind::Line),
         };
         let (mut outcome, mut stragglers) = self
             .inner
@@ -458,11 +466,28 @@ impl Redlock {
                 |rl, i| {
                     let (keys, token) = (keys.clone(), token.clone());
                     let ticket = in_line.cloned();
+                    let masters = masters.cloned();
                     async move {
                         let node = rl.node(i);
                         let in_line = ticket.as_ref().map(|t| (t, entry_lease));
-                        keys.acquire_on(node, fenced, token.expose(), ttl_ms, in_line, node_timeout)
-                            .await
+                        let sent = Instant::now();
+                        if let Some(masters) = &masters {
+                            masters.sending(i);
+                        }
+                        let reply = keys
+                            .acquire_on(node, fenced, token.expose(), ttl_ms, in_line, node_timeout)
+                            .await;
+                        if let Some(masters) = &masters {
+                            match &reply {
+                                Ok(Acquired::Held(ran) | Acquired::Line(ran)) => {
+                                    masters.answered(i, sent, *ran);
+                                }
+                                // This attempt's own token replaced whatever was handed there.
+                                Ok(Acquired::Granted(_)) => masters.answered(i, sent, None),
+                                Err(_) => masters.unanswered(i),
+                            }
+                        }
+                        reply
                     }
                 },
                 judge,
@@ -516,6 +541,7 @@ impl Redlock {
                             release_done: false,
                             task,
                             _holding: Holding::start(keys.primitive()),
+                            renewal: None,
                         });
                     }
                     (Err(nodes), _) => Failure::NotGranted {
@@ -552,6 +578,57 @@ impl Redlock {
         // A node that refused set nothing: only the others need the rollback.
         rollback.release_now(&outcome.refused).await;
         Err(failure)
+    }
+
+    /// The lock the releases handed to `waiter`, held without an attempt when a quorum of
+    /// masters announced it since the waiter's last attempt and enough of it is left to renew
+    /// (see `wakeup/handed.rs`); its renewal to the full TTL starts in the background. `None`
+    /// when the waiter should attempt instead: too few announcements, too little left, or a
+    /// lock the hand-off cannot give (anything but a plain mutex without fencing or durable
+    /// votes).
+    fn hold_handed(
+        &self,
+        label: &str,
+        keys: &Keys,
+        lease: &Lease,
+        waiter: &Waiter,
+    ) -> Option<Lock> {
+        let settings = self.inner.settings();
+        if !matches!(keys, Keys::One(_)) || settings.fencing || settings.durable {
+            return None;
+        }
+        let deadline = waiter.handed_until(settings.drift_factor)?;
+        if deadline.saturating_duration_since(Instant::now()) < lease.node_timeout {
+            return None;
+        }
+        waiter.holds_what_was_handed();
+        let token = LockToken::handed(waiter.handed_token());
+        let mark = self.inner.task_holds().enter(keys.iter(), deadline);
+        let renewal = Arc::new(Renewal::default());
+        crate::sync::spawn(renew_handed(
+            self.inner.clone(),
+            keys.clone(),
+            token.clone(),
+            *lease,
+            (deadline, mark),
+            renewal.clone(),
+        ));
+        Counters::bump(&self.inner.counters().acquired);
+        tracing::debug!(remaining = ?deadline.saturating_duration_since(Instant::now()), "handed the lock by a release");
+        Some(Lock {
+            inner: self.inner.clone(),
+            resource: label.to_owned(),
+            keys: keys.clone(),
+            token,
+            lease: *lease,
+            deadline,
+            fences: None,
+            gate: None,
+            release_done: false,
+            task: Some(mark),
+            _holding: Holding::start(keys.primitive()),
+            renewal: Some(renewal),
+        })
     }
 
     /// Makes the fence T = max of the granted counters safe to hand out (per key, for a lock
@@ -613,5 +690,49 @@ impl Redlock {
         } else {
             Err(nodes)
         }
+    }
+}
+
+/// Renews a lock a release handed over (valid until `deadline`) to its full TTL, on a quorum
+/// before that deadline, and tells `renewal` (and the task holds, through `mark`) the new
+/// deadline. A renewal that fails leaves the first deadline: the holder sees it in
+/// [`Lock::remaining`], as after any failed extend.
+async fn renew_handed(
+    inner: Arc<Inner>,
+    keys: Keys,
+    token: LockToken,
+    lease: Lease,
+    (deadline, mark): (Instant, crate::task_holds::HoldMark),
+    renewal: Arc<Renewal>,
+) {
+    let start = Instant::now();
+    let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
+    let (outcome, stragglers) = inner
+        .fan_out(
+            |rl, i| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move {
+                    keys.extend_on(rl.node(i), token.expose(), ttl_ms, node_timeout)
+                        .await
+                }
+            },
+            |renewed| match renewed {
+                true => Ok(()),
+                false => Err(NodeErrorKind::TokenGone),
+            },
+            Some(deadline),
+        )
+        .await;
+    stragglers.finish();
+    let elapsed = start.elapsed();
+    let validity = quorum::validity(lease.ttl, elapsed, lease.drift);
+    match (outcome.decision, validity) {
+        (Decision::Won, Some(validity)) => {
+            let won = start + elapsed + validity;
+            renewal.set(won);
+            inner.task_holds().renew(mark, won);
+            Counters::bump(&inner.counters().renewals);
+        }
+        _ => tracing::debug!(renewed = outcome.yes.len(), "a handed lock was not renewed"),
     }
 }

@@ -32,13 +32,20 @@ impl LockToken {
         Self::nonce_then(':', value)
     }
 
+    /// The token of a lock a release handed to a waiter: the value the release wrote,
+    /// `~queued:` and the waiter's id (see `wakeup/handed.rs`). Each waiter's id is its own.
+    pub(crate) fn handed(value: String) -> Self {
+        LockToken(value.into())
+    }
+
     fn nonce_then(separator: char, tail: &str) -> Self {
         let nonce = uuid::Uuid::new_v4().simple();
         LockToken(format!("{nonce}{separator}{tail}").into())
     }
 
     /// The token as stored in Redis: 32 hex digits; under an owner id
-    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)), 32 hex digits, `@` and the id.
+    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)), 32 hex digits, `@` and the id;
+    /// for a lock a release handed to this client's waiter, `~queued:` and the waiter's id.
     /// Treat it as a secret: whoever has it can release or extend the lock.
     pub fn expose(&self) -> &str {
         &self.0

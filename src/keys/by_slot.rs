@@ -101,8 +101,8 @@ pub(super) async fn acquire(
                 }
                 granted.push(group);
             }
-            Ok(Acquired::Held) => refused = Some(Acquired::Held),
-            Ok(Acquired::Line) => refused = refused.or(Some(Acquired::Line)),
+            Ok(Acquired::Held(_)) => refused = Some(Acquired::Held(None)),
+            Ok(Acquired::Line(_)) => refused = refused.or(Some(Acquired::Line(None))),
             Err(e) => failed = failed.or(Some(e)),
         }
     }

@@ -7,10 +7,12 @@
 -- ARGV[6] entry lease in ms; ARGV[7] how long a fence counter lasts after its last grant, in ms
 -- (ignored without fencing); ARGV[8] (under an owner id only) the owner, whose earlier attempt's
 -- key (`<32 hex digits>@<owner>`, see acquire_owned.lua) this attempt takes over.
--- Returns nil if refused while another token holds a key, -1 if refused only for the line (a key
--- free or reserved for another waiter; the entry is in place and renewed either way), else the
--- new fence counter values
--- in key order (an empty array without fencing); the entry is gone from every line then.
+-- Returns, when refused, {-2, now} while another token holds a key, {-1, now} when refused only
+-- for the line (a key free or handed to another waiter), `now` being the master's time in ms
+-- (the entry is in place and renewed either way: the waiter learns when its entry lapses, in
+-- its own clock, to bound a lock handed to it, see wakeup/handed.rs); else the new fence
+-- counter values in key order (an empty array without fencing), and the entry is gone from
+-- every line.
 -- A waiter refused for one key passes on every other key it could have taken (reserved for it,
 -- or free while it heads that line) to the next waiter there: a head that cannot use what it is
 -- handed (a lock over several keys, one of them held elsewhere) must not hold up a line.
@@ -39,9 +41,9 @@ if not granted then
     hand_over(KEYS[i], KEYS[n + i], KEYS[2 * n + i], reserve, now, nil, me)
   end
   if held then
-    return false
+    return {-2, now}
   end
-  return -1
+  return {-1, now}
 end
 local fences = {}
 for i = 1, n do

@@ -1,7 +1,9 @@
 -- A waiter leaves the lines (line.lua goes ahead of this): it acquired, gave up or was cancelled.
 -- A key reserved for it is handed to the next live waiter, or deleted when nobody else waits.
 -- KEYS: n lock keys, their n line keys, their n lease keys (see acquire_queued.lua).
--- ARGV[1] waiter id; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] n.
+-- ARGV[1] waiter id; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] n; ARGV[4]
+-- (optional) 'holding': the waiter holds the lock a release handed to it (see
+-- wakeup/handed.rs), so a key handed to it is its lock, and stays.
 -- Returns 1.
 local n = tonumber(ARGV[3])
 local me = ARGV[1]
@@ -9,7 +11,7 @@ for i = 1, n do
   local key, line, leases = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
   redis.call('ZREM', line, me)
   redis.call('ZREM', leases, me)
-  if redis.call('GET', key) == '~queued:' .. me then
+  if not ARGV[4] and redis.call('GET', key) == '~queued:' .. me then
     hand_over(key, line, leases, tonumber(ARGV[2]), now_ms(), nil, nil)
   end
 end

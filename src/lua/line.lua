@@ -28,15 +28,19 @@ local function drop_lapsed(line, leases, now)
   end
 end
 
--- Hands `key` to the first live waiter in its line other than `skip`: reserves it for that
--- waiter and publishes the waiter's id on `<key>:released:<client>`, the client being the id's
--- first 16 characters, so that only the waiter's own client hears it (unless the waiter is
--- `quiet`: the cleanup of that waiter's own failed attempt, which needs no wake-up, and must
--- not get one: it would attempt again at once, against the same holder); deletes the key when
--- nobody waits. A reservation is a value no token can equal: `SET NX` refuses it like any held
--- key, compare scripts never match it, and only the named waiter's attempt takes it over. It
--- lasts `reserve` ms at most, and never longer than the head's entry lives, so a dead head
--- blocks its line for no longer than its entry lease.
+-- Hands `key` to the first live waiter in its line other than `skip`, or deletes the key when
+-- nobody waits. The key then holds `~queued:<waiter>`: a value no attempt's token can equal, so
+-- `SET NX` refuses it like any held key and the waiter's own attempt takes it over; and the
+-- waiter's lock token when a quorum of masters handed it over (see wakeup/handed.rs): the
+-- waiter then holds the lock without another attempt. An announced waiter leaves the line here:
+-- it holds the key, or takes its place again with its next attempt. The key lives `reserve` ms at
+-- most, and never longer than the waiter's entry would have (its last renewal plus its entry
+-- lease): a dead waiter blocks its line for no longer than its entry lease.
+-- The hand-off is published on `<key>:released:<client>`, the client being the id's first 16
+-- characters, so that only the waiter's own client hears it: `<waiter>:<now>:<expires>`, the
+-- master's times (ms) of the hand-off and of the key's expiry. The cleanup of `quiet`'s own
+-- failed attempt publishes nothing, and leaves it in line: that waiter knows, and a wake-up
+-- would make it attempt again at once, against the same holder.
 local function hand_over(key, line, leases, reserve, now, quiet, skip)
   drop_lapsed(line, leases, now)
   local head
@@ -51,9 +55,13 @@ local function hand_over(key, line, leases, reserve, now, quiet, skip)
     return
   end
   local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
-  redis.call('SET', key, '~queued:' .. head, 'PX', math.max(1, math.min(reserve, lapses - now)))
+  local lasts = math.max(1, math.min(reserve, lapses - now))
+  redis.call('SET', key, '~queued:' .. head, 'PX', lasts)
   if head ~= quiet then
-    redis.call('SPUBLISH', key .. ':released:' .. string.sub(head, 1, 16), head)
+    redis.call('ZREM', line, head)
+    redis.call('ZREM', leases, head)
+    local handed = head .. ':' .. string.format('%.0f:%.0f', now, now + lasts)
+    redis.call('SPUBLISH', key .. ':released:' .. string.sub(head, 1, 16), handed)
   end
 end
 

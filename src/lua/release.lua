@@ -1,4 +1,4 @@
--- Compare-and-delete, with the hand-off to the line (line.lua goes ahead of this): each key that
+-- Compare-and-delete, with the hand-off to the line: each key that
 -- still carries this holder's token (or, for an elected leader, the token marked '~elected:', see
 -- confirm_leader.lua) is handed to the first live waiter in its line, or deleted
 -- when nobody waits. Keys that are gone or belong to another token are left alone.
@@ -9,6 +9,15 @@
 -- holder), and for its rollback while it still waits, ARGV[5] its order and ARGV[6] its entry
 -- lease in ms: it is put back in each line first, so that it keeps its place.
 -- Returns how many keys were released.
+-- The mutex's own path comes first, ahead of the line's helpers: one key, still this token's,
+-- and nobody in its line. An elected leader's mark, a line and a rollback take the long way.
+if ARGV[3] == '1' and not ARGV[4] and redis.call('EXISTS', KEYS[2]) == 0 then
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+end
+--@line
 local n = tonumber(ARGV[3])
 local released = 0
 for i = 1, n do
@@ -22,6 +31,13 @@ for i = 1, n do
     end
     if ARGV[4] or redis.call('EXISTS', line) == 1 then
       local now = now_ms()
+      -- A lock handed to a waiter (see wakeup/handed.rs): where it was handed back quietly,
+      -- the waiter is still in line, and must not be handed its own release.
+      if string.sub(value, 1, 8) == '~queued:' then
+        local id = string.sub(value, 9)
+        redis.call('ZREM', line, id)
+        redis.call('ZREM', leases, id)
+      end
       if ARGV[5] then
         take_place(line, leases, ARGV[4], ARGV[5], tonumber(ARGV[6]), now)
       end

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::handed::{self, Masters};
 use crate::sync::lock;
 
 /// How long a channel stays subscribed after its last waiter left.
@@ -127,12 +128,20 @@ struct Channel {
 struct Waiting {
     wake: Arc<Notify>,
     heard: Heard,
+    /// What the waiter knows of each master: hand-offs announced to it are noted there.
+    masters: Arc<Masters>,
 }
 
 impl Hub {
     /// Registers a waiter on `channels`, woken through `wake`. Returns whether a channel was
     /// added (the subscribers then have to subscribe to it).
-    pub(crate) fn join(&self, ticket: &Ticket, channels: &[String], wake: Arc<Notify>) -> bool {
+    pub(crate) fn join(
+        &self,
+        ticket: &Ticket,
+        channels: &[String],
+        wake: Arc<Notify>,
+        masters: Arc<Masters>,
+    ) -> bool {
         let mut registry = lock(&self.registry);
         let mut added = false;
         for name in channels {
@@ -145,9 +154,14 @@ impl Hub {
             channel.waiters.push(ticket.id.clone());
         }
         let heard = Heard::default();
-        registry
-            .waiters
-            .insert(ticket.id.clone(), Waiting { wake, heard });
+        registry.waiters.insert(
+            ticket.id.clone(),
+            Waiting {
+                wake,
+                heard,
+                masters,
+            },
+        );
         added
     }
 
@@ -212,8 +226,14 @@ impl Hub {
             }
             return !channel.waiters.is_empty();
         }
-        let Ok(id) = std::str::from_utf8(payload) else {
+        let Ok(payload) = std::str::from_utf8(payload) else {
             return false;
+        };
+        // A bare id (an older release) wakes the waiter to attempt; only an announcement with
+        // its times can be held without an attempt.
+        let (id, times) = match handed::parse(payload) {
+            Some((id, published, expires)) => (id, Some((published, expires))),
+            None => (payload, None),
         };
         let ours = registry
             .channels
@@ -221,6 +241,9 @@ impl Hub {
             .is_some_and(|c| c.waiters.iter().any(|w| w == id));
         match registry.waiters.get_mut(id).filter(|_| ours) {
             Some(waiting) => {
+                if let Some((published, expires)) = times {
+                    waiting.masters.note(master, published, expires);
+                }
                 waiting.heard.masters |= 1 << master.min(63);
                 waiting.wake.notify_one();
                 true
@@ -276,7 +299,7 @@ mod tests {
     fn joined(hub: &Hub, random: u64, channels: &[&str]) -> (Ticket, Arc<Notify>) {
         let ticket = Ticket::new(CLIENT, 1_700_000_000_000_000, random);
         let wake = Arc::new(Notify::new());
-        hub.join(&ticket, &names(channels), wake.clone());
+        hub.join(&ticket, &names(channels), wake.clone(), Masters::new(5));
         (ticket, wake)
     }
 

@@ -51,14 +51,17 @@
 //! reader's release while a writer waits. Each announcement wakes every waiter on its channel,
 //! which attempts again (see `rwlock`).
 
+mod handed;
 pub(crate) mod hub;
 mod subscriber;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{watch, Notify};
 
+pub(crate) use handed::{Masters, Renewal};
 pub(crate) use hub::Ticket;
 
 use crate::keys::Keys;
@@ -102,6 +105,10 @@ pub(crate) struct Waiter {
     node_timeout: Duration,
     /// The masters (by index) whose lines a successful attempt left: no need to leave again.
     granted: Mutex<Vec<usize>>,
+    /// What this waiter knows of each master's clock and hand-offs (see `handed.rs`).
+    masters: Arc<Masters>,
+    /// Set once it holds the lock a release handed to it (see `handed.rs`).
+    holding: AtomicBool,
 }
 
 impl Wakeup {
@@ -140,7 +147,8 @@ impl Wakeup {
         let ticket = Ticket::new(&self.shared.client, now_us, rand::random());
         let channels = keys.channels(&self.shared.client);
         let wake = Arc::new(Notify::new());
-        let added = self.shared.hub.join(&ticket, &channels, wake.clone());
+        let masters = Masters::new(nodes.len());
+        let added = (self.shared.hub).join(&ticket, &channels, wake.clone(), masters.clone());
         for (index, slot) in self.shared.subscribers.iter().enumerate() {
             let mut slot = lock(slot);
             match slot.as_ref() {
@@ -173,6 +181,8 @@ impl Wakeup {
             reserve,
             node_timeout,
             granted: Mutex::new(Vec::new()),
+            masters,
+            holding: AtomicBool::new(false),
         })
     }
 
@@ -225,6 +235,31 @@ impl Waiter {
     pub(crate) fn granted_by(&self, masters: impl IntoIterator<Item = usize>) {
         lock(&self.granted).extend(masters);
     }
+
+    /// What this waiter's attempts and hand-offs tell of each master (see `handed.rs`).
+    pub(crate) fn masters(&self) -> &Arc<Masters> {
+        &self.masters
+    }
+
+    /// Until when the lock handed to this waiter by the releases it heard is held, by what the
+    /// waiter can prove; `None` unless a quorum of masters handed it over since its last
+    /// attempt (see `handed.rs`).
+    pub(crate) fn handed_until(&self, drift_factor: f64) -> Option<Instant> {
+        self.masters.held_until(self.shared.quorum, drift_factor)
+    }
+
+    /// The token of the lock handed to this waiter: the value the releases wrote.
+    pub(crate) fn handed_token(&self) -> String {
+        format!("{}{}", crate::keys::RESERVED_PREFIX, self.ticket.id)
+    }
+
+    /// This waiter holds the lock handed to it. The masters that handed it over took it out
+    /// of their lines; it leaves the others' lines as it is dropped, but a key that holds its
+    /// id there (handed over since) is its lock now, and stays.
+    pub(crate) fn holds_what_was_handed(&self) {
+        lock(&self.granted).extend(self.masters.handed_over());
+        self.holding.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Drop for Waiter {
@@ -249,12 +284,13 @@ impl Drop for Waiter {
         }
         let (keys, ticket) = (self.keys.clone(), self.ticket.clone());
         let (reserve, node_timeout) = (self.reserve, self.node_timeout);
+        let holding = self.holding.load(Ordering::Relaxed);
         crate::sync::spawn(async move {
             let leaving = nodes
                 .iter()
                 .enumerate()
                 .filter(|(index, _)| !granted.contains(index))
-                .map(|(_, node)| keys.dequeue_on(node, &ticket.id, reserve, node_timeout));
+                .map(|(_, node)| keys.dequeue_on(node, &ticket.id, reserve, holding, node_timeout));
             for left in futures::future::join_all(leaving).await {
                 if let Err(e) = left {
                     tracing::debug!(error = %e, "leaving the line failed; the entry lapses by itself");
@@ -282,7 +318,8 @@ mod tests {
         let ticket = Ticket::new(&wakeup.shared.client, 1_000_000, 7);
         let wake = Arc::new(Notify::new());
         let channels = Keys::One("r".into()).channels(&wakeup.shared.client);
-        wakeup.shared.hub.join(&ticket, &channels, wake.clone());
+        let masters = Masters::new(5);
+        (wakeup.shared.hub).join(&ticket, &channels, wake.clone(), masters.clone());
         Waiter {
             shared: wakeup.shared.clone(),
             ticket,
@@ -293,6 +330,8 @@ mod tests {
             reserve: Duration::from_secs(1),
             node_timeout: Duration::from_millis(100),
             granted: Mutex::new(Vec::new()),
+            masters,
+            holding: AtomicBool::new(false),
         }
     }
 
