@@ -1,0 +1,130 @@
+//! The hand-off in one trip, against five real masters: a release makes the head of the line the
+//! holder, and the head holds once a quorum announced it, with no attempt of its own (see
+//! `src/wakeup/handed.rs`).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use quorumlock::Redlock;
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Attempts a client has made so far.
+fn attempts(rl: &Redlock) -> u64 {
+    rl.stats().attempts
+}
+
+/// Waits until `rl`'s acquire of `resource` (in a task) stands in the line on every master.
+async fn queued_everywhere(nodes: &quorumlock_testkit::RedisNodes, resource: &str) -> bool {
+    eventually(Duration::from_secs(5), || {
+        nodes
+            .iter()
+            .all(|s| line(s, &lock_key(resource)).len() == 1)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_makes_the_head_the_holder_with_no_attempt_of_its_own_then_it_renews_to_the_ttl()
+{
+    let nodes = five();
+    let (holder, waiter) = (client(&nodes), client(&nodes));
+    let lock = holder.acquire("r", TTL).await.unwrap();
+    let waiting = {
+        let rl = waiter.clone();
+        tokio::spawn(async move { rl.acquire("r", TTL).await })
+    };
+    assert!(queued_everywhere(&nodes, "r").await);
+    let before = attempts(&waiter);
+
+    lock.release().await.unwrap();
+    let handed = waiting.await.unwrap().unwrap();
+    assert_eq!(
+        attempts(&waiter),
+        before,
+        "no attempt after the release: the announcements made it the holder"
+    );
+    let token = handed.token().expose().to_owned();
+    assert!(token.starts_with("~queued:"), "{token}");
+    // The waiter left the line everywhere, and the key holds its token on every master.
+    let key = lock_key("r");
+    assert!(
+        eventually(Duration::from_secs(2), || nodes
+            .iter()
+            .all(|s| line(s, &key).is_empty()))
+        .await
+    );
+    assert_eq!(holders(&nodes, &key, &token), 5);
+
+    // Held first for what the hand-off proves (about an entry lease), then renewed to the TTL on
+    // the masters and in the lock's own deadline.
+    let renewed = eventually(Duration::from_secs(2), || {
+        handed.remaining() > TTL / 2 && nodes.iter().all(|s| pttl(s, &key) > 5_000)
+    })
+    .await;
+    assert!(renewed, "{:?} left", handed.remaining());
+
+    // Another client cannot take it meanwhile, and its release frees the key everywhere.
+    assert!(holder.try_acquire("r", TTL).await.is_err());
+    handed.release().await.unwrap();
+    assert_eq!(present(&nodes, &key), 0);
+    let again = holder.try_acquire("r", TTL).await.unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_with_fencing_attempts_on_the_hand_off_and_gets_a_fence() {
+    let nodes = five();
+    let holder = client(&nodes);
+    let waiter = builder(&nodes).fencing(true).build().unwrap();
+    let lock = holder.acquire("f", TTL).await.unwrap();
+    let waiting = {
+        let rl = waiter.clone();
+        tokio::spawn(async move { rl.acquire("f", TTL).await })
+    };
+    assert!(queued_everywhere(&nodes, "f").await);
+    let before = attempts(&waiter);
+    lock.release().await.unwrap();
+    let taken = waiting.await.unwrap().unwrap();
+    assert!(attempts(&waiter) > before, "a fence needs an attempt");
+    assert!(!taken.token().expose().starts_with("~queued:"));
+    assert!(taken.fencing_token().is_some());
+    taken.release().await.unwrap();
+    assert_eq!(present(&nodes, &lock_key("f")), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_handed_on_in_turn_never_has_two_holders() {
+    let nodes = five();
+    let clients: Vec<Redlock> = (0..4).map(|_| client(&nodes)).collect();
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = clients
+        .iter()
+        .cloned()
+        .map(|rl| {
+            let inside = inside.clone();
+            tokio::spawn(async move {
+                let mut handed = 0;
+                for _ in 0..25 {
+                    let lock = rl.acquire("turns", TTL).await.unwrap();
+                    let was = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    assert_eq!(was, 0, "two holders at once");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    handed += usize::from(lock.token().expose().starts_with("~queued:"));
+                    lock.release().await.unwrap();
+                }
+                handed
+            })
+        })
+        .collect();
+    let mut handed = 0;
+    for task in tasks {
+        handed += task.await.unwrap();
+    }
+    println!("{handed} of 100 locks were handed over by a release");
+    assert!(handed > 0, "contended turns go through the hand-off");
+    assert_eq!(present(&nodes, &lock_key("turns")), 0);
+}
