@@ -61,7 +61,8 @@ pub struct Lock {
     /// `Drop` alone.
     pub(crate) _holding: Holding,
     /// For a lock a release handed over, valid at first only as long as the hand-off could
-    /// prove: the renewal to the full TTL that runs in the background (see `wakeup/handed.rs`).
+    /// prove: the renewal to the full TTL that runs in the background once a third of that has
+    /// passed (see `wakeup/handed.rs`). Dropping it calls the renewal off.
     pub(crate) renewal: Option<Arc<Renewal>>,
 }
 
@@ -111,7 +112,9 @@ impl Lock {
     }
 
     /// The instant the lock stops being valid: the start of the acquire (or extend) that set it,
-    /// plus the TTL, minus the clock-drift allowance.
+    /// plus the TTL, minus the clock-drift allowance. A lock a release handed over in line is
+    /// valid at first for what the hand-off proved (at least about two thirds of the line's
+    /// entry lease), and renews itself to the TTL once a third of that has passed.
     pub fn deadline(&self) -> Instant {
         let renewed = self.renewal.as_ref().and_then(|r| r.won());
         renewed.map_or(self.deadline, |won| won.max(self.deadline))

@@ -201,7 +201,10 @@ impl Redlock {
     ///
     /// On success the lock is valid for [`Lock::remaining`]: the TTL minus the time the
     /// successful attempt took, minus the clock-drift allowance. Finish the critical section
-    /// within it, or [`extend`](Lock::extend) it.
+    /// within it, or [`extend`](Lock::extend) it. A lock a release handed to this call in line
+    /// comes with no attempt at all, valid for what the hand-off proved (at least about two
+    /// thirds of the entry lease), and renews itself to the TTL in the background once a third
+    /// of that has passed (see [`Lock::deadline`]).
     ///
     /// # Errors
     ///
@@ -611,7 +614,7 @@ impl Redlock {
             token.clone(),
             *lease,
             (deadline, mark),
-            renewal.clone(),
+            Arc::downgrade(&renewal),
         ));
         Counters::bump(&self.inner.counters().acquired);
         tracing::debug!(remaining = ?deadline.saturating_duration_since(Instant::now()), "handed the lock by a release");
@@ -695,16 +698,25 @@ impl Redlock {
 
 /// Renews a lock a release handed over (valid until `deadline`) to its full TTL, on a quorum
 /// before that deadline, and tells `renewal` (and the task holds, through `mark`) the new
-/// deadline. A renewal that fails leaves the first deadline: the holder sees it in
-/// [`Lock::remaining`], as after any failed extend.
+/// deadline. It waits a third of that validity first, as a hold renews at a third of its TTL:
+/// most locks are released before, and need no renewal at all. Nothing is renewed once the lock
+/// is gone (released or dropped), or was extended by its holder (`renewal` is gone with it then).
+/// A renewal that fails leaves the first deadline: the holder sees it in [`Lock::remaining`], as
+/// after any failed extend.
 async fn renew_handed(
     inner: Arc<Inner>,
     keys: Keys,
     token: LockToken,
     lease: Lease,
     (deadline, mark): (Instant, crate::task_holds::HoldMark),
-    renewal: Arc<Renewal>,
+    renewal: std::sync::Weak<Renewal>,
 ) {
+    let now = Instant::now();
+    let due = now + deadline.saturating_duration_since(now) / 3;
+    tokio::time::sleep_until(due.into()).await;
+    if renewal.strong_count() == 0 {
+        return;
+    }
     let start = Instant::now();
     let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
     let (outcome, stragglers) = inner
@@ -729,6 +741,9 @@ async fn renew_handed(
     match (outcome.decision, validity) {
         (Decision::Won, Some(validity)) => {
             let won = start + elapsed + validity;
+            let Some(renewal) = renewal.upgrade() else {
+                return;
+            };
             renewal.set(won);
             inner.task_holds().renew(mark, won);
             Counters::bump(&inner.counters().renewals);

@@ -128,3 +128,36 @@ async fn a_lock_handed_on_in_turn_never_has_two_holders() {
     assert!(handed > 0, "contended turns go through the hand-off");
     assert_eq!(present(&nodes, &lock_key("turns")), 0);
 }
+
+/// `PEXPIRE` calls a master has run (scripts' included): only extends and renewals send it.
+fn pexpires(server: &quorumlock_testkit::RedisServer) -> u64 {
+    let info: String = query(server, redis::cmd("INFO").arg("commandstats"));
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_pexpire:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handed_lock_released_before_a_third_of_its_validity_is_never_renewed() {
+    let nodes = five();
+    let (holder, waiter) = (client(&nodes), client(&nodes));
+    let lock = holder.acquire("short", TTL).await.unwrap();
+    let waiting = {
+        let rl = waiter.clone();
+        tokio::spawn(async move { rl.acquire("short", TTL).await })
+    };
+    assert!(queued_everywhere(&nodes, "short").await);
+    // From here on only a renewal sends PEXPIRE (the waiter's attempts renewed its line's TTL).
+    let before: Vec<u64> = nodes.iter().map(pexpires).collect();
+    lock.release().await.unwrap();
+    let handed = waiting.await.unwrap().unwrap();
+    assert!(handed.token().expose().starts_with("~queued:"));
+    handed.release().await.unwrap();
+    // Well past the third of its validity at which a renewal would have been sent.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after: Vec<u64> = nodes.iter().map(pexpires).collect();
+    assert_eq!(before, after, "no renewal after the release");
+    assert_eq!(present(&nodes, &lock_key("short")), 0);
+}

@@ -1,17 +1,18 @@
 //! The client's side of the hand-off, with no I/O: which release channels this client needs
-//! subscribed, which of its waiters a hand-off names, and when that waiter should attempt.
+//! subscribed, which of its waiters a hand-off names, and when that waiter should look at it.
 //!
-//! A release hands the lock to one waiter by publishing that waiter's id on the key's channel
-//! (see `lua/release.lua`), on each master. Every client subscribed to the channel hears it;
-//! only the client whose waiter has that id wakes it.
+//! A release hands the lock to one waiter by publishing that waiter's id (with the master's
+//! times of the hand-off and of the key's expiry, noted for the waiter: see `handed.rs`) on the
+//! key's channel (see `lua/line.lua`), on each master. Every client subscribed to the channel
+//! hears it; only the client whose waiter has that id wakes it.
 //!
 //! The masters run the holder's release at slightly different moments, so the first
 //! announcement often arrives while other masters still hold the key for the old holder. A
 //! waiter that attempted right then would be refused there, roll back and wait again: two
-//! attempts per hand-off, and a split vote when it loses. So a waiter attempts once a quorum of
-//! masters has announced the hand-off to it ([`Heard::enough`]), or, when fewer do (a master
-//! down, or one whose line lost the waiter's entry), a short [grace](hand_off_grace) after the
-//! first announcement.
+//! attempts per hand-off, and a split vote when it loses. So a waiter wakes once a quorum of
+//! masters has announced the hand-off to it ([`Heard::enough`]) — it then holds the lock, or
+//! attempts — or, when fewer do (a master down, or one whose line lost the waiter's entry), a
+//! short [grace](hand_off_grace) after the first announcement, to attempt.
 //!
 //! A channel stays subscribed for [`LINGER`] after its last waiter leaves: a worker that loops
 //! acquire → release → acquire then neither subscribes nor unsubscribes on every turn, and its

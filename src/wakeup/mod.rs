@@ -11,26 +11,32 @@
 //!   when it is free **and** the waiter heads the live entries, or when the key is reserved for
 //!   this waiter. Entries whose lease ran out are dropped by the scripts themselves.
 //! * The holder's release (`lua/release.lua`) does not just delete the key when somebody waits:
-//!   it reserves the key for the head of the line — a value no token can equal, so `SET NX`,
-//!   extend and release treat it as held by somebody else — and publishes the head's id on
+//!   it hands it to the head of the line, writing `~queued:<id>` in its place (a value no
+//!   attempt's token can equal, so `SET NX`, extend and release treat it as held by somebody
+//!   else), takes the head out of the line, and publishes `<id>:<now>:<expires>` on
 //!   `<key>:released:<client>`, the channel of the head's own client (a waiter's id starts with
-//!   its client's). Only that waiter attempts, and only its client hears it: one hand-off per
-//!   release, however many clients wait. A release with nobody in line deletes the key and
-//!   publishes nothing.
+//!   its client's). Only that waiter's client hears it: one hand-off per release, however many
+//!   clients wait. A release with nobody in line deletes the key and publishes nothing.
+//! * The value written is the head's lock token: once a quorum of masters announced it, the
+//!   head holds the lock with no attempt of its own, for as long as it can prove from its own
+//!   attempts, and renews it to the full TTL in the background (`handed.rs`: the bound and the
+//!   safety argument). A head that heard fewer, or cannot hold a lock this way (fencing, durable
+//!   votes, an owner id, several keys, a semaphore slot, an election's term), attempts, and its
+//!   attempt takes the key handed to it.
 //! * A waiter renews its entry with each attempt; while it waits it attempts at least every
 //!   third of its entry lease, and at once when its id is published. It leaves the line when it
 //!   acquires (the granting script removes it), and on giving up, cancellation or drop (in the
 //!   background; a key reserved for it passes to the next in line). A waiter that crashes blocks
-//!   the line for at most one entry lease: its entry lapses, and so does a reservation for it.
+//!   the line for at most one entry lease: its entry lapses, and so does a key handed to it.
 //! * The entry lease is ten node timeouts, and at least 50 ms (`Lease::entry_lease`).
 //!
 //! # Why the line cannot break mutual exclusion
 //!
-//! The line decides only who *tries*, never who *holds*. A token is still granted on a master
-//! only where the key is free or a reservation (never where another token is), a lock still
-//! needs a quorum of such grants within its validity, and release and extend still compare the
-//! token. A reservation is written only in place of the releasing token's own key, so it never
-//! hides another holder. A master that lost its line (a restart, a failover) may order waiters
+//! The line decides who *tries*, and a release decides who is handed the key next, but never
+//! beside a holder: a token is still granted on a master only where the key is free or handed
+//! to that waiter (never where another token is), a lock still needs a quorum of such grants or
+//! hand-offs within its validity, and release and extend still compare the token. A hand-off is
+//! written only in place of the releasing token's own key, so it never hides another holder. A master that lost its line (a restart, a failover) may order waiters
 //! differently from the others, which can split one hand-off's vote and cost an attempt, but it
 //! cannot grant a second holder: the safety argument is that of the quorum lock, unchanged.
 //!
