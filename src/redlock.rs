@@ -600,8 +600,13 @@ impl Redlock {
         if !matches!(keys, Keys::One(_)) || settings.fencing || settings.durable {
             return None;
         }
-        let deadline = waiter.handed_until(settings.drift_factor)?;
-        if deadline.saturating_duration_since(Instant::now()) < lease.node_timeout {
+        let Some(deadline) = waiter.handed_until(settings.drift_factor) else {
+            tracing::debug!(masters = ?waiter.masters(), "too few hand-offs to hold on");
+            return None;
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < lease.node_timeout {
+            tracing::debug!(?left, "too little of the hand-off left to hold on");
             return None;
         }
         waiter.holds_what_was_handed();
