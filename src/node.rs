@@ -15,16 +15,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::{BoxFuture, Either};
+use futures::FutureExt;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation, ServerErrorKind};
 
 use crate::durability::Durability;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
 use conn::Conn;
-use health::{Health, TIMEOUTS_BEFORE_UNRESPONSIVE};
+use health::{Health, ProbeLease, TIMEOUTS_BEFORE_UNRESPONSIVE};
 pub(crate) use layout::marker_key;
 pub use layout::{resource_key, KEY_LAYOUT, LAYOUT_MARKER};
-use link::{Link, NotOpened};
+use link::{Connection, Link, NotOpened};
 pub(crate) use subscription::Subscriber;
 pub(crate) use target::Target;
 
@@ -73,6 +75,23 @@ fn confirm_within(timeout: Duration) -> Duration {
     timeout.saturating_sub(TICK).max(timeout / 2)
 }
 
+/// `from + after`; when that overflows the clock, as far ahead as tokio's own timeouts go
+/// (about 30 years).
+fn deadline_after(from: Instant, after: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(86_400 * 365 * 30);
+    from.checked_add(after)
+        .or_else(|| from.checked_add(FAR))
+        .unwrap_or(from)
+}
+
+/// The time bound of one request (see [`Node::bounded`]).
+struct Bound<'a> {
+    started: Instant,
+    timeout: Duration,
+    /// Held while the request is the probe of an unresponsive node.
+    probe: Option<ProbeLease<'a>>,
+}
+
 impl Node {
     /// A voter of any kind (see `target`). `marker`: the key layout marker key, checked on
     /// every new connection; `durability`: how its grants are confirmed (see `durability`),
@@ -110,7 +129,9 @@ impl Node {
     /// How many requests have been handed to a connection to this node so far. While it stays
     /// the same, nothing sent in the meantime can have reached the node: a request waiting for
     /// a connection, failing at once while the node is unresponsive, or refused a connection,
-    /// is not counted.
+    /// is not counted. A request is counted as it is built on an open connection: one built
+    /// and then dropped unpolled counts too, which costs a rollback no more than a release it
+    /// did not need.
     pub(crate) fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
     }
@@ -121,39 +142,39 @@ impl Node {
     ///
     /// The holder's release (`hot`) sends the script's SHA1, with the source as the fallback on
     /// `NOSCRIPT`; a cleanup sends the source at once (see `scripts::RELEASE_SOURCE`).
-    pub(crate) async fn release(
-        &self,
-        input: &(impl ScriptInput + ?Sized),
+    ///
+    /// Like every request here, it is built when called (see [`Node::bounded`]).
+    pub(crate) fn release<'a>(
+        &'a self,
+        input: &'a (impl ScriptInput + Sync + ?Sized),
         hot: bool,
         timeout: Duration,
-    ) -> Result<bool, NodeError> {
-        let release = |by: &str, script: &str| {
+    ) -> impl Future<Output = Result<bool, NodeError>> + 'a {
+        let release = move |by: &str, script: &str| {
             let mut cmd = Cmd::with_capacity(3 + input.args(), input.bytes() + script.len() + 32);
             cmd.arg(by).arg(script);
             input.write(&mut cmd);
             cmd
         };
-        let by_source = || release("EVAL", &scripts::RELEASE_SOURCE);
+        let by_source = move || release("EVAL", &scripts::RELEASE_SOURCE);
         self.also_behind_retired(by_source, timeout);
-        let released: i64 = self
-            .bounded(timeout, |mut conn| async move {
-                if !hot {
-                    // A cleanup: one round trip whatever the node's script cache holds.
-                    return by_source().query_async(&mut conn).await;
+        let released = self.bounded(timeout, move |mut conn| async move {
+            if !hot {
+                // A cleanup: one round trip whatever the node's script cache holds.
+                return by_source().query_async::<i64>(&mut conn).await;
+            }
+            // The holder's release is the hot path: send the script's SHA1, not its
+            // source. A node that lost its scripts since the connection loaded them says
+            // NOSCRIPT: send the source then, within the same time bound.
+            let by_sha = release("EVALSHA", scripts::RELEASE.get_hash());
+            match by_sha.query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    by_source().query_async(&mut conn).await
                 }
-                // The holder's release is the hot path: send the script's SHA1, not its
-                // source. A node that lost its scripts since the connection loaded them says
-                // NOSCRIPT: send the source then, within the same time bound.
-                let by_sha = release("EVALSHA", scripts::RELEASE.get_hash());
-                match by_sha.query_async(&mut conn).await {
-                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        by_source().query_async(&mut conn).await
-                    }
-                    other => other,
-                }
-            })
-            .await?;
-        Ok(released > 0)
+                other => other,
+            }
+        });
+        released.map(|released| released.map(|released| released > 0))
     }
 
     /// Compare-and-PEXPIRE. `Ok(true)` when renewed, `Ok(false)` when the token is gone.
@@ -194,15 +215,14 @@ impl Node {
     /// Runs one script on the shared connection, bounded by `timeout`: `EVALSHA`, the script
     /// having been loaded when the connection opened (see `link.rs`); should the node have lost
     /// it since, `SCRIPT LOAD` and `EVALSHA` again, within the same bound.
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        call: ScriptInvocation<'_>,
+    pub(crate) fn invoke<'a, T: FromRedisValue + Send + 'a>(
+        &'a self,
+        call: ScriptInvocation<'a>,
         timeout: Duration,
-    ) -> Result<T, NodeError> {
+    ) -> impl Future<Output = Result<T, NodeError>> + 'a {
         self.bounded(timeout, |mut conn| async move {
             call.invoke_async(&mut conn).await
         })
-        .await
     }
 
     /// Runs a script that grants or keeps a lock (an acquire, an extend, a fence), like
@@ -213,35 +233,39 @@ impl Node {
     /// node's error, and the attempt's rollback releases what it granted. A refusal stands as
     /// it is, confirmed or not (it granted nothing to lose), so that contention is still told
     /// from unavailability.
-    pub(crate) async fn invoke_granting<T: FromRedisValue>(
-        &self,
-        call: ScriptInvocation<'_>,
+    pub(crate) fn invoke_granting<'a, T: FromRedisValue + Send + 'a>(
+        &'a self,
+        call: ScriptInvocation<'a>,
         timeout: Duration,
-        granted: impl FnOnce(&T) -> bool,
-    ) -> Result<T, NodeError> {
+        granted: impl FnOnce(&T) -> bool + Send + 'a,
+    ) -> impl Future<Output = Result<T, NodeError>> + 'a {
         let Some(confirm) = self.durability.confirm_cmd(confirm_within(timeout)) else {
-            return self.invoke(call, timeout).await;
+            return Either::Left(self.invoke(call, timeout));
         };
-        let (reply, confirmed): (T, redis::Value) = self
-            .bounded(timeout, |mut conn| async move {
-                let mut pipe = redis::pipe();
-                pipe.invoke_script(&call).add_command(confirm);
-                match pipe.query_async(&mut conn).await {
-                    // The node lost its scripts since the connection loaded them.
-                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        call.load_async(&mut conn).await?;
-                        pipe.query_async(&mut conn).await
-                    }
-                    other => other,
+        let confirmed = self.bounded(timeout, |mut conn| async move {
+            let mut pipe = redis::pipe();
+            pipe.invoke_script(&call).add_command(confirm);
+            match pipe.query_async(&mut conn).await {
+                // The node lost its scripts since the connection loaded them.
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    call.load_async(&mut conn).await?;
+                    pipe.query_async(&mut conn).await
                 }
-            })
-            .await?;
-        if granted(&reply) {
-            self.durability
-                .judge(&confirmed)
-                .map_err(|why| self.error(NodeErrorKind::Unconfirmed(why)))?;
-        }
-        Ok(reply)
+                other => other,
+            }
+        });
+        // Boxed: a confirmation is a round trip to the replicas or the disk, and the requests
+        // without one keep a smaller future.
+        let judged: BoxFuture<'a, Result<T, NodeError>> = Box::pin(confirmed.map(move |replies| {
+            let (reply, confirmed): (T, redis::Value) = replies?;
+            if granted(&reply) {
+                self.durability
+                    .judge(&confirmed)
+                    .map_err(|why| self.error(NodeErrorKind::Unconfirmed(why)))?;
+            }
+            Ok(reply)
+        }));
+        Either::Right(judged)
     }
 
     /// Opens a connection of its own for sharded subscriptions (see `subscription`), bounded
@@ -304,48 +328,94 @@ impl Node {
     /// sent after it on the same connection is executed after it, which is what lets a release
     /// clean up an acquire that lands late. A connection is replaced after timeouts in a row;
     /// releases then also go on the replaced one (see [`Node::also_behind_retired`]).
-    async fn bounded<T, F, Fut>(&self, timeout: Duration, request: F) -> Result<T, NodeError>
+    ///
+    /// Everything up to sending is done when called, the way nearly every request goes: the
+    /// node's connection is open, and the future returned is the request under its time bound
+    /// and nothing more. (It is boxed into each fan-out: a smaller future is a cheaper
+    /// allocation.) A connection still to be opened is waited for in a boxed future of its own.
+    fn bounded<'a, T, F, Fut>(
+        &'a self,
+        timeout: Duration,
+        request: F,
+    ) -> impl Future<Output = Result<T, NodeError>> + 'a
     where
-        F: FnOnce(Conn) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
+        F: FnOnce(Conn) -> Fut + Send + 'a,
+        Fut: Future<Output = RedisResult<T>> + Send + 'a,
+        T: Send + 'a,
     {
         let started = Instant::now();
         let probe = match self.health.is_unresponsive() {
             false => None,
             true => match self
                 .health
-                .start_probe(started, self.connect_timeout + timeout)
+                .start_probe(started, self.connect_timeout.saturating_add(timeout))
             {
                 Some(probe) => Some(probe),
-                None => return Err(self.error(NodeErrorKind::Unresponsive)),
+                None => {
+                    let unresponsive = Err(self.error(NodeErrorKind::Unresponsive));
+                    return Either::Left(Either::Left(std::future::ready(unresponsive)));
+                }
             },
         };
-        let connecting = match probe {
-            Some(_) => self.connect_timeout,
-            None => timeout,
-        };
-        let opening = self.link.open(probe.is_some());
-        let connection = match tokio::time::timeout(connecting, opening).await {
-            Ok(Ok(connection)) => connection,
-            Ok(Err(NotOpened { why, tried })) => {
-                // A connection attempt this request waited for in vain is silence too; one
-                // refused, or none made during a backoff, says nothing either way.
-                if tried && why.is_timeout() {
-                    self.health.timed_out(started, Instant::now());
-                }
-                return Err(self.error(NodeErrorKind::Redis(why)));
-            }
-            Err(_elapsed) => {
-                self.health.timed_out(started, Instant::now());
-                return Err(self.error(NodeErrorKind::Timeout(connecting)));
-            }
-        };
-        let left = match probe {
-            Some(_) => timeout,
-            None => timeout.saturating_sub(started.elapsed()),
-        };
+        if let Some(connection) = self.link.open_now() {
+            let bound = Bound {
+                started,
+                timeout,
+                probe,
+            };
+            let deadline = deadline_after(started, timeout);
+            let sent = self.send(connection, deadline, bound, request);
+            return Either::Left(Either::Right(sent));
+        }
+        let connecting: BoxFuture<'a, Result<T, NodeError>> = Box::pin(async move {
+            let connecting = match probe {
+                Some(_) => self.connect_timeout,
+                None => timeout,
+            };
+            let connection = self.connect(started, connecting, probe.is_some()).await?;
+            let from = match probe {
+                Some(_) => Instant::now(),
+                None => started,
+            };
+            let bound = Bound {
+                started,
+                timeout,
+                probe,
+            };
+            let deadline = deadline_after(from, timeout);
+            self.send(connection, deadline, bound, request).await
+        });
+        Either::Right(connecting)
+    }
+
+    /// Sends `request` on `connection`, to be answered by `deadline`: see [`Node::bounded`].
+    fn send<'a, T, F, Fut>(
+        &'a self,
+        connection: Connection,
+        deadline: Instant,
+        bound: Bound<'a>,
+        request: F,
+    ) -> impl Future<Output = Result<T, NodeError>> + 'a
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + 'a,
+        T: 'a,
+    {
         self.sent.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(left, request(connection.conn)).await {
+        let Connection { number, conn } = connection;
+        let reply = tokio::time::timeout_at(deadline.into(), request(conn));
+        reply.map(move |reply| self.settle(reply, number, bound))
+    }
+
+    /// What the reply to a request sent on connection `number` (or its absence) says about
+    /// the node: see [`Node::bounded`].
+    fn settle<T>(
+        &self,
+        reply: Result<RedisResult<T>, tokio::time::error::Elapsed>,
+        number: u64,
+        bound: Bound<'_>,
+    ) -> Result<T, NodeError> {
+        match reply {
             Ok(reply) => {
                 match &reply {
                     // Only the server's own answer shows it is alive.
@@ -355,24 +425,51 @@ impl Node {
                     // asks the Sentinels again.
                     Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) => {
                         self.replied();
-                        self.link.broken(connection.number, e.clone());
+                        self.link.broken(number, e.clone());
                     }
                     Err(e) if matches!(e.kind(), ErrorKind::Server(_)) => self.replied(),
                     Err(e) if e.is_io_error() || e.is_unrecoverable_error() => {
-                        self.link.broken(connection.number, e.clone())
+                        self.link.broken(number, e.clone())
                     }
                     Err(_) => {}
                 }
                 reply.map_err(|e| self.error(NodeErrorKind::Redis(e)))
             }
             Err(_elapsed) => {
-                let in_a_row = self.health.timed_out(started, Instant::now());
+                let in_a_row = self.health.timed_out(bound.started, Instant::now());
                 // A fresh connection after a few timeouts in a row, and for each next probe.
-                if in_a_row == TIMEOUTS_BEFORE_UNRESPONSIVE || probe.is_some() {
+                if in_a_row == TIMEOUTS_BEFORE_UNRESPONSIVE || bound.probe.is_some() {
                     tracing::debug!(node = %self.id, in_a_row, "no reply to the last requests; reconnecting");
-                    self.link.retire(connection.number);
+                    self.link.retire(number);
                 }
-                Err(self.error(NodeErrorKind::Timeout(timeout)))
+                Err(self.error(NodeErrorKind::Timeout(bound.timeout)))
+            }
+        }
+    }
+
+    /// Waits for the node's connection to open (see [`Link::open`]), for at most `connecting`
+    /// from `started`; a request that waited in vain counts as a timeout (see [`Health`]).
+    async fn connect(
+        &self,
+        started: Instant,
+        connecting: Duration,
+        patient: bool,
+    ) -> Result<Connection, NodeError> {
+        let opening = self.link.open(patient);
+        let until = deadline_after(started, connecting);
+        match tokio::time::timeout_at(until.into(), opening).await {
+            Ok(Ok(connection)) => Ok(connection),
+            Ok(Err(NotOpened { why, tried })) => {
+                // A connection attempt this request waited for in vain is silence too; one
+                // refused, or none made during a backoff, says nothing either way.
+                if tried && why.is_timeout() {
+                    self.health.timed_out(started, Instant::now());
+                }
+                Err(self.error(NodeErrorKind::Redis(why)))
+            }
+            Err(_elapsed) => {
+                self.health.timed_out(started, Instant::now());
+                Err(self.error(NodeErrorKind::Timeout(connecting)))
             }
         }
     }

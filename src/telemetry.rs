@@ -14,6 +14,7 @@
 //! `unavailable` or `failed`; `node` is a configured master's `host:port`; `kind` is
 //! `timeout`, `unresponsive`, `redis` or `protocol`. Resource names never appear.
 
+#[cfg(feature = "metrics")]
 use std::time::Instant;
 
 use crate::error::{Error, NodeError, NodeErrorKind};
@@ -22,9 +23,10 @@ use crate::error::{Error, NodeError, NodeErrorKind};
 /// duration goes to `quorumlock_wait_seconds`.
 #[derive(Debug)]
 pub(crate) struct Waiting {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    // Without the feature there is nothing to record: not even the clock is read.
+    #[cfg(feature = "metrics")]
     primitive: &'static str,
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    #[cfg(feature = "metrics")]
     start: Instant,
 }
 
@@ -32,8 +34,11 @@ impl Waiting {
     pub(crate) fn start(primitive: &'static str) -> Waiting {
         #[cfg(feature = "metrics")]
         metrics::gauge!("quorumlock_waiting", "primitive" => primitive).increment(1.0);
+        let _ = primitive;
         Waiting {
+            #[cfg(feature = "metrics")]
             primitive,
+            #[cfg(feature = "metrics")]
             start: Instant::now(),
         }
     }
@@ -70,9 +75,10 @@ impl Drop for Waiting {
 /// `quorumlock_hold_seconds`.
 #[derive(Debug)]
 pub(crate) struct Holding {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    // Without the feature there is nothing to record: not even the clock is read.
+    #[cfg(feature = "metrics")]
     primitive: &'static str,
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    #[cfg(feature = "metrics")]
     start: Instant,
 }
 
@@ -80,8 +86,11 @@ impl Holding {
     pub(crate) fn start(primitive: &'static str) -> Holding {
         #[cfg(feature = "metrics")]
         metrics::gauge!("quorumlock_held", "primitive" => primitive).increment(1.0);
+        let _ = primitive;
         Holding {
+            #[cfg(feature = "metrics")]
             primitive,
+            #[cfg(feature = "metrics")]
             start: Instant::now(),
         }
     }

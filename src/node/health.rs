@@ -47,9 +47,19 @@ impl Health {
     }
 
     /// The node replied at `now`. Returns how many timeouts in a row that ended.
+    ///
+    /// Every reply comes here, from every worker thread: it writes only what changes (the
+    /// millisecond of the last reply, a run of timeouts ending), so that the node's counters
+    /// are not a cache line the threads take from each other at every reply.
     pub(super) fn replied(&self, now: Instant) -> u32 {
-        self.last_reply.store(self.ms(now), Ordering::Relaxed);
-        self.timeouts_in_a_row.swap(0, Ordering::Relaxed)
+        let now = self.ms(now);
+        if self.last_reply.load(Ordering::Relaxed) < now {
+            self.last_reply.fetch_max(now, Ordering::Relaxed);
+        }
+        match self.timeouts_in_a_row.load(Ordering::Relaxed) {
+            0 => 0,
+            _ => self.timeouts_in_a_row.swap(0, Ordering::Relaxed),
+        }
     }
 
     /// A request started at `started` got no reply by `now`. Returns how many timeouts in a row

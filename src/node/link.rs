@@ -8,6 +8,7 @@
 //! is looked up again for every new connection, and a cluster's connection follows its
 //! topology by itself.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -62,6 +63,9 @@ pub(super) struct Link {
     /// How grants are confirmed: a master that cannot is refused on every new connection.
     durability: Durability,
     state: Arc<Mutex<State>>,
+    /// Whether the state keeps a retired connection, readable without the lock: every release
+    /// asks (see [`Link::retired`]), and there almost never is one. Written under the lock.
+    has_retired: Arc<AtomicBool>,
 }
 
 struct State {
@@ -107,6 +111,7 @@ impl Link {
             connect_timeout,
             marker,
             durability,
+            has_retired: Arc::new(AtomicBool::new(false)),
             state: Arc::new(Mutex::new(State {
                 current: Current::Closed { why: None },
                 retired: None,
@@ -158,6 +163,15 @@ impl Link {
         }
     }
 
+    /// The open connection, if there is one now; `None` while it is closed or opening (then
+    /// see [`Link::open`]). Takes no time and reads no clock: the path of nearly every request.
+    pub(super) fn open_now(&self) -> Option<Connection> {
+        match &self.lock().current {
+            Current::Open(connection) => Some(connection.clone()),
+            _ => None,
+        }
+    }
+
     /// The connection numbered `number` failed a request in a way that shows it is gone: the
     /// next request opens a new one.
     pub(super) fn broken(&self, number: u64, why: RedisError) {
@@ -177,19 +191,23 @@ impl Link {
                 std::mem::replace(&mut state.current, Current::Closed { why: None })
             {
                 state.retired = Some(connection);
+                self.has_retired.store(true, Ordering::Release);
             }
         }
     }
 
     /// The connection replaced last, while requests written on it may still run.
     pub(super) fn retired(&self) -> Option<Connection> {
+        if !self.has_retired.load(Ordering::Acquire) {
+            return None;
+        }
         self.lock().retired.clone()
     }
 
     /// A handle that lets a request on the retired connection report that it was answered
     /// (see [`Drained::drained`]), without keeping the node alive.
     pub(super) fn drain_handle(&self) -> Drained {
-        Drained(Arc::downgrade(&self.state))
+        Drained(Arc::downgrade(&self.state), self.has_retired.clone())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -389,7 +407,7 @@ impl State {
 
 /// See [`Link::drain_handle`].
 #[derive(Clone)]
-pub(super) struct Drained(Weak<Mutex<State>>);
+pub(super) struct Drained(Weak<Mutex<State>>, Arc<AtomicBool>);
 
 impl Drained {
     /// A request on retired connection `number` was answered: everything written on it before
@@ -401,6 +419,7 @@ impl Drained {
         let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
         if state.retired.as_ref().is_some_and(|c| c.number == number) {
             state.retired = None;
+            self.1.store(false, Ordering::Release);
         }
     }
 }
