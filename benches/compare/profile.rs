@@ -50,11 +50,22 @@ pub fn profile(kind: &str) {
         wall.as_secs_f64() * 1e6 / cycles as f64,
         cpu.as_secs_f64() * 1e6 / cycles as f64
     );
+    let io = io_stats(&nodes.urls());
     drop(client);
     runtime.shutdown_timeout(Duration::from_secs(1));
     // What the masters executed, warm-up included (stragglers have had a second to land).
     std::thread::sleep(Duration::from_secs(1));
     let counted = cycles + workers * 50;
+    // How the commands reached the masters: many per read means pipelined batches, which cost a
+    // master far less per command than one read and one write each.
+    let [commands, reads, writes] = io;
+    eprintln!(
+        "  server: {:.2} commands, {:.2} reads, {:.2} writes per cycle ({:.2} commands per read)",
+        commands as f64 / counted as f64,
+        reads as f64 / counted as f64,
+        writes as f64 / counted as f64,
+        commands as f64 / reads.max(1) as f64
+    );
     for (name, (calls, usec)) in command_stats(&nodes.urls()) {
         eprintln!(
             "  server: {name}: {:.2} calls/cycle, {:.2} µs/cycle",
@@ -94,6 +105,32 @@ pub fn command_stats(urls: &[String]) -> BTreeMap<String, (u64, f64)> {
             entry.0 += field("calls=") as u64;
             entry.1 += field("usec=");
         }
+    }
+    totals
+}
+
+/// Commands processed, reads and writes of every master together (`INFO stats`).
+fn io_stats(urls: &[String]) -> [u64; 3] {
+    let mut totals = [0; 3];
+    for url in urls {
+        let mut connection = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let stats: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut connection)
+            .unwrap();
+        let field = |name: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        totals[0] += field("total_commands_processed:");
+        totals[1] += field("total_reads_processed:");
+        totals[2] += field("total_writes_processed:");
     }
     totals
 }
