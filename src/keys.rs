@@ -173,6 +173,19 @@ impl Keys {
             return by_slot::acquire(groups, node, fenced, token, ttl_ms, in_line, timeout).await;
         }
         match (self, in_line) {
+            (Keys::One(key) | Keys::Slot(key) | Keys::Term { key, .. }, None)
+                if !node.confirms_grants() =>
+            {
+                // The hot path of a plain mutex: the command written in one piece.
+                let input = AcquireInput {
+                    key,
+                    fenced,
+                    token,
+                    ttl_ms,
+                };
+                let grant = node.acquire(&input, timeout).await?;
+                Ok(plain_grant(grant, fenced))
+            }
             (Keys::One(_) | Keys::Slot(_) | Keys::Term { .. } | Keys::Owned { .. }, None) => {
                 let mut call = match self {
                     Keys::Owned { .. } => scripts::ACQUIRE_OWNED.prepare_invoke(),
@@ -190,12 +203,7 @@ impl Keys {
                     call.arg(grace);
                 }
                 let grant: i64 = node.invoke_granting(call, timeout, |g| *g > 0).await?;
-                Ok(match u64::try_from(grant) {
-                    Err(_) => Acquired::Line(None),
-                    Ok(0) => Acquired::Held(None),
-                    Ok(fence) if fenced.is_some() => Acquired::Granted(vec![fence]),
-                    Ok(_) => Acquired::Granted(Vec::new()),
-                })
+                Ok(plain_grant(grant, fenced))
             }
             (Keys::Read(key), _) => {
                 let mut call = scripts::ACQUIRE_READ.prepare_invoke();
@@ -543,6 +551,56 @@ impl ScriptInput for ReleaseInput<'_> {
     }
 }
 
+/// The input of `lua/acquire.lua`, the plain attempt on one key: the key, its line, its
+/// line's leases and (fenced) its fence counter; the token, the TTL and (fenced) the counter's
+/// grace.
+struct AcquireInput<'a> {
+    key: &'a str,
+    fenced: Option<u64>,
+    token: &'a str,
+    ttl_ms: u64,
+}
+
+impl ScriptInput for AcquireInput<'_> {
+    fn args(&self) -> usize {
+        if self.fenced.is_some() {
+            8
+        } else {
+            6
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        4 * self.key.len() + self.token.len() + 64
+    }
+
+    fn write(&self, cmd: &mut Cmd) {
+        let key = self.key;
+        cmd.arg(if self.fenced.is_some() { 4 } else { 3 });
+        cmd.arg(key)
+            .arg(Suffixed(key, LINE_SUFFIX))
+            .arg(Suffixed(key, LEASES_SUFFIX));
+        if self.fenced.is_some() {
+            cmd.arg(Suffixed(key, FENCE_SUFFIX));
+        }
+        cmd.arg(self.token).arg(self.ttl_ms);
+        if let Some(grace) = self.fenced {
+            cmd.arg(grace);
+        }
+    }
+}
+
+/// What the plain attempt's reply says: -1 refused for the line, 0 held, else granted (the
+/// new fence when `fenced`).
+fn plain_grant(grant: i64, fenced: Option<u64>) -> Acquired {
+    match u64::try_from(grant) {
+        Err(_) => Acquired::Line(None),
+        Ok(0) => Acquired::Held(None),
+        Ok(fence) if fenced.is_some() => Acquired::Granted(vec![fence]),
+        Ok(_) => Acquired::Granted(Vec::new()),
+    }
+}
+
 /// A key name with a suffix, written into a command without building the name first.
 struct Suffixed<'a>(&'a str, &'static str);
 
@@ -602,9 +660,12 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+/// What a resource's fencing counter's key adds to its lock key.
+const FENCE_SUFFIX: &str = ":fence";
+
 /// The Redis key of a resource's fencing counter.
 pub(crate) fn fence_key(key: &str) -> String {
-    format!("{key}:fence")
+    format!("{key}{FENCE_SUFFIX}")
 }
 
 /// The Redis key of a read-write lock's readers: tokens scored by when their hold expires.

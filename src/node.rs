@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, Either};
 use futures::FutureExt;
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ScriptInvocation, ServerErrorKind};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ScriptInvocation, ServerErrorKind,
+};
 
 use crate::durability::Durability;
 use crate::error::{NodeError, NodeErrorKind};
@@ -40,6 +42,15 @@ pub(crate) trait ScriptInput {
     fn bytes(&self) -> usize;
     /// Writes the key count, the keys and the arguments.
     fn write(&self, cmd: &mut Cmd);
+}
+
+/// `EVAL` (`by` the script's `source`) or `EVALSHA` (by its SHA1) of a script with `input`, built
+/// straight into one command.
+fn script_call(by: &str, script: &str, input: &(impl ScriptInput + ?Sized)) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3 + input.args(), input.bytes() + script.len() + 32);
+    cmd.arg(by).arg(script);
+    input.write(&mut cmd);
+    cmd
 }
 
 /// One configured master.
@@ -150,31 +161,63 @@ impl Node {
         hot: bool,
         timeout: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + 'a {
-        let release = move |by: &str, script: &str| {
-            let mut cmd = Cmd::with_capacity(3 + input.args(), input.bytes() + script.len() + 32);
-            cmd.arg(by).arg(script);
-            input.write(&mut cmd);
-            cmd
-        };
-        let by_source = move || release("EVAL", &scripts::RELEASE_SOURCE);
+        let by_source = move || script_call("EVAL", &scripts::RELEASE_SOURCE, input);
         self.also_behind_retired(by_source, timeout);
+        if hot {
+            let released =
+                self.call_hot(&scripts::RELEASE, &scripts::RELEASE_SOURCE, input, timeout);
+            return futures::future::Either::Left(
+                released.map(|released| released.map(|released| released > 0)),
+            );
+        }
+        // A cleanup: one round trip whatever the node's script cache holds.
         let released = self.bounded(timeout, move |mut conn| async move {
-            if !hot {
-                // A cleanup: one round trip whatever the node's script cache holds.
-                return by_source().query_async::<i64>(&mut conn).await;
-            }
-            // The holder's release is the hot path: send the script's SHA1, not its
-            // source. A node that lost its scripts since the connection loaded them says
-            // NOSCRIPT: send the source then, within the same time bound.
-            let by_sha = release("EVALSHA", scripts::RELEASE.get_hash());
+            by_source().query_async::<i64>(&mut conn).await
+        });
+        futures::future::Either::Right(
+            released.map(|released| released.map(|released| released > 0)),
+        )
+    }
+
+    /// The plain attempt (`lua/acquire.lua`) with the key count, keys and arguments `input`
+    /// writes, on a node whose grants need no confirmation (see
+    /// [`confirms_grants`](Node::confirms_grants)): the script's reply.
+    ///
+    /// Like every request here, it is built when called (see [`Node::bounded`]).
+    pub(crate) fn acquire<'a>(
+        &'a self,
+        input: &'a (impl ScriptInput + Sync + ?Sized),
+        timeout: Duration,
+    ) -> impl Future<Output = Result<i64, NodeError>> + 'a {
+        self.call_hot(&scripts::ACQUIRE, &scripts::ACQUIRE_SOURCE, input, timeout)
+    }
+
+    /// Whether this node's grants count only once confirmed durable (see `durability`).
+    pub(crate) fn confirms_grants(&self) -> bool {
+        self.durability.waits()
+    }
+
+    /// A script of the hot path, `script` (whose source is `source`) with `input`: its SHA1 is
+    /// sent, not its source. A node that lost its scripts since the connection loaded them says
+    /// NOSCRIPT: the source goes then, within the same time bound.
+    fn call_hot<'a>(
+        &'a self,
+        script: &'static Script,
+        source: &'static str,
+        input: &'a (impl ScriptInput + Sync + ?Sized),
+        timeout: Duration,
+    ) -> impl Future<Output = Result<i64, NodeError>> + 'a {
+        self.bounded(timeout, move |mut conn| async move {
+            let by_sha = script_call("EVALSHA", script.get_hash(), input);
             match by_sha.query_async(&mut conn).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    by_source().query_async(&mut conn).await
+                    script_call("EVAL", source, input)
+                        .query_async(&mut conn)
+                        .await
                 }
                 other => other,
             }
-        });
-        released.map(|released| released.map(|released| released > 0))
+        })
     }
 
     /// Compare-and-PEXPIRE. `Ok(true)` when renewed, `Ok(false)` when the token is gone.

@@ -624,3 +624,25 @@ async fn redlock_is_clone_send_sync_and_lock_is_send() {
     let clean = || (0..4).all(|i| present(&nodes, &lock_key(&format!("task-{i}"))) == 0);
     assert!(eventually(Duration::from_secs(2), clean).await);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn masters_that_lost_their_scripts_still_grant_and_release_on_open_connections() {
+    let nodes = five();
+    let rl = client(&nodes);
+    // Connections open, scripts loaded and used once.
+    rl.acquire("flushed", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for server in &nodes {
+        let _: () = query(server, redis::cmd("SCRIPT").arg("FLUSH"));
+    }
+    // The plain attempt and the release send the SHA1, hear NOSCRIPT, and send the source.
+    let lock = rl.acquire("flushed", TTL).await.unwrap();
+    assert!(holders(&nodes, &lock_key("flushed"), lock.token().expose()) >= 3);
+    lock.release().await.unwrap();
+    assert_eq!(present(&nodes, &lock_key("flushed")), 0);
+    assert_eq!(rl.stats().attempts, 2, "no attempt was lost to NOSCRIPT");
+}
