@@ -46,7 +46,7 @@ pub struct Config {
 impl Config {
     pub fn from_env() -> Config {
         let quick = env_or("QUORUMLOCK_BENCH_QUICK", 0u8) == 1;
-        let cases: String = env_or("QUORUMLOCK_BENCH_CASES", "1,2,3,4,5,7,8".to_owned());
+        let cases: String = env_or("QUORUMLOCK_BENCH_CASES", "1,2,3,4,5,6,7,8".to_owned());
         Config {
             secs: env_or("QUORUMLOCK_BENCH_SECS", if quick { 0.5 } else { 2.0 }),
             warmup: env_or("QUORUMLOCK_BENCH_WARMUP", if quick { 0.2 } else { 0.5 }),

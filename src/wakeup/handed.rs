@@ -35,6 +35,11 @@
 //!   validity measured from the head's attempts instead of an acquire request.
 //! * A master that restarts empty, or fails over to a replica that missed the hand-off, loses
 //!   the key as it would lose any grant: the same assumption as every other lock.
+//! * Within a voter that failed over (a Sentinel group's or a cluster shard's), the time an
+//!   attempt read and the time a hand-off announced may come from two servers: the primary and
+//!   the replica that replaced it. Their clocks must then agree within the drift allowance. Any
+//!   lock already needs that: a replica keeps the absolute expiry times its primary set, and
+//!   expires the keys on its own clock once promoted.
 //!
 //! A head that dies between the release and the announcement blocks its line until the key
 //! expires: at most its entry lease, as a dead head always did.
