@@ -346,6 +346,34 @@ mod tests {
     }
 
     #[test]
+    fn an_announcement_with_its_times_wakes_the_waiter_and_notes_them_for_it() {
+        let hub = Hub::default();
+        let ticket = Ticket::new(CLIENT, 1_700_000_000_000_000, 9);
+        let (wake, masters) = (Arc::new(Notify::new()), Masters::new(3));
+        hub.join(&ticket, &names(&[CHANNEL]), wake.clone(), masters.clone());
+        // The waiter's last attempt ran at each master's time 1000, sent now.
+        let sent = Instant::now();
+        for master in 0..3 {
+            masters.sending(master);
+            masters.answered(master, sent, Some(1000));
+        }
+        for master in 0..2 {
+            let announced = format!("{}:1100:1400", ticket.id);
+            assert!(hub.handed_over(master, CHANNEL, announced.as_bytes()));
+        }
+        assert!(woken(&wake));
+        assert_eq!(hub.heard(&ticket.id).masters(), 2);
+        assert_eq!(masters.handed_over(), vec![0, 1]);
+        assert!(masters
+            .held_until(2, 0.01)
+            .is_some_and(|until| until > sent));
+        // Another waiter's id with times, or times that do not parse: nobody here wakes.
+        assert!(!hub.handed_over(2, CHANNEL, b"00000000000000ab00000000000000ff:1:2"));
+        assert!(!hub.handed_over(2, CHANNEL, format!("{}:x:2", ticket.id).as_bytes()));
+        assert_eq!(masters.handed_over(), vec![0, 1]);
+    }
+
+    #[test]
     fn a_read_write_release_wakes_every_waiter_on_its_channel_and_nobody_else() {
         let hub = Hub::default();
         let (first, first_wake) = joined(&hub, 1, &["r:rw"]);
