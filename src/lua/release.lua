@@ -20,9 +20,17 @@ end
 --@line
 local n = tonumber(ARGV[3])
 local released = 0
+-- The holder of a lock handed to it (see wakeup/handed.rs) is done with every line of its keys:
+-- where the key is not (or not yet) its own, it may still stand in line, and a release that
+-- arrives after this one must not hand it a lock it no longer wants.
+local handed = string.sub(ARGV[1], 1, 8) == '~queued:' and string.sub(ARGV[1], 9)
 for i = 1, n do
   local key, line, leases = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
   local value = redis.call('GET', key)
+  if handed then
+    redis.call('ZREM', line, handed)
+    redis.call('ZREM', leases, handed)
+  end
   if value == ARGV[1] or value == '~elected:' .. ARGV[1] then
     released = released + 1
     if value ~= ARGV[1] then
@@ -31,13 +39,6 @@ for i = 1, n do
     end
     if ARGV[4] or redis.call('EXISTS', line) == 1 then
       local now = now_ms()
-      -- A lock handed to a waiter (see wakeup/handed.rs): where it was handed back quietly,
-      -- the waiter is still in line, and must not be handed its own release.
-      if string.sub(value, 1, 8) == '~queued:' then
-        local id = string.sub(value, 9)
-        redis.call('ZREM', line, id)
-        redis.call('ZREM', leases, id)
-      end
       if ARGV[5] then
         take_place(line, leases, ARGV[4], ARGV[5], tonumber(ARGV[6]), now)
       end

@@ -36,9 +36,10 @@
 //! beside a holder: a token is still granted on a master only where the key is free or handed
 //! to that waiter (never where another token is), a lock still needs a quorum of such grants or
 //! hand-offs within its validity, and release and extend still compare the token. A hand-off is
-//! written only in place of the releasing token's own key, so it never hides another holder. A master that lost its line (a restart, a failover) may order waiters
-//! differently from the others, which can split one hand-off's vote and cost an attempt, but it
-//! cannot grant a second holder: the safety argument is that of the quorum lock, unchanged.
+//! written only in place of the releasing token's own key, so it never hides another holder. A
+//! master that lost its line (a restart, a failover) may order waiters differently from the
+//! others, which can split one hand-off's vote and cost an attempt, but it cannot grant a second
+//! holder: the safety argument is that of the quorum lock, unchanged.
 //!
 //! # In this process
 //!
@@ -154,7 +155,8 @@ impl Wakeup {
         let channels = keys.channels(&self.shared.client);
         let wake = Arc::new(Notify::new());
         let masters = Masters::new(nodes.len());
-        let added = (self.shared.hub).join(&ticket, &channels, wake.clone(), masters.clone());
+        let hub = &self.shared.hub;
+        let added = hub.join(&ticket, &channels, wake.clone(), masters.clone());
         for (index, slot) in self.shared.subscribers.iter().enumerate() {
             let mut slot = lock(slot);
             match slot.as_ref() {
@@ -270,28 +272,40 @@ impl Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        self.shared
-            .hub
-            .leave(&self.ticket, &self.channels, Instant::now());
-        // The masters' entries: a waiter that acquired is gone from the lines that granted it,
-        // but not from the others; one that gave up or was cancelled is in all of them. The
-        // entries would lapse by themselves within one entry lease; leaving now spares the
-        // line that wait, and passes on a key reserved for this waiter.
-        // A read-write lock's waiter has no place in any line (see `rwlock`).
-        if !self.keys.waits_in_line() {
-            return;
-        }
-        let Some(nodes) = self.nodes.upgrade() else {
-            return;
+        let holding = self.holding.load(Ordering::Relaxed);
+        let leave_hub = |shared: &Shared, ticket: &Ticket, channels: &[String]| {
+            shared.hub.leave(ticket, channels, Instant::now());
         };
+        // The masters' entries: a waiter that acquired is gone from the lines that granted it
+        // (or handed it the lock), but not from the others; one that gave up or was cancelled
+        // is in all of them. The entries would lapse by themselves within one entry lease;
+        // leaving now spares the line that wait, and passes on a key reserved for this waiter.
+        // A read-write lock's waiter has no place in any line (see `rwlock`).
+        let nodes = self.nodes.upgrade().filter(|_| self.keys.waits_in_line());
         let granted = std::mem::take(&mut *lock(&self.granted));
-        if granted.len() == nodes.len() {
-            return;
+        let Some(nodes) = nodes.filter(|nodes| granted.len() < nodes.len()) else {
+            return leave_hub(&self.shared, &self.ticket, &self.channels);
+        };
+        if !holding {
+            leave_hub(&self.shared, &self.ticket, &self.channels);
         }
         let (keys, ticket) = (self.keys.clone(), self.ticket.clone());
         let (reserve, node_timeout) = (self.reserve, self.node_timeout);
-        let holding = self.holding.load(Ordering::Relaxed);
-        crate::sync::spawn(async move {
+        let (shared, channels, masters) = (
+            self.shared.clone(),
+            self.channels.clone(),
+            self.masters.clone(),
+        );
+        let spawned = crate::sync::spawn(async move {
+            let mut granted = granted;
+            if holding {
+                // The last masters' announcements of the hand-off this waiter holds on are
+                // still on the way: a moment's wait spares each of them a request to leave a
+                // line its own hand-off already took this waiter out of.
+                tokio::time::sleep(hand_off_grace(node_timeout)).await;
+                leave_hub(&shared, &ticket, &channels);
+                granted.extend(masters.handed_over());
+            }
             let leaving = nodes
                 .iter()
                 .enumerate()
@@ -303,6 +317,9 @@ impl Drop for Waiter {
                 }
             }
         });
+        if !spawned && holding {
+            leave_hub(&self.shared, &self.ticket, &self.channels);
+        }
     }
 }
 
@@ -325,7 +342,8 @@ mod tests {
         let wake = Arc::new(Notify::new());
         let channels = Keys::One("r".into()).channels(&wakeup.shared.client);
         let masters = Masters::new(5);
-        (wakeup.shared.hub).join(&ticket, &channels, wake.clone(), masters.clone());
+        let hub = &wakeup.shared.hub;
+        hub.join(&ticket, &channels, wake.clone(), masters.clone());
         Waiter {
             shared: wakeup.shared.clone(),
             ticket,
