@@ -526,10 +526,15 @@ async fn keep_alive(
     let retry = (plan.every / 4).max(Duration::from_millis(1));
     let mut due = acquired.checked_add(plan.every).unwrap_or(acquired);
     let mut failed = Vec::new();
+    // A first lease shorter than the plan's (a lock a release handed over is valid at first only
+    // for what the hand-off proved, see `wakeup/handed.rs`) leaves half of itself for the first
+    // renewal: with the whole margin its last chance would be over before it began. Every
+    // renewed lease has the plan's margin.
+    let mut margin = plan.margin.min(lock.remaining() / 2);
     loop {
         let last_chance = lock
             .deadline()
-            .checked_sub(plan.margin)
+            .checked_sub(margin)
             .unwrap_or_else(Instant::now);
         let stop = limit.map_or(last_chance, |l| l.min(last_chance));
         // However the schedule falls (a slow acquire, a long interval), leave one node timeout
@@ -548,6 +553,7 @@ async fn keep_alive(
         match tokio::time::timeout_at(stop.into(), lock.extend(plan.ttl)).await {
             Ok(Ok(())) => {
                 held.renewed(lock.deadline());
+                margin = plan.margin;
                 failed.clear();
                 due = now.checked_add(plan.every).unwrap_or(now);
                 tracing::debug!(remaining = ?lock.remaining(), "renewed");
