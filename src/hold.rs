@@ -59,7 +59,9 @@ impl HoldOptions {
 
     /// How long before the lease's deadline the loss signal fires when no renewal has reached a
     /// quorum by then. Default: a tenth of the TTL. It bounds how late the body's last effects
-    /// may land and still be inside the lease.
+    /// may land and still be inside the lease. A first lease shorter than twice the margin (a
+    /// lock a release handed over in line, valid at first for what the hand-off proved) uses
+    /// half of itself instead, so that its first renewal has time to run.
     pub fn loss_margin(mut self, margin: Duration) -> Self {
         self.loss_margin = Some(margin);
         self
