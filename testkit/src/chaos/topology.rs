@@ -154,6 +154,15 @@ impl Voter {
             }
             Voter::Cluster(cluster) => {
                 let lost = lossy_cluster_failover(cluster, &key, shared)?;
+                if control && !lost.is_empty() {
+                    // The negative control's replica lost the older write too: the struck
+                    // key is free there. A promoted replica that kept the value the lost write
+                    // replaced (the previous holder's token, when a release handed the lock
+                    // over) would let nobody in before it expires, and show the checker
+                    // nothing.
+                    let primary = cluster.primary_for_slot(key_slot(&key))?;
+                    del(&cluster[primary].url(), &key);
+                }
                 Ok(("a cluster shard failed over, losing writes", lost))
             }
             Voter::Sentinel(group) => {
@@ -168,6 +177,17 @@ impl Voter {
                 Ok(("a standalone master restarted empty after a TTL", lost))
             }
         }
+    }
+}
+
+/// `DEL key` on one server; an unreachable one is left as it is.
+fn del(url: &str, key: &str) {
+    let Ok(client) = redis::Client::open(url) else {
+        return;
+    };
+    if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(500)) {
+        let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+        let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(key).query(&mut conn);
     }
 }
 
