@@ -79,14 +79,7 @@ pub fn profile(kind: &str) {
 pub fn command_stats(urls: &[String]) -> BTreeMap<String, (u64, f64)> {
     let mut totals: BTreeMap<String, (u64, f64)> = BTreeMap::new();
     for url in urls {
-        let mut connection = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut connection)
-            .unwrap();
+        let stats = info(url, "commandstats");
         for line in stats.lines() {
             let Some((name, fields)) = line
                 .strip_prefix("cmdstat_")
@@ -109,18 +102,20 @@ pub fn command_stats(urls: &[String]) -> BTreeMap<String, (u64, f64)> {
     totals
 }
 
+/// `INFO <section>` of the master at `url`.
+fn info(url: &str, section: &str) -> String {
+    let mut connection = redis::Client::open(url).unwrap().get_connection().unwrap();
+    redis::cmd("INFO")
+        .arg(section)
+        .query(&mut connection)
+        .unwrap()
+}
+
 /// Commands processed, reads and writes of every master together (`INFO stats`).
 fn io_stats(urls: &[String]) -> [u64; 3] {
     let mut totals = [0; 3];
     for url in urls {
-        let mut connection = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let stats: String = redis::cmd("INFO")
-            .arg("stats")
-            .query(&mut connection)
-            .unwrap();
+        let stats = info(url, "stats");
         let field = |name: &str| {
             stats
                 .lines()
