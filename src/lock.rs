@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::error::{Error, NodeErrorKind};
-use crate::fanout::ReleaseGate;
+use crate::fanout::{Outcome, ReleaseGate};
 use crate::inner::Inner;
 use crate::keys::HandOff;
 use crate::keys::Keys;
@@ -186,28 +186,11 @@ impl Lock {
             self.renew_task();
             moved(self.deadline);
         }
-        let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
         // Confirmations that arrive after the current deadline do not count: by then another
         // client may hold the lock.
-        let (outcome, stragglers) = self
-            .inner
-            .fan_out(
-                |rl, i| {
-                    let (keys, token) = (self.keys.clone(), self.token.clone());
-                    async move {
-                        keys.extend_on(rl.node(i), token.expose(), ttl_ms, node_timeout)
-                            .await
-                    }
-                },
-                |renewed| match renewed {
-                    true => Ok(()),
-                    false => Err(NodeErrorKind::TokenGone),
-                },
-                Some(self.deadline),
-            )
+        let outcome = extend_on_quorum(&self.inner, &self.keys, &self.token, &lease, self.deadline)
             .instrument(span.clone())
             .await;
-        stragglers.finish();
         let elapsed = start.elapsed();
         if outcome.decision == Decision::Won {
             if let Some(validity) = quorum::validity(lease.ttl, elapsed, lease.drift) {
@@ -319,4 +302,35 @@ impl Drop for Lock {
             );
         }
     }
+}
+
+/// Compare-and-`PEXPIRE` of `keys` for `lease` on every node, decided on a quorum; confirmations
+/// after `deadline` do not count. Nodes still answering after the decision finish in the
+/// background. Shared by [`Lock::extend`] and the renewal of a lock a release handed over.
+pub(crate) async fn extend_on_quorum(
+    inner: &Arc<Inner>,
+    keys: &Keys,
+    token: &LockToken,
+    lease: &Lease,
+    deadline: Instant,
+) -> Outcome<()> {
+    let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
+    let (outcome, stragglers) = inner
+        .fan_out(
+            |rl, i| {
+                let (keys, token) = (keys.clone(), token.clone());
+                async move {
+                    keys.extend_on(rl.node(i), token.expose(), ttl_ms, node_timeout)
+                        .await
+                }
+            },
+            |renewed| match renewed {
+                true => Ok(()),
+                false => Err(NodeErrorKind::TokenGone),
+            },
+            Some(deadline),
+        )
+        .await;
+    stragglers.finish();
+    outcome
 }

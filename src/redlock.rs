@@ -723,24 +723,7 @@ async fn renew_handed(
         return;
     }
     let start = Instant::now();
-    let (ttl_ms, node_timeout) = (lease.ttl_ms, lease.node_timeout);
-    let (outcome, stragglers) = inner
-        .fan_out(
-            |rl, i| {
-                let (keys, token) = (keys.clone(), token.clone());
-                async move {
-                    keys.extend_on(rl.node(i), token.expose(), ttl_ms, node_timeout)
-                        .await
-                }
-            },
-            |renewed| match renewed {
-                true => Ok(()),
-                false => Err(NodeErrorKind::TokenGone),
-            },
-            Some(deadline),
-        )
-        .await;
-    stragglers.finish();
+    let outcome = crate::lock::extend_on_quorum(&inner, &keys, &token, &lease, deadline).await;
     let elapsed = start.elapsed();
     let validity = quorum::validity(lease.ttl, elapsed, lease.drift);
     match (outcome.decision, validity) {
