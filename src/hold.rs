@@ -300,6 +300,10 @@ impl Redlock {
     /// The body runs inside this future, not on a task of its own: it must not block the thread
     /// (use `tokio::task::spawn_blocking` for blocking work), or the renewals stall with it.
     ///
+    /// A lock handed over in line starts with a short lease (what the hand-off proved): it is
+    /// renewed to the TTL before the body starts, so the body starts with about `ttl` left
+    /// however the lock was acquired.
+    ///
     /// A body that returns an error is the caller's business: its output `T` (for example a
     /// `Result`) is returned as is, after the release.
     ///
@@ -445,6 +449,7 @@ impl Redlock {
         let resource = lock.resource().to_owned();
         let resource = resource.as_str();
         let acquired = Instant::now();
+        renew_a_short_first_lease(&mut lock, plan).await;
         let held = Held::new(&lock);
         // Declared after `lock`, so dropped before it: on cancellation the handles end first.
         let _end_on_drop = EndOnDrop(&held);
@@ -507,6 +512,25 @@ impl Redlock {
     }
 }
 
+/// A lock handed over in line is valid at first only for what the hand-off proved (see
+/// `wakeup/handed.rs`): as little as the rest of the waiter's entry lease, which can be shorter
+/// than the body's loss margin, or than what a body that acts on the deadline (a watchdog that
+/// kills by it) needs. Such a lease is renewed to the TTL before the body starts, so that the
+/// body sees the lease its TTL promises. A renewal that fails leaves the lease as it was:
+/// `keep_alive` goes on trying, and reports the loss by the deadline.
+async fn renew_a_short_first_lease(lock: &mut Lock, plan: Plan) {
+    if lock.remaining() >= plan.margin * 2 {
+        return;
+    }
+    let give_up = lock.deadline().checked_sub(lock.remaining() / 2);
+    let give_up = give_up.unwrap_or_else(Instant::now);
+    match tokio::time::timeout_at(give_up.into(), lock.extend(plan.ttl)).await {
+        Ok(Ok(())) => tracing::debug!(remaining = ?lock.remaining(), "renewed a short first lease"),
+        Ok(Err(e)) => tracing::debug!(error = %e, "could not renew a short first lease"),
+        Err(_elapsed) => tracing::debug!("could not renew a short first lease in time"),
+    }
+}
+
 /// Releases at the end of a hold; a failure is logged, not returned (the keys expire).
 async fn release_quietly(lock: Lock, span: &tracing::Span) {
     if let Err(e) = lock.release().instrument(span.clone()).await {
@@ -528,10 +552,10 @@ async fn keep_alive(
     let retry = (plan.every / 4).max(Duration::from_millis(1));
     let mut due = acquired.checked_add(plan.every).unwrap_or(acquired);
     let mut failed = Vec::new();
-    // A first lease shorter than the plan's (a lock a release handed over is valid at first only
-    // for what the hand-off proved, see `wakeup/handed.rs`) leaves half of itself for the first
-    // renewal: with the whole margin its last chance would be over before it began. Every
-    // renewed lease has the plan's margin.
+    // A first lease still short (a handed lock whose renewal before the body failed, see
+    // `renew_a_short_first_lease`) leaves half of itself for the first renewal: with the whole
+    // margin its last chance would be over before it began. Every renewed lease has the plan's
+    // margin.
     let mut margin = plan.margin.min(lock.remaining() / 2);
     loop {
         let last_chance = lock

@@ -112,6 +112,41 @@ fn exec_exits_with_the_conflict_code_when_the_lock_is_busy() {
 }
 
 #[test]
+fn a_command_handed_the_lock_by_a_shorter_lived_holder_runs_to_its_end() {
+    // The holder's TTL (3 s) makes its hand-off short (its entry lease, 1.5 s); the waiter's
+    // default TTL (30 s) puts its SIGKILL 1.5 s before the deadline: at once, unless the lease
+    // is renewed before the command starts.
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..3 {
+        let started = dir.path().join(format!("started{round}"));
+        let mut holder = exec(
+            &nodes,
+            &["--resource", "handed", "--ttl", "3s"],
+            &format!("touch {}; sleep 1", started.display()),
+        )
+        .spawn()
+        .unwrap();
+        assert!(wait_for_file(&started, Duration::from_secs(5)));
+        let waited = exec(
+            &nodes,
+            &["--resource", "handed", "--wait", "10s"],
+            "sleep 0.5; echo ran",
+        )
+        .output()
+        .unwrap();
+        assert_eq!(
+            waited.status.code(),
+            Some(0),
+            "round {round}: {}",
+            text(&waited)
+        );
+        assert_eq!(String::from_utf8_lossy(&waited.stdout), "ran\n");
+        assert!(holder.wait().unwrap().success());
+    }
+}
+
+#[test]
 fn exec_sends_sigterm_and_exits_76_when_the_lock_is_lost() {
     let nodes = RedisNodes::spawn(5).unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -244,6 +244,9 @@ async fn run_command(
     mut signals: Termination,
     plan: Plan,
 ) -> anyhow::Result<Outcome> {
+    if let Some(outcome) = room_to_run(held, &mut signals, plan).await {
+        return Ok(outcome);
+    }
     // The watchdog first: if it cannot run, the command does not either.
     let mut watchdog = Watchdog::start().context("cannot start the watchdog process")?;
     let mut children = signal(SignalKind::child()).context("cannot watch for SIGCHLD")?;
@@ -377,6 +380,23 @@ async fn run_command(
         // Lost (the library reports it), or no status (cannot happen once the group is gone).
         (_, None) => Outcome::Exited(Ended::Signal(Signal::SIGKILL as i32)),
     })
+}
+
+/// Waits until the lease leaves the command more than its stop needs: a command started with
+/// its SIGKILL already due would be killed at once. The library renews a short first lease (a
+/// lock handed over in line) before the body starts; this waits only when that renewal failed,
+/// for the next one, or for the loss or a signal, which end the hold before the command runs.
+async fn room_to_run(held: &Held, signals: &mut Termination, plan: Plan) -> Option<Outcome> {
+    let needed = plan.kill_before_deadline() + POLL;
+    while held.is_held() && held.remaining() <= needed {
+        tokio::select! {
+            (_, signal) = signals.after(0) => return Some(Outcome::Stopped(signal)),
+            () = held.lost() => {}
+            () = tokio::time::sleep(Duration::from_millis(5)) => {}
+        }
+    }
+    (!held.is_held())
+        .then(|| Outcome::NotStarted("the lock was lost before the command could start".into()))
 }
 
 async fn sleep_until(at: Option<Instant>) {
