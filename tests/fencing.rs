@@ -227,20 +227,29 @@ async fn without_aof_a_quorum_restarted_empty_sends_fences_backwards() {
         set(&nodes[i], &lock_key("invoice"), "someone-else", TTL);
     }
     let start = Instant::now();
+    let attempts_before = rl.stats().attempts;
     let lock = rl
         .acquire("invoice", Duration::from_millis(200))
         .await
         .unwrap();
+    let attempts = rl.stats().attempts - attempts_before;
     record(&history, 1, start, &lock);
     println!(
-        "no AOF: fence {} before three masters restarted empty, {:?} after",
+        "no AOF: fence {} before three masters restarted empty, {:?} after, in {attempts} attempt(s)",
         before.last().unwrap(),
         lock.fencing_token()
     );
     let (last, fence) = (*before.last().unwrap(), lock.fencing_token().unwrap());
     let second = |fence: u64| fence / 1_000_000;
     if second(fence) == second(last) {
-        assert_eq!(fence, second(last) * 1_000_000, "the clock floor alone");
+        // The clock floor alone; each earlier attempt of this acquire (a restarted master
+        // still reconnecting fails the first on a loaded machine) left its counter one higher
+        // on the masters that granted it before the rollback.
+        let floor = second(last) * 1_000_000;
+        assert!(
+            (floor..floor + attempts).contains(&fence),
+            "the clock floor alone, {attempts} attempt(s): {fence}"
+        );
         assert!(fence <= last);
         assert_eq!(fence_order_violations(&history), 1, "{}", history.check());
     } else {
