@@ -28,14 +28,15 @@ VALKEY_TESTS = server_kind core line line_fairness attempt_identity cancelled_ex
 	acquire_many fencing fencing_storage rwlock semaphore election reentrant layout cluster_node \
 	waiters handoff durability voters
 VALKEY_CHAOS = s01 s05 s14 s16 s19
+## (`--workspace`, as in `test`: the same features, so `make test` builds each test binary once.)
 test-valkey:
 	$(eval VALKEY := $(shell scripts/ensure-valkey-server.sh))
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) QUORUMLOCK_EXPECT_SERVER=valkey \
-		$(CARGO) test -p quorumlock --all-features $(addprefix --test ,$(VALKEY_TESTS))
+		$(CARGO) test --workspace --all-features $(addprefix --test ,$(VALKEY_TESTS))
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
-		$(CARGO) test -p quorumlock-testkit --all-features --test topology
+		$(CARGO) test --workspace --all-features --test topology
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
-		$(CARGO) test -p quorumlock --all-features --test chaos -- $(VALKEY_CHAOS)
+		$(CARGO) test --workspace --all-features --test chaos -- $(VALKEY_CHAOS)
 
 ## The long chaos suite (>= 10,000 acquisitions per scenario): prints the table with seeds.
 chaos: redis-server
