@@ -513,9 +513,9 @@ impl Redlock {
 }
 
 /// A lock handed over in line is valid at first only for what the hand-off proved (see
-/// `wakeup/handed.rs`): as little as the rest of the waiter's entry lease, which can be shorter
-/// than the body's loss margin, or than what a body that acts on the deadline (a watchdog that
-/// kills by it) needs. Such a lease is renewed to the TTL before the body starts, so that the
+/// `wakeup/handed.rs`): no longer than the releasing holder's entry lease (a fraction of *its*
+/// TTL) nor the rest of the waiter's, which can be shorter than the body's loss margin, or than
+/// what a body that acts on the deadline (a watchdog that kills by it) needs. Such a lease is renewed to the TTL before the body starts, so that the
 /// body sees the lease its TTL promises. A renewal that fails leaves the lease as it was:
 /// `keep_alive` goes on trying, and reports the loss by the deadline.
 async fn renew_a_short_first_lease(lock: &mut Lock, plan: Plan) {
