@@ -24,7 +24,7 @@
 //! | `QUORUMLOCK_BENCH_GRACE` | 5 | how long in-flight cycles may run past a window |
 //! | `QUORUMLOCK_BENCH_RUNS` | 3 | interleaved runs (medians need ≥ 3) |
 //! | `QUORUMLOCK_BENCH_WORKERS` | 32 | the "many workers" count of cases 1–3 and 5 |
-//! | `QUORUMLOCK_BENCH_CASES` | 1,2,3,4,5,7,8 | which cases to run (6, CPU, comes with 1) |
+//! | `QUORUMLOCK_BENCH_CASES` | 1,2,3,4,5,6,7,8 | which cases to run, in that order |
 //!
 //! With `QUORUMLOCK_BENCH_PROFILE` set, it runs a fixed number of cycles of one client instead,
 //! for profiling (see `profile.rs`). With `QUORUMLOCK_BENCH_CHILD` set it is a worker process of
