@@ -163,20 +163,15 @@ impl Node {
     ) -> impl Future<Output = Result<bool, NodeError>> + 'a {
         let by_source = move || script_call("EVAL", &scripts::RELEASE_SOURCE, input);
         self.also_behind_retired(by_source, timeout);
-        if hot {
-            let released =
-                self.call_hot(&scripts::RELEASE, &scripts::RELEASE_SOURCE, input, timeout);
-            return futures::future::Either::Left(
-                released.map(|released| released.map(|released| released > 0)),
-            );
-        }
-        // A cleanup: one round trip whatever the node's script cache holds.
-        let released = self.bounded(timeout, move |mut conn| async move {
-            by_source().query_async::<i64>(&mut conn).await
-        });
-        futures::future::Either::Right(
-            released.map(|released| released.map(|released| released > 0)),
-        )
+        let deleted = if hot {
+            Either::Left(self.call_hot(&scripts::RELEASE, &scripts::RELEASE_SOURCE, input, timeout))
+        } else {
+            // A cleanup: one round trip whatever the node's script cache holds.
+            Either::Right(self.bounded(timeout, move |mut conn| async move {
+                by_source().query_async::<i64>(&mut conn).await
+            }))
+        };
+        deleted.map(|deleted| deleted.map(|deleted| deleted > 0))
     }
 
     /// The plain attempt (`lua/acquire.lua`) with the key count, keys and arguments `input`

@@ -38,14 +38,13 @@ pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
 /// A plain attempt: `SET NX PX` unless others wait in the key's line, plus the advance of the
-/// fencing counter with fencing, atomically.
+/// fencing counter with fencing, atomically. Its SHA1 is what the hot path sends.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&ACQUIRE_SOURCE));
+
 /// The plain attempt's source (`lua/acquire.lua`), without its comments: sent as is when a
 /// node lost its scripts (see `Node::acquire`).
 pub(crate) static ACQUIRE_SOURCE: LazyLock<String> =
     LazyLock::new(|| without_comments(&in_line(include_str!("lua/acquire.lua"))));
-
-/// [`ACQUIRE_SOURCE`] as a script, for its SHA1.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&ACQUIRE_SOURCE));
 
 /// Set a key, or take it over where it holds an earlier attempt of the same owner id
 /// (`Redlock::acquire_as`), plus the fencing counter when fencing is on.

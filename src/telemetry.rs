@@ -34,6 +34,7 @@ impl Waiting {
     pub(crate) fn start(primitive: &'static str) -> Waiting {
         #[cfg(feature = "metrics")]
         metrics::gauge!("quorumlock_waiting", "primitive" => primitive).increment(1.0);
+        #[cfg(not(feature = "metrics"))]
         let _ = primitive;
         Waiting {
             #[cfg(feature = "metrics")]
@@ -86,6 +87,7 @@ impl Holding {
     pub(crate) fn start(primitive: &'static str) -> Holding {
         #[cfg(feature = "metrics")]
         metrics::gauge!("quorumlock_held", "primitive" => primitive).increment(1.0);
+        #[cfg(not(feature = "metrics"))]
         let _ = primitive;
         Holding {
             #[cfg(feature = "metrics")]
