@@ -151,7 +151,9 @@ impl Redlock {
                 let (nodes, key, token) = (nodes.clone(), key.to_owned(), token.clone());
                 async move {
                     let mut call = scripts::CONFIRM_LEADER.prepare_invoke();
-                    call.key(&key).arg(token.expose());
+                    call.key(&key)
+                        .arg(token.expose())
+                        .arg(scripts::elected_channel(&key));
                     nodes[i].invoke::<i64>(call, timeout).await
                 }
             })

@@ -100,12 +100,11 @@ impl Inner {
         Lease::new(ttl, self.settings.drift_factor, self.settings.node_timeout)
     }
 
-    /// The Redis key of a resource: `{<prefix><resource>}` (see [`crate::resource_key`]).
+    /// The Redis key of a resource: `<prefix><resource>` (see [`crate::resource_key`]).
     ///
-    /// Refused: an empty name; the key layout marker's name; and a name that would leave the
-    /// key without a hash tag (the prefix and the name starting with `}`: Redis hashes a key
-    /// whose braces enclose nothing whole, and the resource's keys would then be spread over a
-    /// cluster's slots).
+    /// Refused: an empty name; the key layout marker's name; and a key whose companions (its
+    /// fencing counter, its line, ...) could not share its Redis Cluster slot, or that could be
+    /// another resource's companion (see `node::layout::check_lock_key`).
     pub(crate) fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
         if resource.is_empty() {
             return Err(Error::InvalidResource {
@@ -117,14 +116,10 @@ impl Inner {
                 reason: "it is the name of the key layout marker (LAYOUT_MARKER)",
             });
         }
-        let prefix = &self.settings.key_prefix;
-        if prefix.starts_with('}') || (prefix.is_empty() && resource.starts_with('}')) {
-            return Err(Error::InvalidResource {
-                reason: "the key prefix and the name start with '}', which would leave its keys \
-                         without a common Redis Cluster hash tag",
-            });
+        let key = crate::node::resource_key(&self.settings.key_prefix, resource);
+        if let Some(reason) = crate::node::check_lock_key(&key) {
+            return Err(Error::InvalidResource { reason });
         }
-        let key = crate::node::resource_key(prefix, resource);
         Ok(key.into())
     }
 }

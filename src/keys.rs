@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{NodeError, NodeErrorKind};
-use redis::{Cmd, RedisWrite, ToRedisArgs};
+use redis::Cmd;
 
-use crate::node::{Node, ScriptInput};
+use crate::node::{Companion, Node, ScriptInput};
 use crate::quorum::Lease;
 use crate::scripts;
 use crate::token::LockToken;
@@ -276,10 +276,10 @@ impl Keys {
             call.key(key);
         }
         for key in self.iter() {
-            call.key(Suffixed(key, LINE_SUFFIX));
+            call.key(Companion(key, LINE_SUFFIX));
         }
         for key in self.iter() {
-            call.key(Suffixed(key, LEASES_SUFFIX));
+            call.key(Companion(key, LEASES_SUFFIX));
         }
     }
 
@@ -380,6 +380,7 @@ impl Keys {
                 // missed.
                 let mut call = scripts::EXTEND.prepare_invoke();
                 call.key(&**key).arg(token).arg(ttl_ms).arg("mark");
+                call.arg(scripts::elected_channel(key));
                 let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
                 Ok(renewed == 1)
             }
@@ -534,10 +535,10 @@ impl ScriptInput for ReleaseInput<'_> {
             cmd.arg(key);
         }
         for key in keys.iter() {
-            cmd.arg(Suffixed(key, LINE_SUFFIX));
+            cmd.arg(Companion(key, LINE_SUFFIX));
         }
         for key in keys.iter() {
-            cmd.arg(Suffixed(key, LEASES_SUFFIX));
+            cmd.arg(Companion(key, LEASES_SUFFIX));
         }
         cmd.arg(self.token)
             .arg(millis(self.hand_off.reserve))
@@ -578,10 +579,10 @@ impl ScriptInput for AcquireInput<'_> {
         let key = self.key;
         cmd.arg(if self.fenced.is_some() { 4 } else { 3 });
         cmd.arg(key)
-            .arg(Suffixed(key, LINE_SUFFIX))
-            .arg(Suffixed(key, LEASES_SUFFIX));
+            .arg(Companion(key, LINE_SUFFIX))
+            .arg(Companion(key, LEASES_SUFFIX));
         if self.fenced.is_some() {
-            cmd.arg(Suffixed(key, FENCE_SUFFIX));
+            cmd.arg(Companion(key, FENCE_SUFFIX));
         }
         cmd.arg(self.token).arg(self.ttl_ms);
         if let Some(grace) = self.fenced {
@@ -598,15 +599,6 @@ fn plain_grant(grant: i64, fenced: Option<u64>) -> Acquired {
         Ok(0) => Acquired::Held(None),
         Ok(fence) if fenced.is_some() => Acquired::Granted(vec![fence]),
         Ok(_) => Acquired::Granted(Vec::new()),
-    }
-}
-
-/// A key name with a suffix, written into a command without building the name first.
-struct Suffixed<'a>(&'a str, &'static str);
-
-impl ToRedisArgs for Suffixed<'_> {
-    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        out.write_arg_fmt(format_args!("{}{}", self.0, self.1));
     }
 }
 
@@ -660,37 +652,59 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+// The companions of a lock key (see `node::layout`): every suffix here is one of
+// `COMPANION_SUFFIXES`.
+
 /// What a resource's fencing counter's key adds to its lock key.
 const FENCE_SUFFIX: &str = ":fence";
 
-/// The Redis key of a resource's fencing counter.
-pub(crate) fn fence_key(key: &str) -> String {
-    format!("{key}{FENCE_SUFFIX}")
-}
-
-/// The Redis key of a read-write lock's readers: tokens scored by when their hold expires.
-pub(crate) fn readers_key(key: &str) -> String {
-    format!("{key}:readers")
-}
-
-/// The Redis key of a read-write lock's waiting writers: ids scored by when the note lapses.
-pub(crate) fn writers_key(key: &str) -> String {
-    format!("{key}:writers")
-}
-
-/// What a resource's line key adds to its lock key.
+/// What a resource's line key adds to its lock key. The line's scripts name the resource's
+/// channels after the line key's base (`lua/line.lua`, `channel_base`), so its length is theirs.
 const LINE_SUFFIX: &str = ":queue";
 
 /// What the key of a resource's line leases adds to its lock key.
 const LEASES_SUFFIX: &str = ":leases";
 
+/// The Redis key of a resource's fencing counter.
+pub(crate) fn fence_key(key: &str) -> String {
+    crate::companion_key(key, FENCE_SUFFIX)
+}
+
+/// The Redis key of a read-write lock's readers: tokens scored by when their hold expires.
+pub(crate) fn readers_key(key: &str) -> String {
+    crate::companion_key(key, ":readers")
+}
+
+/// The Redis key of a read-write lock's waiting writers: ids scored by when the note lapses.
+pub(crate) fn writers_key(key: &str) -> String {
+    crate::companion_key(key, ":writers")
+}
+
 /// The Redis key of a resource's line of waiters: a sorted set of waiter ids by order.
 pub(crate) fn line_key(key: &str) -> String {
-    format!("{key}{LINE_SUFFIX}")
+    crate::companion_key(key, LINE_SUFFIX)
 }
 
 /// The Redis key of the leases of a resource's line entries: waiter ids by the master's time
 /// (ms) at which each entry lapses.
 pub(crate) fn leases_key(key: &str) -> String {
-    format!("{key}{LEASES_SUFFIX}")
+    crate::companion_key(key, LEASES_SUFFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_companion_suffix_here_is_a_reserved_one() {
+        for name in [
+            fence_key("k"),
+            readers_key("k"),
+            writers_key("k"),
+            line_key("k"),
+            leases_key("k"),
+        ] {
+            assert!(crate::is_companion_key(&name), "{name}");
+        }
+    }
 }

@@ -44,8 +44,9 @@
 //! `rediss://` with the `tls` feature), `redis+cluster://host:port[,host:port…]` (a whole Redis
 //! Cluster: requests go to the primary of the resource's slot, `MOVED` and `ASK` are followed),
 //! `redis+sentinel://host[:26379][,host…]/<master-name>[/db]` (the master a Sentinel group
-//! names, followed through a failover). Every key and channel of a resource shares the hash tag
-//! `{<prefix><resource>}` ([`resource_key`]), so a resource lives in one slot of a cluster. The
+//! names, followed through a failover). A resource's lock key is `<prefix><resource>`
+//! ([`resource_key`]), and every other key and channel of it is a [companion](companion_key) in
+//! the lock key's hash slot, so a resource lives in one slot of a cluster. The
 //! rule on lost keys below counts voters: a failover inside one (a shard's primary, a
 //! Sentinel-managed master, replaced by a replica without the key) is that voter losing it.
 //!
@@ -88,7 +89,7 @@
 //! After an attempt finds the resource held, [`Redlock::acquire`] takes a place in the
 //! resource's line on every node, ordered by arrival and shared by every client. The holder's
 //! release reserves the key for the first waiter in line and publishes that waiter's id on
-//! `{<prefix><resource>}:released:<client>`, the channel of that waiter's client (sharded pub/sub); only that
+//! `{<prefix><resource>}:released:<client>` (see [`companion_key`]), the channel of that waiter's client (sharded pub/sub); only that
 //! waiter attempts, once a quorum of nodes has announced the hand-off. Waiting is bounded by the
 //! [acquire timeout](RedlockBuilder::acquire_timeout) ([`DEFAULT_ACQUIRE_TIMEOUT`]). The line
 //! decides who tries, never who holds: a lock still needs a quorum of grants within its
@@ -203,7 +204,10 @@ pub use hold::{Held, HoldOptions};
 pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
 pub use lock::Lock;
 pub use many::MultiLock;
-pub use node::{resource_key, KEY_LAYOUT, LAYOUT_MARKER};
+pub use node::{
+    companion_key, is_companion_key, lock_key_of_companion, resource_key, KEY_LAYOUT,
+    LAYOUT_MARKER,
+};
 pub use redlock::{Health, Redlock};
 pub use reentrant::{ReentrantLock, MAX_OWNER_LEN};
 pub use release::Released;

@@ -132,15 +132,15 @@ impl Lock {
 
     /// Renews the lock for `ttl` from now, on a quorum of nodes, before the current deadline.
     ///
-    /// On success the new deadline is computed from the start of this extend. A `ttl` shorter
-    /// than what is left shortens the lock: `PEXPIRE` sets the keys' expiry, it does not only
-    /// push it back.
+    /// An extend never shortens the lock: each key keeps the later of its expiry and `ttl`
+    /// from when the node runs the request (`PEXPIRE … GT`), and on success the deadline
+    /// becomes the later of the old one and `start + ttl − drift`, `start` being when this
+    /// extend began. So a request that runs late on a node (a dropped extend's, one on a
+    /// connection retired while it was under way, a handed lock's background renewal) can never
+    /// cut a key below what a later request proved: every deadline this lock reports holds
+    /// whatever runs after it.
     ///
-    /// On failure nothing is deleted on any node, and the deadline becomes the earlier of the
-    /// old one and `start + ttl − drift`: a node that received the request may still run it,
-    /// late, and a shorter TTL would then cut its key short. The deadline never promises more
-    /// than every request this lock has sent allows. An extend to a TTL at least as long as
-    /// what is left, the usual renewal, leaves the deadline as it was when it fails.
+    /// On failure nothing is deleted on any node, and the deadline stays as it was.
     ///
     /// # Errors
     ///
@@ -150,24 +150,23 @@ impl Lock {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: if dropped, the deadline is as after a failure (see above). Nodes that
-    /// received the request may still renew the key, which only delays other clients.
+    /// Cancel safe: if dropped, the deadline is as after a failure. Nodes that received the
+    /// request may still renew the key, which only delays other clients.
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         self.extend_telling(ttl, |_| ()).await
     }
 
-    /// [`extend`](Lock::extend), calling `moved` with the new deadline each time it moves —
-    /// before the requests go out as well as after a win — so that a wrapper sharing the
-    /// deadline (a [`ReentrantLock`](crate::ReentrantLock)'s holds) is as cancel safe as the
-    /// lock: a dropped extend leaves it where the lock's is.
+    /// [`extend`](Lock::extend), calling `moved` with the new deadline when a win moves it, so
+    /// that a wrapper sharing the deadline (a [`ReentrantLock`](crate::ReentrantLock)'s holds)
+    /// sees what the lock sees.
     pub(crate) async fn extend_telling(
         &mut self,
         ttl: Duration,
         moved: impl Fn(Instant),
     ) -> Result<(), Error> {
         let lease = self.inner.lease(ttl)?;
-        // A hand-off's renewal counts only up to here: one that lands later may have been
-        // overtaken on the masters by this extend, and must not move the deadline past it.
+        // What a hand-off's renewal won so far counts (no request shortens a key), and the
+        // renewal stops here: this extend takes over.
         if let Some(renewal) = self.renewal.take() {
             self.deadline = self.deadline.max(renewal.won().unwrap_or(self.deadline));
         }
@@ -178,14 +177,6 @@ impl Lock {
         }
         let span = tracing::debug_span!("extend", resource = %self.resource, ttl = ?lease.ttl);
         let start = Instant::now();
-        // Before anything is sent, so that it holds however this call ends (a win replaces it):
-        // a request that runs on a node at any time from now on leaves that key at least
-        // `ttl` to live on the node's clock.
-        if let Some(bound) = start.checked_add(lease.ttl.saturating_sub(lease.drift)) {
-            self.deadline = self.deadline.min(bound);
-            self.renew_task();
-            moved(self.deadline);
-        }
         // Confirmations that arrive after the current deadline do not count: by then another
         // client may hold the lock.
         let outcome = extend_on_quorum(&self.inner, &self.keys, &self.token, &lease, self.deadline)
@@ -195,7 +186,9 @@ impl Lock {
         if outcome.decision == Decision::Won {
             if let Some(validity) = quorum::validity(lease.ttl, elapsed, lease.drift) {
                 self.lease = lease;
-                self.deadline = start + elapsed + validity;
+                // The keys of the old quorum still live to the old deadline: a win can only
+                // add to it.
+                self.deadline = self.deadline.max(start + elapsed + validity);
                 self.renew_task();
                 moved(self.deadline);
                 Counters::bump(&self.inner.counters().renewals);

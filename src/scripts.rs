@@ -95,26 +95,26 @@ pub(crate) static INSPECT: LazyLock<Script> =
 /// half of its waiters' ids) is announced on, with the waiter's id: each client hears only the
 /// hand-offs to its own waiters.
 pub(crate) fn release_channel(key: &str, client: &str) -> String {
-    format!("{key}:released:{client}")
+    crate::companion_key(key, &format!(":released:{client}"))
 }
 
 /// The channel the masters announce a read-write lock's writer releases on, to every client
 /// that waits. Unlike a mutex's hand-off, which names one waiter, it wakes them all: many
 /// readers may proceed at once.
 pub(crate) fn rw_channel(key: &str) -> String {
-    format!("{key}:rw")
+    crate::companion_key(key, ":rw")
 }
 
 /// The channel the masters announce on, to the waiting writers only, that the last reader of
 /// a read-write lock has gone.
 pub(crate) fn drained_channel(key: &str) -> String {
-    format!("{key}:rw:drained")
+    crate::companion_key(key, ":rw:drained")
 }
 
 /// The channel the masters announce an election's changes of leader on: a leader marked
 /// elected (`lua/confirm_leader.lua`) or stepping down (`lua/release.lua`).
 pub(crate) fn elected_channel(key: &str) -> String {
-    format!("{key}:elected")
+    crate::companion_key(key, ":elected")
 }
 
 /// A script that keeps a wait line: `body` with the functions they share (`lua/line.lua`) in
@@ -165,13 +165,97 @@ mod tests {
         ] {
             assert!(source.contains(&quoted), "{source}");
         }
-        let suffix = format!("'{}'", elected_channel(""));
-        for source in [
-            include_str!("lua/extend.lua"),
-            include_str!("lua/release.lua"),
-            include_str!("lua/confirm_leader.lua"),
-        ] {
-            assert!(source.contains(&suffix), "{source}");
+        // release.lua names the election's channel from the line key's base, as the
+        // library does from the lock key.
+        assert!(elected_channel("k").ends_with(":elected"));
+        assert!(include_str!("lua/release.lua").contains("channel_base(line) .. ':elected'"));
+        assert!(release_channel("k", "c").ends_with(":released:c"));
+        assert!(include_str!("lua/line.lua").contains("channel_base(line) .. ':released:'"));
+        assert_eq!(line_key_suffix_len(), ":queue".len());
+    }
+
+    /// What `channel_base` in `lua/line.lua` cuts off a line key.
+    fn line_key_suffix_len() -> usize {
+        let source = include_str!("lua/line.lua");
+        let cut = source
+            .split_once("return string.sub(line, 1, -")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .and_then(|(n, _)| n.parse::<usize>().ok())
+            .unwrap_or(0);
+        cut - 1
+    }
+
+    /// Every script, as sent (with the line's helpers).
+    fn every_script() -> Vec<(&'static str, String)> {
+        [
+            ("acquire", ACQUIRE_SOURCE.to_string()),
+            ("acquire_many", in_line(include_str!("lua/acquire_many.lua"))),
+            ("acquire_owned", in_line(include_str!("lua/acquire_owned.lua"))),
+            ("acquire_queued", in_line(include_str!("lua/acquire_queued.lua"))),
+            ("acquire_read", in_line(include_str!("lua/acquire_read.lua"))),
+            ("acquire_write", in_line(include_str!("lua/acquire_write.lua"))),
+            ("confirm_leader", include_str!("lua/confirm_leader.lua").to_owned()),
+            ("dequeue", in_line(include_str!("lua/dequeue.lua"))),
+            ("extend", include_str!("lua/extend.lua").to_owned()),
+            ("extend_read", in_line(include_str!("lua/extend_read.lua"))),
+            ("inspect", include_str!("lua/inspect.lua").to_owned()),
+            ("raise_fence", include_str!("lua/raise_fence.lua").to_owned()),
+            ("read_leader", include_str!("lua/read_leader.lua").to_owned()),
+            ("release", RELEASE_SOURCE.to_string()),
+            ("release_read", in_line(include_str!("lua/release_read.lua"))),
+            ("release_write", include_str!("lua/release_write.lua").to_owned()),
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    /// Cloud proxies and Redis Cluster need every key a script touches in `KEYS`: no script
+    /// may build a key name. Every key argument of a `redis.call` is `KEYS[…]` or a plain
+    /// name, and no name a key argument uses is ever bound to a built string (`..`,
+    /// `string.format`, `string.sub`).
+    #[test]
+    fn every_key_a_script_touches_comes_from_keys() {
+        // Commands whose first argument is not a key.
+        const KEYLESS: [&str; 3] = ["TIME", "SPUBLISH", "PUBLISH"];
+        let lua_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua");
+        let on_disk = std::fs::read_dir(lua_dir).unwrap().count();
+        // line.lua is in the others.
+        assert_eq!(every_script().len() + 1, on_disk, "a script is missing here");
+        for (name, source) in every_script() {
+            let mut built: Vec<String> = Vec::new();
+            for line in source.lines().map(str::trim) {
+                let Some((lhs, rhs)) = line.split_once(" = ") else {
+                    continue;
+                };
+                if rhs.contains("..") || rhs.contains("string.") {
+                    let bound = lhs.trim_start_matches("local ").trim();
+                    built.extend(bound.split(',').map(|n| n.trim().to_owned()));
+                }
+            }
+            let mut calls = 0;
+            for call in source.split("redis.call(").skip(1) {
+                let mut args = call.splitn(3, [',', ')']);
+                let command = args.next().unwrap_or("").trim().trim_matches('\'');
+                if KEYLESS.contains(&command) {
+                    continue;
+                }
+                let Some(key) = args.next().map(str::trim) else {
+                    continue;
+                };
+                calls += 1;
+                let plain_name = key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                assert!(
+                    (key.starts_with("KEYS[") && key.ends_with(']') && !key.contains(".."))
+                        || plain_name,
+                    "{name}.lua: {command} on {key:?}, which is no key from KEYS"
+                );
+                assert!(
+                    !built.iter().any(|b| b == key),
+                    "{name}.lua: {command} on {key:?}, a name built in the script"
+                );
+                assert_ne!(command, "KEYS", "{name}.lua scans the keyspace");
+            }
+            assert!(calls > 0, "{name}.lua: no key command found");
         }
     }
 }

@@ -29,7 +29,7 @@ fn slow_polling(nodes: &RedisNodes) -> Redlock {
 /// Entries in the line of `resource` on `server` (`{<resource>}:queue`).
 fn line_len(server: &RedisServer, resource: &str) -> usize {
     redis::cmd("ZCARD")
-        .arg(format!("{}:queue", lock_key(resource)))
+        .arg(quorumlock::companion_key(&lock_key(resource), ":queue"))
         .query(&mut direct(server))
         .unwrap()
 }
@@ -212,8 +212,8 @@ async fn a_crashed_waiter_at_the_head_blocks_the_line_for_at_most_its_entry_leas
     let holder = client(&nodes).acquire("job", TTL).await.unwrap();
     // A waiter that took its place and died: its entry is on every master, and nobody renews it.
     let (queue, leases) = (
-        format!("{}:queue", lock_key("job")),
-        format!("{}:leases", lock_key("job")),
+        quorumlock::companion_key(&lock_key("job"), ":queue"),
+        quorumlock::companion_key(&lock_key("job"), ":leases"),
     );
     for node in nodes.iter() {
         let now: (u64, u64) = redis::cmd("TIME").query(&mut direct(node)).unwrap();

@@ -16,7 +16,7 @@ const TTL: Duration = Duration::from_secs(10);
 /// The live reader entries of `resource` on `server` (in `{<resource>}:readers`).
 fn readers(server: &RedisServer, resource: &str) -> usize {
     redis::cmd("ZCARD")
-        .arg(format!("{}:readers", lock_key(resource)))
+        .arg(quorumlock::companion_key(&lock_key(resource), ":readers"))
         .query(&mut direct(server))
         .unwrap()
 }
@@ -110,7 +110,7 @@ async fn a_waiting_writer_holds_new_readers_back_and_goes_next() {
     let noted = eventually(Duration::from_secs(5), || {
         nodes.iter().all(|s| {
             let waiting: usize = redis::cmd("ZCARD")
-                .arg(format!("{}:writers", lock_key("feed")))
+                .arg(quorumlock::companion_key(&lock_key("feed"), ":writers"))
                 .query(&mut direct(s))
                 .unwrap();
             waiting == 1
@@ -176,7 +176,7 @@ fn subscribed_everywhere(nodes: &RedisNodes, channel: &str) -> bool {
 /// The waiting writers' notes of `resource` on `server` (in `{<resource>}:writers`).
 fn writer_notes(server: &RedisServer, resource: &str) -> usize {
     redis::cmd("ZCARD")
-        .arg(format!("{}:writers", lock_key(resource)))
+        .arg(quorumlock::companion_key(&lock_key(resource), ":writers"))
         .query(&mut direct(server))
         .unwrap()
 }
@@ -234,7 +234,7 @@ async fn a_writer_refused_by_one_master_takes_its_note_there_away_with_its_relea
     // A reader's live entry on master 0 only: the writer wins on the other four, and master 0
     // refuses it and notes it as waiting.
     redis::cmd("ZADD")
-        .arg(format!("{}:readers", lock_key("ledger")))
+        .arg(quorumlock::companion_key(&lock_key("ledger"), ":readers"))
         .arg(i64::MAX / 2)
         .arg("ghost")
         .query::<()>(&mut direct(&nodes[0]))
@@ -259,7 +259,7 @@ async fn a_writer_refused_by_one_master_takes_its_note_there_away_with_its_relea
         .await
     );
     redis::cmd("ZREM")
-        .arg(format!("{}:readers", lock_key("ledger")))
+        .arg(quorumlock::companion_key(&lock_key("ledger"), ":readers"))
         .arg("ghost")
         .query::<()>(&mut direct(&nodes[0]))
         .unwrap();

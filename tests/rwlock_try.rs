@@ -11,7 +11,7 @@ const TTL: Duration = Duration::from_secs(10);
 
 /// The waiting writers' notes of `resource` on every master (`{<resource>}:writers`).
 fn notes(nodes: &RedisNodes, resource: &str) -> Vec<usize> {
-    let writers = format!("{}:writers", lock_key(resource));
+    let writers = quorumlock::companion_key(&lock_key(resource), ":writers");
     nodes
         .iter()
         .map(|s| query(s, redis::cmd("ZCARD").arg(&writers)))

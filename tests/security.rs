@@ -191,7 +191,7 @@ async fn wait_in_line(
         let rl = rl.clone();
         tokio::spawn(async move { rl.acquire(resource, TTL).await })
     };
-    let line = format!("{}:queue", quorumlock::resource_key(PREFIX, resource));
+    let line = quorumlock::companion_key(&quorumlock::resource_key(PREFIX, resource), ":queue");
     for _ in 0..100 {
         let queued: usize = redis::cmd("ZCARD")
             .arg(&line)
@@ -306,7 +306,7 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
     const AHEAD: u64 = 4_000_000_000_000_000;
     let fenced = acl_client(nodes, password, true);
     let key = quorumlock::resource_key(PREFIX, "orders:2");
-    let fence = format!("{key}:fence");
+    let fence = quorumlock::companion_key(&key, ":fence");
     for (i, server) in nodes.iter().enumerate() {
         let _: () = redis::cmd("SET")
             .arg(&fence)

@@ -327,7 +327,7 @@ async fn every_primitive_works_on_every_voter_kind_and_mixed() {
     }
     // Nothing left but the election's fencing counter (a leader's fence is its term, so every
     // grant of an election advances it; it lasts for the fence grace, 1 h by default).
-    let fence = quorumlock::resource_key("", "scheduler") + ":fence";
+    let fence = quorumlock::companion_key("scheduler", ":fence");
     let left = |mut keys: BTreeSet<String>| {
         keys.remove(&fence);
         keys

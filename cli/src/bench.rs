@@ -33,11 +33,11 @@ Examples:
   # 8 workers on one resource, each with its own client, holding it 1 ms per cycle.
   quorumlock bench --nodes ... --workers 8 --contended --separate-clients --hold 1ms
 
-  # Under the README's least-privilege ACL (keys {locks:*).
+  # Under the README's least-privilege ACL (keys locks:* and {locks:*).
   quorumlock bench --nodes redis://quorumlock:PASSWORD@10.0.0.1:6379,... --key-prefix locks:
 
 Each worker acquires and releases a resource of its own, quorumlock-bench:<run>:<worker> (key
-{<prefix>quorumlock-bench:<run>:<worker>}; with --contended, all share
+<prefix>quorumlock-bench:<run>:<worker>; with --contended, all share
 quorumlock-bench:<run>:shared); every key is released at once
 (or expires after --ttl if the bench is killed). Ctrl-C or SIGTERM stops the run early; the
 summary is still printed.";

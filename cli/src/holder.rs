@@ -1,5 +1,6 @@
-//! Who holds a lock: a description `exec` writes beside the lock key, `<key>:holder` (for the
-//! key `{<prefix><resource>}`, `{<prefix><resource>}:holder`: in the lock's slot), on every
+//! Who holds a lock: a description `exec` writes beside the lock key, its companion `:holder`
+//! (for the key `<prefix><resource>`, `{<prefix><resource>}:holder`: in the lock's slot, see
+//! `quorumlock::companion_key`), on every
 //! master — host, pid, command, start time and the token's fingerprint, **never the token** — so
 //! that `status` can say who to ask before a stuck lock is broken.
 //!
@@ -100,7 +101,7 @@ impl fmt::Display for Holder {
 
 /// The key of a lock key's holder description.
 pub(crate) fn key(lock_key: &str) -> String {
-    format!("{lock_key}:holder")
+    quorumlock::companion_key(lock_key, ":holder")
 }
 
 /// A published description: where it was written, so it can be refreshed and removed.

@@ -2,10 +2,10 @@
 //! the quorum's verdict and its holder. A read-write lock held by readers has no key of its own:
 //! it is found by its readers' sorted set.
 //!
-//! Key layout 2: a resource's lock key is `{<key prefix><resource>}`, and its other keys are
-//! that key and a suffix (`{<key prefix><resource>}:readers`, `:fence`, ...). A lock key is the
-//! only one that ends with `}` (no suffix has one), whatever the resource's name. On a Redis
-//! Cluster voter, every primary is scanned.
+//! Key layout 3: a resource's lock key is `<key prefix><resource>`, and its other keys are its
+//! companions (`{<key prefix><resource>}:readers`, `:fence`, ..., see
+//! `quorumlock::companion_key`), which no lock key can be. On a Redis Cluster voter, every
+//! primary is scanned.
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -59,19 +59,18 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
     let rl = args.nodes.builder().build()?;
     nodes::check(&rl).await?;
     let masters = args.nodes.masters(&rl);
-    // Every key of every resource whose name starts with `--prefix`: `{<key prefix><prefix>*`.
-    let start = format!("{{{}", args.nodes.key_prefix());
-    let pattern = format!("{}*", glob_escape(&format!("{start}{}", args.prefix)));
+    // Every lock key of a resource whose name starts with `--prefix`: `<key prefix><prefix>*`.
+    let start = format!("{}{}", args.nodes.key_prefix(), args.prefix);
     let mut resources = BTreeSet::new();
     let mut failed = Vec::new();
     for (master, found) in masters
         .iter()
-        .zip(join_all(masters.iter().map(|m| lock_keys(m, &pattern))).await)
+        .zip(join_all(masters.iter().map(|m| lock_keys(m, &start))).await)
     {
         match found {
             Ok(keys) => resources.extend(
                 keys.iter()
-                    .filter_map(|key| key.strip_prefix(&start)?.strip_suffix('}'))
+                    .filter_map(|key| key.strip_prefix(args.nodes.key_prefix()))
                     .map(str::to_owned),
             ),
             Err(e) => failed.push(format!("{}: {e}", master.node())),
@@ -119,22 +118,28 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The keys on `master` matching `pattern` that are locks: lock keys (strings ending with `}`,
-/// not one of the keys kept beside a lock) holding a token (32 hex digits) or reserved for a
-/// waiter; and the lock keys of read-write locks that readers hold (their `<key>:readers`
-/// sets). Only SCAN and GET: what the least-privilege ACL grants, plus `+scan`.
-async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String> {
+/// The lock keys on `master` that start with `start`: keys that are no lock's companion (see
+/// `quorumlock::companion_key`) holding a token (32 hex digits) or reserved for a waiter; and the
+/// lock keys of read-write locks that readers hold (their readers' sets, `{<key>}:readers`, or
+/// `<key>:readers` for a key with a hash tag of its own). Only SCAN and GET: what the
+/// least-privilege ACL grants, plus `+scan`.
+async fn lock_keys(master: &Master, start: &str) -> Result<Vec<String>, String> {
     let mut conn = master.connect().await?;
-    let mut locks: Vec<String> = masters::scan(&mut conn, pattern, "zset")
-        .await?
-        .iter()
-        .filter_map(|key| key.strip_suffix(":readers").map(str::to_owned))
-        .filter(|key| key.ends_with('}'))
-        .collect();
-    let keys: Vec<String> = masters::scan(&mut conn, pattern, "string")
+    let escaped = glob_escape(start);
+    let mut locks = Vec::new();
+    for pattern in [format!("{{{escaped}*:readers"), format!("{escaped}*:readers")] {
+        let sets = masters::scan(&mut conn, &pattern, "zset").await?;
+        locks.extend(
+            sets.iter()
+                .filter_map(|key| quorumlock::lock_key_of_companion(key, ":readers"))
+                .filter(|key| key.starts_with(start))
+                .map(str::to_owned),
+        );
+    }
+    let keys: Vec<String> = masters::scan(&mut conn, &format!("{escaped}*"), "string")
         .await?
         .into_iter()
-        .filter(|k| k.ends_with('}'))
+        .filter(|k| !quorumlock::is_companion_key(k))
         .collect();
     for chunk in keys.chunks(500) {
         let values = masters::get_all(&mut conn, chunk).await?;
@@ -152,14 +157,14 @@ async fn lock_keys(master: &Master, pattern: &str) -> Result<Vec<String>, String
     Ok(locks)
 }
 
-/// A token (32 hex digits), or a leader's: a token, `:` and the value it announced, marked
-/// `~elected:` once the leader knew it had won.
+/// A token (32 hex digits), an owner's (a token, `@` and the owner id), or a leader's: a token,
+/// `:` and the value it announced, marked `~elected:` once the leader knew it had won.
 fn looks_like_token(value: &str) -> bool {
     let value = value.strip_prefix("~elected:").unwrap_or(value);
     let (token, rest) = value.split_at_checked(32).unwrap_or((value, ""));
     token.len() == 32
         && token.bytes().all(|b| b.is_ascii_hexdigit())
-        && (rest.is_empty() || rest.starts_with(':'))
+        && (rest.is_empty() || rest.starts_with(':') || rest.starts_with('@'))
 }
 
 /// A key a release handed over to the first waiter in line: `~queued:` and the waiter's id

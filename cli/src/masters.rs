@@ -371,12 +371,11 @@ pub(crate) fn glob_escape(text: &str) -> String {
 
 /// The slots of the semaphore `resource` under the key prefix `prefix` that some voter has a
 /// key for (its permits are the resources `<resource>:permit:<i>`, `exec --permits`, whose
-/// lock keys are `{<prefix><resource>:permit:<i>}`), in order. Empty when none do, or when no
+/// lock keys are `<prefix><resource>:permit:<i>`), in order. Empty when none do, or when no
 /// voter lets us look (an ACL without `+scan`).
 pub(crate) async fn permit_slots(masters: &[Master], prefix: &str, resource: &str) -> Vec<u32> {
-    let name = format!("{prefix}{resource}:permit:");
-    let pattern = format!("{{{}*}}", glob_escape(&name));
-    let start = format!("{{{name}");
+    let start = format!("{prefix}{resource}:permit:");
+    let pattern = format!("{}*", glob_escape(&start));
     let found = futures::future::join_all(masters.iter().map(|master| {
         let pattern = &pattern;
         async move {
@@ -388,12 +387,10 @@ pub(crate) async fn permit_slots(masters: &[Master], prefix: &str, resource: &st
     let mut slots: Vec<u32> = Vec::new();
     for (master, keys) in masters.iter().zip(found) {
         match keys {
-            Ok(keys) => slots.extend(keys.iter().filter_map(|k| {
-                k.strip_prefix(&start)?
-                    .strip_suffix('}')?
-                    .parse::<u32>()
-                    .ok()
-            })),
+            Ok(keys) => slots.extend(
+                keys.iter()
+                    .filter_map(|k| k.strip_prefix(&start)?.parse::<u32>().ok()),
+            ),
             Err(e) => tracing::debug!(node = master.node(), error = %e, "no look for permits"),
         }
     }

@@ -21,7 +21,7 @@ pub(crate) struct NodesArg {
         hide_env_values = true
     )]
     nodes: Vec<String>,
-    /// Prefix of every lock key (a resource's key is `{<prefix><resource>}`).
+    /// Prefix of every lock key (a resource's key is `<prefix><resource>`).
     #[arg(long, env = "QUORUMLOCK_KEY_PREFIX", default_value = "")]
     key_prefix: String,
 }
@@ -40,8 +40,8 @@ impl NodesArg {
         &self.key_prefix
     }
 
-    /// The Redis key of `resource`, as the library names it: `{<prefix><resource>}` (key
-    /// layout 2). Every other key of the resource is this key and a suffix.
+    /// The Redis key of `resource`, as the library names it: `<prefix><resource>` (key layout
+    /// 3). Every other key of the resource is a companion of it (`quorumlock::companion_key`).
     pub(crate) fn key(&self, resource: &str) -> String {
         quorumlock::resource_key(&self.key_prefix, resource)
     }

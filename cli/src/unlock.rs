@@ -160,7 +160,10 @@ async fn unlock_readers(
     key: &str,
     reading: &[(&Master, usize)],
 ) -> anyhow::Result<ExitCode> {
-    let (readers, writers) = (format!("{key}:readers"), format!("{key}:writers"));
+    let (readers, writers) = (
+        quorumlock::companion_key(&key, ":readers"),
+        quorumlock::companion_key(&key, ":writers"),
+    );
     out!(
         "{:?} is a read-write lock held by readers: they may still be running",
         args.resource

@@ -10,14 +10,14 @@ use common::{exec, quorumlock, text, wait_for_file, Witness};
 use quorumlock_testkit::{RedisCluster, RedisNodes, SentinelGroup};
 use serde_json::Value;
 
-/// The lock key of `resource` (no key prefix): `{<resource>}`.
+/// The lock key of `resource` (no key prefix): the name itself.
 fn key(resource: &str) -> String {
     quorumlock::resource_key("", resource)
 }
 
 /// The holder description `exec` writes beside the lock of `resource`.
 fn holder_key(resource: &str) -> String {
-    format!("{}:holder", key(resource))
+    quorumlock::companion_key(&key(resource), ":holder")
 }
 
 fn get(nodes: &RedisNodes, i: usize, key: &str) -> Option<String> {

@@ -3,7 +3,8 @@
 //! a cluster the keys are taken one hash tag at a time, each group atomically by its own
 //! script, all groups at once. The voter's vote is the conjunction: it grants only when every
 //! group granted, and a voter where some group was refused rolls back the groups it granted
-//! before it reports the refusal, so that a refusal still means "set nothing". A group whose
+//! before it reports the refusal, so that a refusal still means "set nothing" (a give-back that
+//! fails makes the voter's answer that failure instead). A group whose
 //! request failed makes the whole voter's answer that failure, and the attempt's rollback then
 //! releases every key on the voter, as for any voter that did not answer.
 //!
@@ -24,17 +25,10 @@ pub(super) struct Group {
     positions: Vec<usize>,
 }
 
-/// The hash tag Redis Cluster hashes a key by: what the first `{…}` encloses, when not empty;
-/// the whole key otherwise.
+/// What Redis Cluster hashes a key by: its hash tag, or the whole key without one. A lock key's
+/// companions hash by the same (see `node::layout`).
 fn hash_tag(key: &str) -> &str {
-    key.find('{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.find('}')
-                .filter(|close| *close > 0)
-                .map(|close| &rest[..close])
-        })
-        .unwrap_or(key)
+    crate::node::hash_tag(key).unwrap_or(key)
 }
 
 /// On a cluster voter, the keys of a multi-resource lock grouped by hash tag, when they span
@@ -125,14 +119,13 @@ pub(super) async fn acquire(
     let rolled_back = granted
         .into_iter()
         .map(|group| Box::pin(group.keys.release_on(node, token, &hand_off, timeout)));
-    for released in futures::future::join_all(rolled_back).await {
-        // A group not given back blocks its keys until the TTL, like any rollback that
-        // cannot reach its node; the refusal stands.
-        if let Err(e) = released {
-            tracing::debug!(error = %e, "partial grant on a cluster voter not rolled back");
-        }
-    }
-    Ok(refused)
+    // A group not given back would keep its keys until the TTL, and a waiter behind them that
+    // long: the voter's answer is then that failure, not a refusal, so that the attempt's
+    // rollback releases every key on the voter, and retries in the background until it answers,
+    // as for any voter that did not answer.
+    let given_back: Result<Vec<bool>, NodeError> =
+        futures::future::join_all(rolled_back).await.into_iter().collect();
+    given_back.map(|_| refused)
 }
 
 /// Runs `request` on every group at once; the answers in group order.
@@ -166,6 +159,7 @@ mod tests {
     #[test]
     fn the_hash_tag_is_what_the_first_braces_enclose() {
         assert_eq!(hash_tag("{locks:a}:queue"), "locks:a");
+        assert_eq!(hash_tag("user:{42}"), "42");
         assert_eq!(hash_tag("{a}b}"), "a");
         assert_eq!(hash_tag("{}a"), "{}a");
         assert_eq!(hash_tag("plain"), "plain");

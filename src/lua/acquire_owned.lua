@@ -11,7 +11,7 @@
 -- fencing.
 local value = redis.call('GET', KEYS[1])
 local owner = ARGV[3]
-if value and not owned_by(value, owner) then
+if value and not owned_by(value, owner, ARGV[1]) then
   return 0
 end
 if not value and others_wait(KEYS[2], KEYS[3], now_ms()) then

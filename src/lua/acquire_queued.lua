@@ -28,7 +28,7 @@ for i = 1, n do
   drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
-  if value == reserved or owned_by(value, owner) or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
+  if value == reserved or owned_by(value, owner, ARGV[1]) or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
     mine[#mine + 1] = i
   else
     granted = false

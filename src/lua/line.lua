@@ -1,6 +1,13 @@
 -- Shared by the scripts that keep a resource's wait line, and put ahead of each of them.
--- A line is a sorted set `<key>:queue` of waiter ids scored by the order each waiter chose, with
--- the time each entry lapses (the master's clock, in ms) in a second sorted set `<key>:leases`.
+-- A line is a sorted set `<base>:queue` of waiter ids scored by the order each waiter chose, with
+-- the time each entry lapses (the master's clock, in ms) in a second sorted set `<base>:leases`;
+-- `<base>` is the lock key's companion base (see node/layout.rs): the key itself when it has a
+-- hash tag, else the key in braces. Every key arrives in KEYS; only channels are named here.
+
+-- The base of a resource's channels: its line key less ':queue' (keys.rs, LINE_SUFFIX).
+local function channel_base(line)
+  return string.sub(line, 1, -7)
+end
 
 -- The master's clock, in ms.
 local function now_ms()
@@ -36,7 +43,7 @@ end
 -- it holds the key, or takes its place again with its next attempt. The key lives `reserve` ms at
 -- most, and never longer than the waiter's entry would have (its last renewal plus its entry
 -- lease): a dead waiter blocks its line for no longer than its entry lease.
--- The hand-off is published on `<key>:released:<client>`, the client being the id's first 16
+-- The hand-off is published on `<base>:released:<client>`, the client being the id's first 16
 -- characters, so that only the waiter's own client hears it: `<waiter>:<now>:<expires>`, the
 -- master's times (ms) of the hand-off and of the key's expiry. The cleanup of `quiet`'s own
 -- failed attempt publishes nothing, and leaves it in line: that waiter knows, and a wake-up
@@ -61,26 +68,32 @@ local function hand_over(key, line, leases, reserve, now, quiet, skip)
     redis.call('ZREM', line, head)
     redis.call('ZREM', leases, head)
     local handed = head .. ':' .. string.format('%.0f:%.0f', now, now + lasts)
-    redis.call('SPUBLISH', key .. ':released:' .. string.sub(head, 1, 16), handed)
+    redis.call('SPUBLISH', channel_base(line) .. ':released:' .. string.sub(head, 1, 16), handed)
   end
 end
 
--- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an
--- owner id (see token.rs). The nonce's fixed length makes the owner's offset certain.
-local function owned_by(value, owner)
+-- Whether `value` is an earlier attempt's lock of `owner` than `token`'s: both are
+-- `<32 hex digits>@<owner>`, one attempt's token under an owner id, whose first 16 digits are the
+-- attempt's order (see token.rs). The nonce's fixed length makes the owner's offset certain. A
+-- later attempt's value is not taken over: an attempt that runs late, after a later attempt of its
+-- owner won on this master, must not replace it (its rollback would then delete the winner's key).
+local function owned_by(value, owner, token)
   return owner ~= nil and value ~= nil and value ~= false and #value == 33 + #owner
     and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
+    and string.sub(value, 1, 16) < string.sub(token, 1, 16)
 end
 
 -- The next fencing token of a resource whose counter is `counter`: one above the counter, and
--- never below the master's clock in whole seconds times a million. The counter keeps the token
--- for `grace` ms only: once it expired, the clock floor alone keeps the next token above every
--- earlier one, as long as no master's clock runs behind another's, or steps back, by the grace
--- or more (and a resource is granted fewer than a million times a second). Masters that
--- evaluate it within the same second and share a history agree on it (see fencing in
--- redlock.rs). The number is written as an integer: Lua would write it in exponent form.
+-- never below the master's clock in microseconds since the epoch (TIME, exactly: a coarser floor
+-- would give back up to its rounding). The counter keeps the token for `grace` ms only: once it
+-- expired, the master's clock has moved at least the grace past the counter's last write, so the
+-- clock floor alone keeps the next token above every earlier one as long as no master's clock
+-- runs ahead of another's, or steps back, by the grace or more (and a resource is granted fewer
+-- than a million times a second, the rate at which the floor moves). The number is written as an
+-- integer: Lua would write it in exponent form (it stays below 2^53, exact in a Lua number).
 local function next_fence(counter, grace)
-  local floor = tonumber(redis.call('TIME')[1]) * 1000000
+  local time = redis.call('TIME')
+  local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
   local fence = math.max(tonumber(redis.call('GET', counter) or '0') + 1, floor)
   redis.call('SET', counter, string.format('%.0f', fence), 'PX', grace)
   return fence

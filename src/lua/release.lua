@@ -35,7 +35,7 @@ for i = 1, n do
     released = released + 1
     if value ~= ARGV[1] then
       -- An elected leader steps down: its observers read who leads now (see election.rs).
-      redis.call('SPUBLISH', key .. ':elected', '')
+      redis.call('SPUBLISH', channel_base(line) .. ':elected', '')
     end
     if ARGV[4] or redis.call('EXISTS', line) == 1 then
       local now = now_ms()

@@ -442,7 +442,7 @@ fn case(
 }
 
 /// Waits (up to a second) until `want` masters hold `token` for `resource` (in its lock key,
-/// `{<resource>}`: the client has no key prefix), and returns how many do.
+/// the resource's name: the client has no key prefix), and returns how many do.
 async fn wait_for_holders(pairs: &[Pair], resource: &str, token: &str, want: usize) -> usize {
     let key = quorumlock::resource_key("", resource);
     let addrs: Vec<SocketAddr> = pairs.iter().map(Pair::current).collect();

@@ -55,15 +55,16 @@ pub fn reaching(nodes: &RedisNodes, reach: &[usize]) -> (Vec<FaultProxy>, Vec<St
     (proxies, urls)
 }
 
-/// The lock key of `resource` under no key prefix, as the masters store it (key layout 2:
-/// `{<resource>}`). Every other key and channel of the resource is this key and a suffix.
+/// The lock key of `resource` under no key prefix, as the masters store it (key layout 3: the
+/// name itself). Every other key and channel of the resource is a companion of it.
 pub fn lock_key(resource: &str) -> String {
     quorumlock::resource_key("", resource)
 }
 
-/// The fencing counter of `resource` under no key prefix: `{<resource>}:fence`.
+/// The fencing counter of `resource` under no key prefix: `{<resource>}:fence` (for a name
+/// without a hash tag).
 pub fn fence_key(resource: &str) -> String {
-    format!("{}:fence", lock_key(resource))
+    quorumlock::companion_key(&lock_key(resource), ":fence")
 }
 
 /// The value of `key` on `server`.
@@ -141,7 +142,7 @@ pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bo
 /// The waiter ids in the line of `key` on `server`, first to last.
 pub fn line(server: &RedisServer, key: &str) -> Vec<String> {
     redis::cmd("ZRANGE")
-        .arg(format!("{key}:queue"))
+        .arg(quorumlock::companion_key(&key, ":queue"))
         .arg(0)
         .arg(-1)
         .query(&mut direct(server))

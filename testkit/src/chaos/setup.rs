@@ -14,9 +14,10 @@ pub(super) fn lock_key(resource: &str) -> String {
     quorumlock::resource_key(KEY_PREFIX, resource)
 }
 
-/// The `KEYS` pattern every key of a chaos run matches (lock keys and the keys kept beside them).
+/// The `KEYS` pattern every key of a chaos run matches: its lock keys (`chaos:<resource>`) and
+/// their companions (`{chaos:<resource>}:queue`, ..., see `quorumlock::companion_key`).
 pub(super) fn keys_pattern() -> String {
-    format!("{{{KEY_PREFIX}*")
+    format!("*{KEY_PREFIX}*")
 }
 
 /// What a scenario runs: the masters, the clients and how they behave. What the clients do is
