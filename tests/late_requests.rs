@@ -1,0 +1,167 @@
+//! Requests that run late on the masters, after a later request of the same holder: a handed
+//! lock's background renewal to a TTL shorter than the hand-off proved, a shorter extend stuck on
+//! a connection the client retired, and an owner id's first attempt stuck the same way. None may
+//! cut or take a key below the deadline a holder reports: a second client is refused for as long
+//! as the holder says it holds, and every master keeps the key at least that long.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorumlock::{Lock, Redlock};
+use quorumlock_testkit::{FaultProxy, RedisNodes};
+
+/// How long the slow route holds each request on its way to a master.
+const SLOW: Duration = Duration::from_secs(3);
+
+/// Three masters, each behind a proxy, and a client connected through the proxies.
+async fn proxied(node_timeout: Duration) -> (RedisNodes, Vec<FaultProxy>, Redlock) {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let (proxies, urls) = reaching(&nodes, &[0, 1, 2]);
+    let rl = Redlock::builder(urls)
+        .node_timeout(node_timeout)
+        .retry_count(0)
+        .build()
+        .unwrap();
+    assert_eq!(rl.connect().await.unwrap().reachable, 3);
+    (nodes, proxies, rl)
+}
+
+/// Every request sent from now on reaches its master `SLOW` late; connections opened after
+/// [`fast`] are quick again, while what was sent stays on its way.
+fn slow(proxies: &[FaultProxy]) {
+    for proxy in proxies {
+        proxy.delay(SLOW, Duration::ZERO, Duration::ZERO);
+    }
+}
+
+fn fast(proxies: &[FaultProxy]) {
+    for proxy in proxies {
+        proxy.delay(Duration::ZERO, Duration::ZERO, Duration::ZERO);
+    }
+}
+
+/// Until `lock` runs out (or `until`), checks every 20 ms that another client is refused and
+/// that a quorum of masters keeps the key at least as long as `lock` says it holds. Returns how
+/// many checks were made.
+async fn holds_as_it_says(nodes: &RedisNodes, lock: &Lock, until: Instant) -> usize {
+    let other = Redlock::builder(nodes.urls()).build().unwrap();
+    let key = lock_key(lock.resource());
+    let mut checks = 0;
+    while Instant::now() < until {
+        let says = lock.remaining();
+        if says < Duration::from_millis(50) {
+            break;
+        }
+        let mut left: Vec<i64> = nodes.iter().map(|s| pttl(s, &key)).collect();
+        left.sort_unstable_by(|a, b| b.cmp(a));
+        let quorum = nodes.len() / 2 + 1;
+        assert!(
+            left[quorum - 1] >= says.as_millis() as i64 - 5,
+            "the holder says {says:?} left; the masters keep the key {left:?} ms"
+        );
+        if let Ok(taken) = other.try_acquire(lock.resource(), Duration::from_secs(10)).await {
+            panic!(
+                "a second client acquired {:?} while the holder said {:?} left",
+                taken.resource(),
+                lock.remaining()
+            );
+        }
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    checks
+}
+
+/// Defect: a handed lock's renewal sent `PEXPIRE <TTL>` with a TTL shorter than what the
+/// hand-off proved; the keys expired under a lock that still reported time left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handed_locks_renewal_to_a_shorter_ttl_never_cuts_the_keys_under_it() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let settings = |nodes: &RedisNodes| {
+        Redlock::builder(nodes.urls())
+            .node_timeout(Duration::from_millis(100))
+            .retry_delay(Duration::from_secs(1))
+            .retry_jitter(Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (settings(&nodes), settings(&nodes));
+    let lock = holder.acquire("r", Duration::from_secs(10)).await.unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.acquire("r", Duration::from_millis(300)).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || nodes
+            .iter()
+            .all(|s| line(s, &lock_key("r")).len() == 1))
+        .await
+    );
+    // Between two of the waiter's attempts (one a second), so that the release hands it over.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lock.release().await.unwrap();
+    let handed = waiting.await.unwrap().unwrap();
+    println!("handed, {:?} left", handed.remaining());
+    assert!(handed.remaining() > Duration::from_millis(400), "{:?}", handed.remaining());
+    let checks = holds_as_it_says(&nodes, &handed, Instant::now() + Duration::from_secs(2)).await;
+    assert!(checks > 10, "{checks} checks");
+    handed.release().await.unwrap();
+}
+
+/// Defect: a shorter extend stuck on a connection the client retired ran after a later, longer
+/// extend won on new connections, and cut the keys below the deadline that extend reported.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shorter_extend_that_runs_late_never_cuts_a_later_extends_deadline() {
+    let (nodes, proxies, rl) = proxied(Duration::from_millis(200)).await;
+    let mut lock = rl.acquire("r", Duration::from_secs(10)).await.unwrap();
+    assert!(eventually(Duration::from_secs(2), || present(&nodes, &lock_key("r")) == 3).await);
+    slow(&proxies);
+    let sent = Instant::now();
+    // Three timeouts in a row retire each master's connection.
+    for _ in 0..3 {
+        assert!(lock.extend(Duration::from_secs(3)).await.is_err());
+    }
+    fast(&proxies);
+    lock.extend(Duration::from_secs(10)).await.unwrap();
+    println!("extended, {:?} left", lock.remaining());
+    // The stuck requests land 3 s after they were sent; watch until well past that.
+    let landed = sent + SLOW + Duration::from_secs(2);
+    let checks = holds_as_it_says(&nodes, &lock, landed).await;
+    assert!(Instant::now() >= landed, "the lock ran out after {checks} checks");
+    lock.release().await.unwrap();
+}
+
+/// Defect: an owner id's first attempt, stuck on a connection the client retired, took over the
+/// key its second attempt had won, and its rollback then deleted it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owners_attempt_that_runs_late_never_takes_over_a_later_grant() {
+    let (nodes, proxies, rl) = proxied(Duration::from_millis(200)).await;
+    slow(&proxies);
+    let sent = Instant::now();
+    assert!(rl
+        .acquire_as("r", "worker-7", Duration::from_secs(10))
+        .await
+        .is_err());
+    // Two more timeouts in a row retire each master's connection.
+    for other in ["x", "y"] {
+        assert!(rl.try_acquire(other, Duration::from_secs(10)).await.is_err());
+    }
+    fast(&proxies);
+    let lock = rl
+        .acquire_as("r", "worker-7", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let token = lock.token().expose().to_owned();
+    let landed = sent + SLOW + Duration::from_secs(2);
+    let checks = holds_as_it_says(&nodes, &lock, landed).await;
+    assert!(checks > 10, "{checks} checks");
+    let values: Vec<Option<String>> = nodes.iter().map(|s| get(s, &lock_key("r"))).collect();
+    println!("winner {token}, masters {values:?}");
+    assert!(
+        holders(&nodes, &lock_key("r"), &token) >= 2,
+        "the winner's token stays on a quorum: {values:?}"
+    );
+    lock.release().await.unwrap();
+}
