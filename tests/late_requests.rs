@@ -28,17 +28,11 @@ async fn proxied(node_timeout: Duration) -> (RedisNodes, Vec<FaultProxy>, Redloc
     (nodes, proxies, rl)
 }
 
-/// Every request sent from now on reaches its master `SLOW` late; connections opened after
-/// [`fast`] are quick again, while what was sent stays on its way.
+/// Every request sent from now on, on the connections open now, reaches its master `SLOW`
+/// late; the connections the client opens next (after it retires these) are quick.
 fn slow(proxies: &[FaultProxy]) {
     for proxy in proxies {
-        proxy.delay(SLOW, Duration::ZERO, Duration::ZERO);
-    }
-}
-
-fn fast(proxies: &[FaultProxy]) {
-    for proxy in proxies {
-        proxy.delay(Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        proxy.slow_open_connections(SLOW);
     }
 }
 
@@ -123,7 +117,6 @@ async fn a_shorter_extend_that_runs_late_never_cuts_a_later_extends_deadline() {
     for _ in 0..3 {
         assert!(lock.extend(Duration::from_secs(3)).await.is_err());
     }
-    fast(&proxies);
     lock.extend(Duration::from_secs(10)).await.unwrap();
     println!("extended, {:?} left", lock.remaining());
     // The stuck requests land 3 s after they were sent; watch until well past that.
@@ -144,11 +137,18 @@ async fn an_owners_attempt_that_runs_late_never_takes_over_a_later_grant() {
         .acquire_as("r", "worker-7", Duration::from_secs(10))
         .await
         .is_err());
-    // Two more timeouts in a row retire each master's connection.
-    for other in ["x", "y"] {
-        assert!(rl.try_acquire(other, Duration::from_secs(10)).await.is_err());
+    // More timeouts in a row retire each master's connection: other resources until one is
+    // taken on the new connections.
+    let mut retired = false;
+    for i in 0..10 {
+        if let Ok(other) = rl.try_acquire(&format!("x{i}"), Duration::from_secs(10)).await {
+            other.release().await.unwrap();
+            retired = true;
+            break;
+        }
     }
-    fast(&proxies);
+    assert!(retired, "the slow connections were never retired");
+    assert!(Instant::now() < sent + SLOW, "the first attempt landed already");
     let lock = rl
         .acquire_as("r", "worker-7", Duration::from_secs(10))
         .await

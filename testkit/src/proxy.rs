@@ -158,6 +158,17 @@ impl FaultProxy {
         });
     }
 
+    /// Delays every byte client → server by `up` more, on the connections open now only:
+    /// connections accepted afterwards go straight through. Models a route that holds what a
+    /// client already sent on its old connections (requests that will run late) while the
+    /// connections the client opens next are quick. [`delay`](Self::delay) leaves it in place;
+    /// [`pass`](Self::pass) ends it, and what it held goes out at once.
+    pub fn slow_open_connections(&self, up: Duration) {
+        let through = self.counters.connections.load(Ordering::SeqCst);
+        self.state
+            .send_modify(|s| s.faults.slow_open = Some((through, up)));
+    }
+
     /// Swallows all traffic: connections are still accepted and bytes are read from both sides,
     /// but they are discarded instead of forwarded, in both directions.
     ///
@@ -287,6 +298,9 @@ struct Faults {
     blackhole: bool,
     hold: bool,
     refuse: bool,
+    /// Extra latency client → server on the connections accepted up to the given number (see
+    /// [`FaultProxy::slow_open_connections`]).
+    slow_open: Option<(u64, Duration)>,
 }
 
 /// Everything the proxy's tasks need to know, published through a `watch` channel.
@@ -315,12 +329,18 @@ impl State {
         self.faults.blackhole || (dir == Direction::Down && self.faults.hold)
     }
 
-    /// The latency of one chunk in `dir`, given its jitter draw `unit` in `[-1, 1]`.
-    fn latency(&self, dir: Direction, unit: f64) -> Duration {
+    /// The latency of one chunk in `dir` on the connection numbered `connection`, given its
+    /// jitter draw `unit` in `[-1, 1]`.
+    fn latency(&self, dir: Direction, connection: u64, unit: f64) -> Duration {
+        let slowed = match self.faults.slow_open {
+            Some((through, up)) if dir == Direction::Up && connection <= through => up,
+            _ => Duration::ZERO,
+        };
         let base = match dir {
             Direction::Up => self.faults.delay_up,
             Direction::Down => self.faults.delay_down,
-        };
+        }
+        .saturating_add(slowed);
         let offset = self.faults.jitter.mul_f64(unit.abs().min(1.0));
         if unit >= 0.0 {
             base.saturating_add(offset)
@@ -483,6 +503,7 @@ async fn accept_loop(
         connection_id += 1;
         tokio::spawn(serve(
             client,
+            connection_id,
             current,
             state.clone(),
             Arc::clone(&counters),
@@ -501,6 +522,7 @@ fn abort(stream: TcpStream) {
 /// Carries one client connection until it ends, fails or is reset.
 async fn serve(
     client: TcpStream,
+    connection: u64,
     accepted_under: State,
     state: watch::Receiver<State>,
     counters: Arc<Counters>,
@@ -531,13 +553,19 @@ async fn serve(
         let pumps = async {
             tokio::try_join!(
                 read_side(client_read, up_tx, &state, &mut rng),
-                write_side(up_rx, server_write, state.clone(), Direction::Up, &counters),
+                write_side(
+                    up_rx,
+                    server_write,
+                    state.clone(),
+                    (Direction::Up, connection),
+                    &counters
+                ),
                 read_side(server_read, down_tx, &state, &mut down_rng),
                 write_side(
                     down_rx,
                     client_write,
                     state.clone(),
-                    Direction::Down,
+                    (Direction::Down, connection),
                     &counters
                 ),
             )
@@ -606,7 +634,7 @@ async fn write_side<W: AsyncWrite + Unpin>(
     mut queue: mpsc::UnboundedReceiver<Chunk>,
     mut sink: W,
     mut state: watch::Receiver<State>,
-    dir: Direction,
+    (dir, connection): (Direction, u64),
     counters: &Counters,
 ) -> io::Result<()> {
     let mut head: Option<Chunk> = None;
@@ -640,7 +668,7 @@ async fn write_side<W: AsyncWrite + Unpin>(
             }
             continue;
         };
-        let due = chunk.arrival + current.latency(dir, chunk.jitter_unit);
+        let due = chunk.arrival + current.latency(dir, connection, chunk.jitter_unit);
         if due > Instant::now() {
             tokio::select! {
                 biased;
@@ -683,15 +711,15 @@ mod tests {
     fn latency_adds_jitter_per_direction() {
         let state = state_with(Duration::from_millis(100), Duration::from_millis(10));
         assert_eq!(
-            state.latency(Direction::Up, 0.5),
+            state.latency(Direction::Up, 1, 0.5),
             Duration::from_millis(105)
         );
         assert_eq!(
-            state.latency(Direction::Up, -1.0),
+            state.latency(Direction::Up, 1, -1.0),
             Duration::from_millis(90)
         );
         assert_eq!(
-            state.latency(Direction::Down, 0.0),
+            state.latency(Direction::Down, 1, 0.0),
             Duration::from_millis(200)
         );
     }
@@ -699,7 +727,7 @@ mod tests {
     #[test]
     fn latency_never_goes_below_zero() {
         let state = state_with(Duration::from_millis(1), Duration::from_millis(50));
-        assert_eq!(state.latency(Direction::Up, -1.0), Duration::ZERO);
+        assert_eq!(state.latency(Direction::Up, 1, -1.0), Duration::ZERO);
     }
 
     #[test]
