@@ -14,9 +14,12 @@ demo: redis-server
 
 ## The whole test suite against real redis-server processes (the chaos suite in its short
 ## version, failover evidence, fencing, TLS and ACL included). Also installs openssl, which the
-## TLS tests use to make their certificate authority.
+## TLS tests use to make their certificate authority, and libfaketime, which the testkit's clock
+## nemesis preloads; and fetches valkey-server first, which the clock tests run (Debian's
+## redis-server hangs under Debian's libfaketime: see testkit/src/clock.rs).
 test:
-	@scripts/ensure-redis-server.sh --tls
+	@scripts/ensure-redis-server.sh --tls --faketime
+	@scripts/ensure-valkey-server.sh >/dev/null
 	$(CARGO) test --workspace --all-features --lib --bins --tests --examples
 	$(CARGO) test --workspace --all-features --doc
 	$(MAKE) test-valkey

@@ -105,6 +105,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
+pub mod clock;
 pub mod cluster;
 pub mod history;
 pub mod masters;

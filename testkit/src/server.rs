@@ -23,6 +23,7 @@ use nix::sys::signal::{self, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
+use crate::clock::{self, Clock, ClockFile};
 use crate::mutex;
 
 /// Environment variable naming the `redis-server` binary to run instead of the one on `PATH`.
@@ -92,6 +93,8 @@ pub struct RedisServerBuilder {
     args: Vec<String>,
     binary: Option<PathBuf>,
     config: Option<String>,
+    clock: Option<Clock>,
+    libfaketime: Option<PathBuf>,
 }
 
 impl fmt::Debug for RedisServerBuilder {
@@ -101,6 +104,8 @@ impl fmt::Debug for RedisServerBuilder {
             .field("args", &redacted(&self.args))
             .field("binary", &self.binary)
             .field("config", &self.config.as_ref().map(|_| "<redacted>"))
+            .field("clock", &self.clock)
+            .field("libfaketime", &self.libfaketime)
             .finish()
     }
 }
@@ -146,6 +151,38 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Runs the server on this wall clock, through libfaketime, so that its clock can also be
+    /// changed while it runs with [`RedisServer::set_clock`]: see [`clock`] for
+    /// what is faked and how, and for the server binaries that cannot run under libfaketime
+    /// (Debian's `redis-server` is one).
+    ///
+    /// Off by default: the server runs on the real clock, without libfaketime, and its clock
+    /// cannot be changed later. [`Clock::real`] gives the real clock, changeable later.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// use quorumlock_testkit::clock::Clock;
+    /// use quorumlock_testkit::RedisServerBuilder;
+    ///
+    /// let server = RedisServerBuilder::new()
+    ///     .binary("target/valkey/valkey-server")
+    ///     .clock(Clock::behind(Duration::from_secs(2)))
+    ///     .spawn()?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Preloads this libfaketime shared library for [`clock`](Self::clock) instead of the one
+    /// found by [`clock::libfaketime`].
+    pub fn libfaketime(mut self, path: impl Into<PathBuf>) -> Self {
+        self.libfaketime = Some(path.into());
+        self
+    }
+
     /// Starts the server on a free loopback port and waits until it answers `PING`.
     ///
     /// If another process takes the chosen port before the server binds it, a new port is tried,
@@ -154,12 +191,21 @@ impl RedisServerBuilder {
     /// # Errors
     ///
     /// * [`io::ErrorKind::NotFound`] if the `redis-server` binary cannot be found or executed; the
-    ///   message says how to install it or point [`REDIS_SERVER_ENV`] at it.
+    ///   message says how to install it or point [`REDIS_SERVER_ENV`] at it. With a
+    ///   [`clock`](Self::clock), also if libfaketime cannot be found: the message names the
+    ///   files looked for.
+    /// * [`io::ErrorKind::InvalidInput`] if the clock's rate is not a finite number above 0.
+    /// * [`io::ErrorKind::Unsupported`] if the server hangs at start-up under libfaketime (a
+    ///   binary linked to a shared jemalloc, see [`clock`]); it is killed.
     /// * [`io::ErrorKind::TimedOut`] if the server does not answer within ten seconds.
     /// * Any other error if the temporary directory cannot be created, no free port can be found,
     ///   or the server exits during start-up (the message then carries the end of its log).
     pub fn spawn(self) -> io::Result<RedisServer> {
         let binary = self.resolve_binary();
+        let libfaketime = match self.clock {
+            Some(_) => Some(clock::resolve(self.libfaketime.as_deref())?),
+            None => None,
+        };
         let mut last_error = None;
         for _ in 0..SPAWN_ATTEMPTS {
             let dir = tempfile::Builder::new()
@@ -174,6 +220,12 @@ impl RedisServerBuilder {
                 }
                 None => None,
             };
+            let clock = match (self.clock, &libfaketime) {
+                (Some(clock), Some(library)) => {
+                    Some(ClockFile::create(dir.path(), library.clone(), clock)?)
+                }
+                _ => None,
+            };
             let mut server = RedisServer {
                 child: Mutex::new(None),
                 port,
@@ -181,6 +233,7 @@ impl RedisServerBuilder {
                 aof: self.aof,
                 args: self.args.clone(),
                 config,
+                clock,
                 dir,
             };
             match server.start() {
@@ -230,6 +283,8 @@ pub struct RedisServer {
     args: Vec<String>,
     /// The configuration file passed as the first argument, inside `dir`.
     config: Option<PathBuf>,
+    /// The faked wall clock, when the server was built with one.
+    clock: Option<ClockFile>,
     /// Dropped after the process is killed in `Drop::drop`, which removes the directory.
     dir: TempDir,
 }
@@ -242,6 +297,7 @@ impl fmt::Debug for RedisServer {
             .field("dir", &self.dir.path())
             .field("aof", &self.aof)
             .field("args", &redacted(&self.args))
+            .field("clock", &self.clock())
             .finish_non_exhaustive()
     }
 }
@@ -312,6 +368,8 @@ impl RedisServer {
         let slot = mutex::get_mut(&mut self.child);
         if let Some(child) = slot.as_mut() {
             match signal_child(child, Signal::SIGKILL) {
+                // Killed, not yet reaped: the PID is still this child's.
+                Ok(()) if self.clock.is_some() => clock::release(child.id()),
                 Ok(()) | Err(SignalError::Exited) => {}
                 Err(SignalError::Io(error)) => return Err(error),
             }
@@ -363,6 +421,54 @@ impl RedisServer {
     /// If the server is not running or the signal cannot be sent.
     pub fn resume(&self) -> io::Result<()> {
         self.signal(Signal::SIGCONT)
+    }
+
+    /// The wall clock the server runs on, as last set; `None` if it was built without
+    /// [`RedisServerBuilder::clock`] (it then runs on the real clock).
+    pub fn clock(&self) -> Option<Clock> {
+        self.clock.as_ref().map(ClockFile::current)
+    }
+
+    /// Changes the server's wall clock: a bump, or a strobe when called again and again. Every
+    /// command sent after it returns runs on the new clock (`TIME`, expiry checks), and the
+    /// server keeps it across [`kill`](Self::kill) and [`restart`](Self::restart). Cheap: it
+    /// replaces a one-line file and returns 2 ms later (see [`clock`]).
+    ///
+    /// The offset is from the real clock, not from the current one. A new rate counts from the
+    /// start of the process (see [`clock`]).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// use quorumlock_testkit::clock::Clock;
+    /// use quorumlock_testkit::RedisServer;
+    ///
+    /// let server = RedisServer::builder()
+    ///     .binary("target/valkey/valkey-server")
+    ///     .clock(Clock::real())
+    ///     .spawn()?;
+    /// server.set_clock(Clock::ahead(Duration::from_secs(3)))?; // keys 3 s from expiry expire
+    /// server.set_clock(Clock::real())?; // and the clock is back, the keys are not
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// * [`io::ErrorKind::Unsupported`] if the server was built without a clock.
+    /// * [`io::ErrorKind::InvalidInput`] if the rate is not a finite number above 0.
+    /// * Any error writing the clock file; the server's clock is then unchanged.
+    pub fn set_clock(&self, clock: Clock) -> io::Result<()> {
+        match &self.clock {
+            Some(file) => file.set(clock),
+            None => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "redis-server on port {} runs on the real clock: give its builder a \
+                     clock (RedisServerBuilder::clock, Clock::real() for now) to change it later",
+                    self.port
+                ),
+            )),
+        }
     }
 
     /// Starts a replica of this server from `builder` (`--replicaof` this server's port), and
@@ -542,19 +648,32 @@ impl RedisServer {
             .open(dir.join(OUTPUT_FILE))
             .map_err(StartError::Fatal)?;
         let stderr = output.try_clone().map_err(StartError::Fatal)?;
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .args(self.command_args())
             .stdin(Stdio::null())
             .stdout(output)
-            .stderr(stderr)
+            .stderr(stderr);
+        if let Some(clock) = &self.clock {
+            clock.apply(&mut command);
+        }
+        let child = command
             .spawn()
             .map_err(|error| StartError::Fatal(not_found(&self.binary, &error)))?;
         let slot = mutex::get_mut(&mut self.child);
         let child = slot.insert(child);
-        let result = wait_ready(child, self.port, dir, marks);
+        let faked = self.clock.is_some();
+        let mut result = wait_ready(child, self.port, dir, marks, faked);
+        if let (Ok(()), Some(clock)) = (&result, &self.clock) {
+            result = clock
+                .check_loaded(child.id(), self.port)
+                .map_err(StartError::Fatal);
+        }
         if result.is_err() {
             if let Ok(None) = child.try_wait() {
-                let _ = signal_child(child, Signal::SIGKILL);
+                if signal_child(child, Signal::SIGKILL).is_ok() && faked {
+                    clock::release(child.id());
+                }
             }
             let _ = child.wait();
             *slot = None;
@@ -741,10 +860,24 @@ fn not_found(binary: &Path, error: &io::Error) -> io::Error {
 
 /// Polls the server until it answers `PING` (or `-NOAUTH`, when it needs a password), checking
 /// that the answer comes from `child` and not from another process on the port.
-fn wait_ready(child: &mut Child, port: u16, dir: &Path, marks: Marks) -> Result<(), StartError> {
+///
+/// With `faked` (the server runs under libfaketime), a start-up that hangs in libfaketime is
+/// reported at once rather than at the timeout.
+fn wait_ready(
+    child: &mut Child,
+    port: u16,
+    dir: &Path,
+    marks: Marks,
+    faked: bool,
+) -> Result<(), StartError> {
     let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
+        if faked {
+            if let Some(error) = clock::clash(&marks.output_since(dir), port) {
+                return Err(StartError::Fatal(error));
+            }
+        }
         if let Some(status) = child.try_wait().map_err(StartError::Fatal)? {
             let new_log = marks.since(dir);
             let message = format!(
@@ -858,18 +991,25 @@ impl Marks {
 
     /// What the attempt printed (configuration errors) followed by what it logged.
     fn since(self, dir: &Path) -> String {
-        let read = |name, start: u64| {
-            let text = std::fs::read(dir.join(name)).unwrap_or_default();
-            let start = usize::try_from(start).unwrap_or(0).min(text.len());
-            String::from_utf8_lossy(&text[start..]).into_owned()
-        };
-        let mut text = read(OUTPUT_FILE, self.output);
+        let mut text = self.output_since(dir);
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
-        text.push_str(&read(LOG_FILE, self.log));
+        text.push_str(&read_from(dir, LOG_FILE, self.log));
         text
     }
+
+    /// What the attempt printed to stdout and stderr.
+    fn output_since(self, dir: &Path) -> String {
+        read_from(dir, OUTPUT_FILE, self.output)
+    }
+}
+
+/// The file `name` of `dir` from byte `start` on, as text; empty if it cannot be read.
+fn read_from(dir: &Path, name: &str, start: u64) -> String {
+    let text = std::fs::read(dir.join(name)).unwrap_or_default();
+    let start = usize::try_from(start).unwrap_or(0).min(text.len());
+    String::from_utf8_lossy(&text[start..]).into_owned()
 }
 
 fn port_in_use(log: &str) -> bool {
