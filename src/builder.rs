@@ -25,8 +25,7 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// How long a resource's fencing counter lasts after its last grant, by default.
 pub const DEFAULT_FENCE_GRACE: Duration = Duration::from_secs(3600);
 /// The shortest fencing grace [`RedlockBuilder::fence_grace`] accepts. Tokens stay strictly
-/// increasing while no master's clock runs ahead of another's by the grace or more; a second is
-/// as little as the masters' clocks can be trusted to agree by.
+/// increasing while no master's clock runs ahead of another's by the grace or more.
 pub const MIN_FENCE_GRACE: Duration = Duration::from_secs(1);
 /// Bound on opening a connection to a node, by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -214,7 +213,7 @@ impl RedlockBuilder {
     /// resource beside its lock key (`{<prefix><resource>}:fence`, see
     /// [`companion_key`](crate::companion_key)), which lasts
     /// [`fence_grace`](Self::fence_grace) after the resource's last grant; a token is one above
-    /// the counter and never below the master's clock in microseconds since the Unix epoch, so a
+    /// the counter and never below the master's clock in whole seconds times a million, so a
     /// token issued after the counter expired is still greater. It needs nodes that keep their data
     /// across restarts (AOF) and clocks that agree (see the README's "Fencing tokens").
     /// Default: off.
@@ -246,9 +245,10 @@ impl RedlockBuilder {
         self
     }
 
-    /// How long a resource's fencing counter lasts after its last grant (with
-    /// [`fencing`](Self::fencing)): a master keeps one counter per resource granted within it,
-    /// not one per resource ever locked. Tokens stay strictly increasing as long as no master's
+    /// How long a resource's fencing counter lasts after its last grant, less one second (with
+    /// [`fencing`](Self::fencing)): a master keeps one counter per resource granted within the
+    /// grace and a second, not one per resource ever locked. (The second covers the clock floor
+    /// of a token, which counts whole seconds.) Tokens stay strictly increasing as long as no master's
     /// clock runs ahead of another's, or steps back, by this much or more (exactly: a skew
     /// strictly below the grace keeps them increasing). From
     /// [`MIN_FENCE_GRACE`] (1 s); default [`DEFAULT_FENCE_GRACE`] (1 h).

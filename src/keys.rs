@@ -130,14 +130,17 @@ impl Keys {
 
     /// How long a fencing counter lasts after its last grant, in ms, when an acquire advances
     /// the counters; the client's fencing setting being `configured`: never for a reader, which
-    /// shares the resource; always for a leader.
+    /// shares the resource; always for a leader. The grace, plus the second the clock floor of
+    /// `next_fence` (`lua/line.lua`) rounds away: a counter that lapsed then leaves its master's
+    /// clock more than the grace past its last write, and the floor above every earlier token
+    /// while no master's clock runs ahead of another's by the grace.
     pub(crate) fn fenced(&self, configured: bool, grace: Duration) -> Option<u64> {
         let fenced = match self {
             Keys::Read(_) => false,
             Keys::Term { .. } => true,
             _ => configured,
         };
-        fenced.then(|| millis(grace))
+        fenced.then(|| millis(grace.saturating_add(FENCE_FLOOR_ROUNDING)))
     }
 
     /// The channels hand-offs of these keys to the client `client`'s waiters are announced on;
@@ -654,6 +657,10 @@ fn millis(d: Duration) -> u64 {
 
 // The companions of a lock key (see `node::layout`): every suffix here is one of
 // `COMPANION_SUFFIXES`.
+
+/// What the clock floor of a fence leaves out: it counts whole seconds (`next_fence` in
+/// `lua/line.lua`), so that masters granting within one second agree on the token.
+const FENCE_FLOOR_ROUNDING: Duration = Duration::from_secs(1);
 
 /// What a resource's fencing counter's key adds to its lock key.
 const FENCE_SUFFIX: &str = ":fence";

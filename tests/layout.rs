@@ -69,12 +69,12 @@ async fn a_master_marked_with_another_layout_is_named_and_not_used() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_master_marked_by_clients_of_layout_1_is_refused() {
-    // Layout 1 named the lock key `<prefix><resource>`, without the hash tag: its clients and
-    // this one would not see each other's locks.
-    assert_eq!(KEY_LAYOUT, 2);
+async fn a_master_marked_by_clients_of_layout_2_is_refused() {
+    // Layout 2 named the lock key `{<prefix><resource>}`, in braces: its clients and this one
+    // would not see each other's locks.
+    assert_eq!(KEY_LAYOUT, 3);
     let nodes = five();
-    let _: () = query(&nodes[1], redis::cmd("SET").arg(LAYOUT_MARKER).arg("1"));
+    let _: () = query(&nodes[1], redis::cmd("SET").arg(LAYOUT_MARKER).arg("2"));
     let rl = client(&nodes);
 
     let health = rl.connect().await.unwrap();
@@ -82,10 +82,11 @@ async fn a_master_marked_by_clients_of_layout_1_is_refused() {
         panic!("one master refused: {:?}", health.unreachable);
     };
     assert_eq!(refused.node(), nodes[1].addr().to_string());
-    assert!(refused.to_string().contains("layout \"1\""), "{refused}");
+    assert!(refused.to_string().contains("layout \"2\""), "{refused}");
     let lock = rl.acquire("orders:42", TTL).await.unwrap();
     assert_eq!(get(&nodes[1], &lock_key("orders:42")), None);
-    assert_eq!(get(&nodes[1], "orders:42"), None);
+    assert_eq!(get(&nodes[1], "{orders:42}"), None);
+    assert!(get(&nodes[0], "orders:42").is_some(), "the lock key is the name");
     lock.release().await.unwrap();
 }
 

@@ -6,13 +6,14 @@
 //! Everything quorumlock sends, with the key prefix `locks:` (`RedlockBuilder::key_prefix`):
 //!
 //! ```text
-//! ACL SETUSER quorumlock reset on >PASSWORD ~{locks:* ~locks:quorumlock:layout &{locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +zadd +zrem +zrange +zscore +zcount +zcard +zremrangebyscore +time +spublish +ssubscribe +sunsubscribe +info
+//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* ~{locks:* &locks:* &{locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +zadd +zrem +zrange +zscore +zcount +zcard +zremrangebyscore +time +spublish +ssubscribe +sunsubscribe +info
 //! ```
 //!
-//! * keys `~{locks:*` (key layout 2: each resource's keys share the hash tag
-//!   `{locks:<resource>}`): the lock keys, their fencing counters (`{locks:<resource>}:fence`)
-//!   and their wait lines (`{locks:<resource>}:queue`, `{locks:<resource>}:leases`); the key
-//!   layout marker `locks:quorumlock:layout`; channels `&{locks:*`: the hand-offs
+//! * keys `~locks:*` (key layout 3): the lock keys `locks:<resource>` and the key layout marker
+//!   `locks:quorumlock:layout`; `~{locks:*`: their companions, in the lock key's slot — fencing
+//!   counters (`{locks:<resource>}:fence`) and wait lines (`{locks:<resource>}:queue`,
+//!   `{locks:<resource>}:leases`); a name with a hash tag of its own has its companions under
+//!   `locks:` (`locks:user:{42}:fence`). Channels `&locks:*` and `&{locks:*`: the hand-offs
 //!   (`{locks:<resource>}:released:<client>`). A `{` is no pattern character in an ACL rule.
 //! * `EVAL`, `EVALSHA`, `SCRIPT LOAD` run the scripts; `SET`, `GET`, `DEL`, `EXISTS`, `PEXPIRE`,
 //!   `PTTL`, `INCR`, the sorted-set commands, `TIME` and `SPUBLISH` are what the scripts call (a
@@ -109,8 +110,9 @@ fn logged() -> String {
 fn acl_rule(commands: &[&str]) -> Vec<String> {
     let mut rule: Vec<String> = ["reset", "on"].map(String::from).to_vec();
     rule.push(format!(">{PASSWORD}"));
+    rule.push(format!("~{PREFIX}*"));
     rule.push(format!("~{{{PREFIX}*"));
-    rule.push(format!("~{PREFIX}{}", quorumlock::LAYOUT_MARKER));
+    rule.push(format!("&{PREFIX}*"));
     rule.push(format!("&{{{PREFIX}*"));
     rule.push("-@all".to_owned());
     rule.extend(commands.iter().map(|c| format!("+{c}")));
@@ -530,7 +532,7 @@ async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_tri
         "-- not a comment",
         "line\r\nbreak\nSET injected 1\r\n",
         "nul\0byte\0",
-        "\\x00 %s {} 'single' `back`",
+        "\\x00 %s {x} 'single' `back`",
         "ünïcödé ☃",
     ];
     let slow_machine = Duration::from_millis(250);
@@ -548,7 +550,7 @@ async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_tri
             let key = lock_key(name);
             assert!(
                 holders(&nodes, &key, &token) >= 3,
-                "the key is the name, byte for byte, in braces: {name:?}: {:?} vs {token}",
+                "the key is the name, byte for byte: {name:?}: {:?} vs {token}",
                 nodes.iter().map(|s| get(s, &key)).collect::<Vec<_>>()
             );
             assert!(rl.try_acquire(name, TTL).await.unwrap_err().is_contention());

@@ -84,18 +84,18 @@ local function owned_by(value, owner, token)
 end
 
 -- The next fencing token of a resource whose counter is `counter`: one above the counter, and
--- never below the master's clock in microseconds since the epoch (TIME, exactly: a coarser floor
--- would give back up to its rounding). The counter keeps the token for `grace` ms only: once it
--- expired, the master's clock has moved at least the grace past the counter's last write, so the
--- clock floor alone keeps the next token above every earlier one as long as no master's clock
--- runs ahead of another's, or steps back, by the grace or more (and a resource is granted fewer
--- than a million times a second, the rate at which the floor moves). The number is written as an
--- integer: Lua would write it in exponent form (it stays below 2^53, exact in a Lua number).
-local function next_fence(counter, grace)
-  local time = redis.call('TIME')
-  local floor = tonumber(time[1]) * 1000000 + tonumber(time[2])
+-- never below the master's clock in whole seconds times a million. The counter lasts `lasts` ms:
+-- the fencing grace plus the second the floor rounds away (keys.rs, `Keys::fenced`). So once it
+-- expired, the master's clock is more than the grace past the counter's last write, and the
+-- floor alone keeps the next token above every earlier one, as long as no master's clock runs
+-- ahead of another's, or steps back, by the grace or more (and a resource is granted fewer than a
+-- million times a second). Masters that evaluate it within the same second and share a history
+-- agree on it (see fencing in redlock.rs). The number is written as an integer: Lua would write
+-- it in exponent form.
+local function next_fence(counter, lasts)
+  local floor = tonumber(redis.call('TIME')[1]) * 1000000
   local fence = math.max(tonumber(redis.call('GET', counter) or '0') + 1, floor)
-  redis.call('SET', counter, string.format('%.0f', fence), 'PX', grace)
+  redis.call('SET', counter, string.format('%.0f', fence), 'PX', lasts)
   return fence
 end
 
