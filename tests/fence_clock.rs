@@ -1,0 +1,122 @@
+//! Fencing tokens with a master's clock ahead of the others', through the testkit's clock
+//! nemesis (libfaketime). The promise: tokens increase strictly from holder to holder while no
+//! master's clock runs ahead of another's by `fence_grace` or more. Here the grace is the least
+//! the builder accepts (1 s), one of three masters runs 0.6 s ahead, and the next holder comes
+//! once the counters could have lapsed, without the fast master: its token must still be
+//! greater. The negative control runs the fast master 1.5 s ahead, beyond the grace, and shows
+//! a token that repeats.
+//!
+//! The masters run `valkey-server` (Valkey 9): Debian's `redis-server` cannot run under
+//! Debian's libfaketime (see the testkit's `clock` module). `make test` fetches it.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use quorumlock::Redlock;
+use quorumlock_testkit::clock::Clock;
+use quorumlock_testkit::{RedisServer, RedisServerBuilder};
+
+const TTL: Duration = Duration::from_secs(5);
+
+/// A server binary that runs under libfaketime: `QUORUMLOCK_VALKEY_SERVER`, or the one
+/// `scripts/ensure-valkey-server.sh` fetched.
+fn clock_server() -> PathBuf {
+    if let Some(path) = std::env::var_os("QUORUMLOCK_VALKEY_SERVER").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let fetched = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/valkey/valkey-server");
+    assert!(
+        fetched.is_file(),
+        "no valkey-server at {}: run scripts/ensure-valkey-server.sh (make test does), or set \
+         QUORUMLOCK_VALKEY_SERVER",
+        fetched.display()
+    );
+    fetched
+}
+
+/// Three masters, the first with its clock `ahead` of the others (which keep the real one).
+fn masters(ahead: Duration) -> Vec<RedisServer> {
+    let fast = RedisServerBuilder::new()
+        .binary(clock_server())
+        .clock(Clock::ahead(ahead))
+        .spawn()
+        .unwrap();
+    let plain = || {
+        RedisServerBuilder::new()
+            .binary(clock_server())
+            .spawn()
+            .unwrap()
+    };
+    vec![fast, plain(), plain()]
+}
+
+/// Waits until the real clock is between 0.50 s and 0.60 s into its second: the fast master's
+/// floor is then already a second on, and 1.05 s later the others' floor has just reached it.
+async fn align_to_mid_second() {
+    loop {
+        let into = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_millis();
+        if (500..600).contains(&into) {
+            return;
+        }
+        let wait = (1_550 - into) % 1_000;
+        tokio::time::sleep(Duration::from_millis(u64::from(wait))).await;
+    }
+}
+
+/// One holder with every master granting, then, `after` later, the next with the fast master
+/// paused: their two tokens.
+async fn two_holders(rl: &Redlock, fast: &RedisServer, after: Duration) -> (u64, u64) {
+    align_to_mid_second().await;
+    let first = rl.acquire("invoice", TTL).await.unwrap();
+    let f1 = first.fencing_token().unwrap();
+    first.release().await.unwrap();
+    tokio::time::sleep(after).await;
+    fast.pause().unwrap();
+    let second = rl.acquire("invoice", TTL).await;
+    fast.resume().unwrap();
+    let second = second.unwrap();
+    let f2 = second.fencing_token().unwrap();
+    second.release().await.unwrap();
+    (f1, f2)
+}
+
+fn client(servers: &[RedisServer]) -> Redlock {
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    Redlock::builder(urls)
+        .fencing(true)
+        .fence_grace(quorumlock::MIN_FENCE_GRACE)
+        .node_timeout(Duration::from_millis(100))
+        .retry_delay(Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fences_increase_with_a_master_clock_ahead_by_less_than_the_grace() {
+    let servers = masters(Duration::from_millis(599));
+    let rl = client(&servers);
+    assert_eq!(rl.connect().await.unwrap().reachable, 3);
+    // Just past the grace (the counters of a grace alone would have lapsed, and the floor of
+    // the masters behind would repeat the fast one's token), then past the grace and its second
+    // (the counters lapsed: the floor alone).
+    for after in [Duration::from_millis(1_050), Duration::from_millis(2_100)] {
+        let (f1, f2) = two_holders(&rl, &servers[0], after).await;
+        println!("0.599 s ahead, next holder {after:?} later: {f1} then {f2}");
+        assert!(f2 > f1, "{f2} after {f1}, {after:?} later");
+    }
+}
+
+/// The negative control: 1.5 s ahead with a 1 s grace is beyond what the README promises, and
+/// the test sees the token repeat.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_master_clock_ahead_by_more_than_the_grace_repeats_a_fence() {
+    let servers = masters(Duration::from_millis(1_500));
+    let rl = client(&servers);
+    assert_eq!(rl.connect().await.unwrap().reachable, 3);
+    let (f1, f2) = two_holders(&rl, &servers[0], Duration::from_millis(2_100)).await;
+    println!("1.5 s ahead, next holder 2.1 s later: {f1} then {f2}");
+    assert!(f2 <= f1, "{f2} after {f1}: the control saw no repeat");
+}
