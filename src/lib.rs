@@ -205,8 +205,7 @@ pub use inspect::{Inspection, NodeState, NodeStatus, QueuedWaiter, Verdict};
 pub use lock::Lock;
 pub use many::MultiLock;
 pub use node::{
-    companion_key, is_companion_key, lock_key_of_companion, resource_key, KEY_LAYOUT,
-    LAYOUT_MARKER,
+    companion_key, is_companion_key, lock_key_of_companion, resource_key, KEY_LAYOUT, LAYOUT_MARKER,
 };
 pub use redlock::{Health, Redlock};
 pub use reentrant::{ReentrantLock, MAX_OWNER_LEN};

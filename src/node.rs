@@ -28,8 +28,7 @@ use conn::Conn;
 use health::{Health, ProbeLease, TIMEOUTS_BEFORE_UNRESPONSIVE};
 pub(crate) use layout::{check_lock_key, hash_tag, marker_key, Companion};
 pub use layout::{
-    companion_key, is_companion_key, lock_key_of_companion, resource_key, KEY_LAYOUT,
-    LAYOUT_MARKER,
+    companion_key, is_companion_key, lock_key_of_companion, resource_key, KEY_LAYOUT, LAYOUT_MARKER,
 };
 use link::{Connection, Link, NotOpened};
 pub(crate) use subscription::Subscriber;

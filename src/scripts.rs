@@ -189,21 +189,51 @@ mod tests {
     fn every_script() -> Vec<(&'static str, String)> {
         [
             ("acquire", ACQUIRE_SOURCE.to_string()),
-            ("acquire_many", in_line(include_str!("lua/acquire_many.lua"))),
-            ("acquire_owned", in_line(include_str!("lua/acquire_owned.lua"))),
-            ("acquire_queued", in_line(include_str!("lua/acquire_queued.lua"))),
-            ("acquire_read", in_line(include_str!("lua/acquire_read.lua"))),
-            ("acquire_write", in_line(include_str!("lua/acquire_write.lua"))),
-            ("confirm_leader", include_str!("lua/confirm_leader.lua").to_owned()),
+            (
+                "acquire_many",
+                in_line(include_str!("lua/acquire_many.lua")),
+            ),
+            (
+                "acquire_owned",
+                in_line(include_str!("lua/acquire_owned.lua")),
+            ),
+            (
+                "acquire_queued",
+                in_line(include_str!("lua/acquire_queued.lua")),
+            ),
+            (
+                "acquire_read",
+                in_line(include_str!("lua/acquire_read.lua")),
+            ),
+            (
+                "acquire_write",
+                in_line(include_str!("lua/acquire_write.lua")),
+            ),
+            (
+                "confirm_leader",
+                include_str!("lua/confirm_leader.lua").to_owned(),
+            ),
             ("dequeue", in_line(include_str!("lua/dequeue.lua"))),
             ("extend", include_str!("lua/extend.lua").to_owned()),
             ("extend_read", in_line(include_str!("lua/extend_read.lua"))),
             ("inspect", include_str!("lua/inspect.lua").to_owned()),
-            ("raise_fence", include_str!("lua/raise_fence.lua").to_owned()),
-            ("read_leader", include_str!("lua/read_leader.lua").to_owned()),
+            (
+                "raise_fence",
+                include_str!("lua/raise_fence.lua").to_owned(),
+            ),
+            (
+                "read_leader",
+                include_str!("lua/read_leader.lua").to_owned(),
+            ),
             ("release", RELEASE_SOURCE.to_string()),
-            ("release_read", in_line(include_str!("lua/release_read.lua"))),
-            ("release_write", include_str!("lua/release_write.lua").to_owned()),
+            (
+                "release_read",
+                in_line(include_str!("lua/release_read.lua")),
+            ),
+            (
+                "release_write",
+                include_str!("lua/release_write.lua").to_owned(),
+            ),
         ]
         .into_iter()
         .collect()
@@ -220,7 +250,11 @@ mod tests {
         let lua_dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua");
         let on_disk = std::fs::read_dir(lua_dir).unwrap().count();
         // line.lua is in the others.
-        assert_eq!(every_script().len() + 1, on_disk, "a script is missing here");
+        assert_eq!(
+            every_script().len() + 1,
+            on_disk,
+            "a script is missing here"
+        );
         for (name, source) in every_script() {
             let mut built: Vec<String> = Vec::new();
             for line in source.lines().map(str::trim) {

@@ -149,7 +149,11 @@ async fn the_same_node_listed_as_a_cluster_is_a_voter_and_keeps_each_resource_in
     // (The fence is the highest of the voters' counters: a voter behind it is raised to it,
     // maybe after the acquire returned.)
     let settled = || fence() == lock.fencing_token().map(|f| f.to_string());
-    assert!(eventually(Duration::from_secs(2), settled).await, "{:?}", fence());
+    assert!(
+        eventually(Duration::from_secs(2), settled).await,
+        "{:?}",
+        fence()
+    );
     let slot = |key: &str| -> i64 { query(&node, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key)) };
     assert_eq!(slot("alpha"), slot(&counter));
     lock.release().await.unwrap();

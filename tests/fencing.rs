@@ -69,7 +69,7 @@ fn acquire_script(server: &RedisServer, key: &str, token: &str) -> i64 {
         )
         .arg(2)
         .arg(key)
-        .arg(quorumlock::companion_key(&key, ":fence"))
+        .arg(quorumlock::companion_key(key, ":fence"))
         .arg(token)
         .arg(10_000)
         .query(&mut direct(server))
@@ -79,7 +79,7 @@ fn acquire_script(server: &RedisServer, key: &str, token: &str) -> i64 {
 fn set_counters(nodes: &RedisNodes, key: &str, counters: [u64; 5]) {
     for (server, value) in nodes.iter().zip(counters) {
         let _: () = redis::cmd("SET")
-            .arg(quorumlock::companion_key(&key, ":fence"))
+            .arg(quorumlock::companion_key(key, ":fence"))
             .arg(value)
             .query(&mut direct(server))
             .unwrap();
@@ -90,7 +90,9 @@ fn set_counters(nodes: &RedisNodes, key: &str, counters: [u64; 5]) {
 fn counters(nodes: &RedisNodes, key: &str) -> Vec<u64> {
     nodes
         .iter()
-        .map(|s| get(s, &quorumlock::companion_key(&key, ":fence")).map_or(0, |v| v.parse().unwrap()))
+        .map(|s| {
+            get(s, &quorumlock::companion_key(key, ":fence")).map_or(0, |v| v.parse().unwrap())
+        })
         .collect()
 }
 

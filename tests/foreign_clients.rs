@@ -29,7 +29,12 @@ async fn a_quorumlock_lock_is_the_resource_name_on_the_masters() {
     let lock = rl.acquire("orders:42", TTL).await.unwrap();
     let token = lock.token().expose().to_owned();
     assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, "orders:42", &token) == 5).await
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            "orders:42",
+            &token
+        ) == 5)
+        .await
     );
     lock.release().await.unwrap();
 
@@ -37,8 +42,12 @@ async fn a_quorumlock_lock_is_the_resource_name_on_the_masters() {
     let lock = prefixed.acquire("orders:42", TTL).await.unwrap();
     let token = lock.token().expose().to_owned();
     assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, "locks:orders:42", &token) == 5)
-            .await
+        eventually(Duration::from_secs(1), || holders(
+            &nodes,
+            "locks:orders:42",
+            &token
+        ) == 5)
+        .await
     );
     lock.release().await.unwrap();
 }
@@ -82,7 +91,7 @@ async fn a_key_set_by_hand_on_a_majority_refuses_quorumlock_until_it_is_gone() {
             .arg("NX")
             .arg("PX")
             .arg(10_000)
-            .query(&mut direct(&nodes.iter().nth(i).unwrap()))
+            .query(&mut direct(nodes.iter().nth(i).unwrap()))
             .unwrap();
         assert_eq!(set.as_deref(), Some("OK"));
     }
@@ -181,9 +190,18 @@ async fn rslock_and_quorumlock_workers_never_hold_one_name_at_once() {
 async fn names_whose_keys_could_collide_or_leave_their_slot_are_refused_with_the_reason() {
     let nodes = five();
     let rl = client(&nodes);
-    for name in ["{orders}:queue", "{orders}:fence", "a{x}:leases", "{orders}", "a}b"] {
+    for name in [
+        "{orders}:queue",
+        "{orders}:fence",
+        "a{x}:leases",
+        "{orders}",
+        "a}b",
+    ] {
         let err = rl.try_acquire(name, TTL).await.unwrap_err();
-        assert!(matches!(err, Error::InvalidResource { .. }), "{name}: {err}");
+        assert!(
+            matches!(err, Error::InvalidResource { .. }),
+            "{name}: {err}"
+        );
         assert!(err.to_string().contains("key"), "{name}: {err}");
     }
     // A companion of another resource's key as a name: `{orders}:queue` is the line of
@@ -194,7 +212,10 @@ async fn names_whose_keys_could_collide_or_leave_their_slot_are_refused_with_the
     // A name with a hash tag of its own is a lock key like any other; its companions keep it.
     let tagged = Redlock::builder(nodes.urls()).build().unwrap();
     let lock = tagged.try_acquire("user:{42}", TTL).await.unwrap();
-    assert_eq!(get(nodes.iter().next().unwrap(), "user:{42}").as_deref(), Some(lock.token().expose()));
+    assert_eq!(
+        get(nodes.iter().next().unwrap(), "user:{42}").as_deref(),
+        Some(lock.token().expose())
+    );
     lock.release().await.unwrap();
     // Names that merely end like a companion are lock keys when they have no hash tag.
     rl.try_acquire("jobs:queue", TTL)

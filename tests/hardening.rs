@@ -17,34 +17,14 @@ fn three() -> RedisNodes {
     RedisNodes::spawn(3).unwrap()
 }
 
-/// Takes `resource` with a fresh client as soon as the first lock's keys are gone, and checks
-/// that `first` no longer claims validity by then: two holders' windows must never overlap.
-async fn next_holder_finds_the_first_expired(nodes: &RedisNodes, first: &Lock, resource: &str) {
-    let second = client(nodes);
-    let give_up = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Ok(lock) = second.try_acquire(resource, LONG).await {
-            assert!(
-                !first.is_valid(),
-                "a second client holds {resource} while the first lock still claims {:?} of validity",
-                first.remaining()
-            );
-            lock.release().await.unwrap();
-            return;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "{resource} never freed:\n{}",
-            nodes.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// After a shorter extend that failed or was cancelled while the masters held it: each master
 /// ran the queued request once resumed, and kept the longer TTL (an extend never shortens a
 /// key); the lock's deadline is where it was, and another client is refused.
-async fn a_shorter_extend_left_the_lock_as_it_was(nodes: &RedisNodes, lock: &Lock, deadline: Instant) {
+async fn a_shorter_extend_left_the_lock_as_it_was(
+    nodes: &RedisNodes,
+    lock: &Lock,
+    deadline: Instant,
+) {
     assert_eq!(lock.deadline(), deadline, "the deadline moved");
     // The resumed masters run what they queued before they answer this.
     let key = lock_key("report");

@@ -55,7 +55,10 @@ async fn holds_as_it_says(nodes: &RedisNodes, lock: &Lock, until: Instant) -> us
             left[quorum - 1] >= says.as_millis() as i64 - 5,
             "the holder says {says:?} left; the masters keep the key {left:?} ms"
         );
-        if let Ok(taken) = other.try_acquire(lock.resource(), Duration::from_secs(10)).await {
+        if let Ok(taken) = other
+            .try_acquire(lock.resource(), Duration::from_secs(10))
+            .await
+        {
             panic!(
                 "a second client acquired {:?} while the holder said {:?} left",
                 taken.resource(),
@@ -88,9 +91,12 @@ async fn a_handed_locks_renewal_to_a_shorter_ttl_never_cuts_the_keys_under_it() 
         tokio::spawn(async move { waiter.acquire("r", Duration::from_millis(300)).await })
     };
     assert!(
-        eventually(Duration::from_secs(5), || nodes
-            .iter()
-            .all(|s| line(s, &lock_key("r")).len() == 1))
+        eventually(Duration::from_secs(5), || nodes.iter().all(|s| line(
+            s,
+            &lock_key("r")
+        )
+        .len()
+            == 1))
         .await
     );
     // Between two of the waiter's attempts (one a second), so that the release hands it over.
@@ -98,7 +104,11 @@ async fn a_handed_locks_renewal_to_a_shorter_ttl_never_cuts_the_keys_under_it() 
     lock.release().await.unwrap();
     let handed = waiting.await.unwrap().unwrap();
     println!("handed, {:?} left", handed.remaining());
-    assert!(handed.remaining() > Duration::from_millis(400), "{:?}", handed.remaining());
+    assert!(
+        handed.remaining() > Duration::from_millis(400),
+        "{:?}",
+        handed.remaining()
+    );
     let checks = holds_as_it_says(&nodes, &handed, Instant::now() + Duration::from_secs(2)).await;
     assert!(checks > 10, "{checks} checks");
     handed.release().await.unwrap();
@@ -110,7 +120,11 @@ async fn a_handed_locks_renewal_to_a_shorter_ttl_never_cuts_the_keys_under_it() 
 async fn a_shorter_extend_that_runs_late_never_cuts_a_later_extends_deadline() {
     let (nodes, proxies, rl) = proxied(Duration::from_millis(200)).await;
     let mut lock = rl.acquire("r", Duration::from_secs(10)).await.unwrap();
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, &lock_key("r")) == 3).await);
+    assert!(
+        eventually(Duration::from_secs(2), || present(&nodes, &lock_key("r"))
+            == 3)
+        .await
+    );
     slow(&proxies);
     let sent = Instant::now();
     // Three timeouts in a row retire each master's connection.
@@ -122,7 +136,10 @@ async fn a_shorter_extend_that_runs_late_never_cuts_a_later_extends_deadline() {
     // The stuck requests land 3 s after they were sent; watch until well past that.
     let landed = sent + SLOW + Duration::from_secs(2);
     let checks = holds_as_it_says(&nodes, &lock, landed).await;
-    assert!(Instant::now() >= landed, "the lock ran out after {checks} checks");
+    assert!(
+        Instant::now() >= landed,
+        "the lock ran out after {checks} checks"
+    );
     lock.release().await.unwrap();
 }
 
@@ -141,14 +158,20 @@ async fn an_owners_attempt_that_runs_late_never_takes_over_a_later_grant() {
     // taken on the new connections.
     let mut retired = false;
     for i in 0..10 {
-        if let Ok(other) = rl.try_acquire(&format!("x{i}"), Duration::from_secs(10)).await {
+        if let Ok(other) = rl
+            .try_acquire(&format!("x{i}"), Duration::from_secs(10))
+            .await
+        {
             other.release().await.unwrap();
             retired = true;
             break;
         }
     }
     assert!(retired, "the slow connections were never retired");
-    assert!(Instant::now() < sent + SLOW, "the first attempt landed already");
+    assert!(
+        Instant::now() < sent + SLOW,
+        "the first attempt landed already"
+    );
     let lock = rl
         .acquire_as("r", "worker-7", Duration::from_secs(10))
         .await

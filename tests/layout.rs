@@ -86,7 +86,10 @@ async fn a_master_marked_by_clients_of_layout_2_is_refused() {
     let lock = rl.acquire("orders:42", TTL).await.unwrap();
     assert_eq!(get(&nodes[1], &lock_key("orders:42")), None);
     assert_eq!(get(&nodes[1], "{orders:42}"), None);
-    assert!(get(&nodes[0], "orders:42").is_some(), "the lock key is the name");
+    assert!(
+        get(&nodes[0], "orders:42").is_some(),
+        "the lock key is the name"
+    );
     lock.release().await.unwrap();
 }
 

@@ -22,7 +22,10 @@ const TTL: Duration = Duration::from_secs(10);
 fn subscribers(server: &RedisServer, resource: &str) -> usize {
     let channels: Vec<String> = redis::cmd("PUBSUB")
         .arg("SHARDCHANNELS")
-        .arg(quorumlock::companion_key(&lock_key(resource), ":released:*"))
+        .arg(quorumlock::companion_key(
+            &lock_key(resource),
+            ":released:*",
+        ))
         .query(&mut direct(server))
         .unwrap();
     channels.len()
@@ -394,7 +397,8 @@ async fn a_hand_off_heard_from_every_node_wakes_only_the_waiter_it_names() {
     }
     // The head's client alone listens on the channel named after it (a waiter's id starts with
     // its client's).
-    let channel = quorumlock::companion_key(&lock_key("heard"), &format!(":released:{}", &ids[0][..16]));
+    let channel =
+        quorumlock::companion_key(&lock_key("heard"), &format!(":released:{}", &ids[0][..16]));
     for server in nodes.iter() {
         let listeners: i64 = redis::cmd("SPUBLISH")
             .arg(&channel)

@@ -123,8 +123,10 @@ pub(super) async fn acquire(
     // long: the voter's answer is then that failure, not a refusal, so that the attempt's
     // rollback releases every key on the voter, and retries in the background until it answers,
     // as for any voter that did not answer.
-    let given_back: Result<Vec<bool>, NodeError> =
-        futures::future::join_all(rolled_back).await.into_iter().collect();
+    let given_back: Result<Vec<bool>, NodeError> = futures::future::join_all(rolled_back)
+        .await
+        .into_iter()
+        .collect();
     given_back.map(|_| refused)
 }
 

@@ -236,10 +236,24 @@ mod tests {
 
     #[test]
     fn a_lock_key_that_could_be_a_companion_or_lose_its_slot_is_refused() {
-        for key in ["{orders}:queue", "a{x}:fence", "{orders}", "{a{b}", "a}b", "{}x"] {
+        for key in [
+            "{orders}:queue",
+            "a{x}:fence",
+            "{orders}",
+            "{a{b}",
+            "a}b",
+            "{}x",
+        ] {
             assert!(check_lock_key(key).is_some(), "{key}");
         }
-        for key in ["orders:queue", "orders:42", "user:{42}", "{orders}:x", "a{b", "{x}}"] {
+        for key in [
+            "orders:queue",
+            "orders:42",
+            "user:{42}",
+            "{orders}:x",
+            "a{b",
+            "{x}}",
+        ] {
             assert_eq!(check_lock_key(key), None, "{key}");
         }
     }

@@ -142,7 +142,7 @@ pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bo
 /// The waiter ids in the line of `key` on `server`, first to last.
 pub fn line(server: &RedisServer, key: &str) -> Vec<String> {
     redis::cmd("ZRANGE")
-        .arg(quorumlock::companion_key(&key, ":queue"))
+        .arg(quorumlock::companion_key(key, ":queue"))
         .arg(0)
         .arg(-1)
         .query(&mut direct(server))

@@ -127,7 +127,10 @@ return found",
 
 /// The wait line of the lock key `key` and the line's leases, as the library names them.
 fn line_of(key: &str) -> (String, String) {
-    (quorumlock::companion_key(key, ":queue"), quorumlock::companion_key(key, ":leases"))
+    (
+        quorumlock::companion_key(key, ":queue"),
+        quorumlock::companion_key(key, ":leases"),
+    )
 }
 
 /// Direct connections to every master, bypassing the proxies and the library: reads and writes
