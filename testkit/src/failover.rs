@@ -305,7 +305,7 @@ impl Pair {
     pub(crate) fn fail_over(&mut self) -> io::Result<()> {
         self.master.kill()?;
         let promoted: Option<String> =
-            crate::chaos::direct(self.replica.addr(), Duration::from_secs(2), |c| {
+            crate::direct::query(self.replica.addr(), Duration::from_secs(2), |c| {
                 redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(c)
             });
         if promoted.is_none() {
@@ -324,7 +324,7 @@ impl Pair {
         self.link.heal();
         self.master.restart()?;
         let following: Option<String> =
-            crate::chaos::direct(self.master.addr(), Duration::from_secs(2), |c| {
+            crate::direct::query(self.master.addr(), Duration::from_secs(2), |c| {
                 redis::cmd("REPLICAOF")
                     .arg("127.0.0.1")
                     .arg(self.link.addr().port())
@@ -453,7 +453,7 @@ async fn wait_for_holders(pairs: &[Pair], resource: &str, token: &str, want: usi
             addrs
                 .iter()
                 .filter(|a| {
-                    crate::chaos::direct(**a, Duration::from_millis(500), |c| {
+                    crate::direct::query(**a, Duration::from_millis(500), |c| {
                         redis::cmd("GET").arg(&key).query::<Option<String>>(c)
                     })
                     .flatten()
@@ -472,7 +472,7 @@ async fn wait_for_holders(pairs: &[Pair], resource: &str, token: &str, want: usi
 }
 
 fn info(addr: SocketAddr, section: &str) -> String {
-    crate::chaos::direct(addr, Duration::from_millis(500), |c| {
+    crate::direct::query(addr, Duration::from_millis(500), |c| {
         redis::cmd("INFO").arg(section).query(c)
     })
     .unwrap_or_default()

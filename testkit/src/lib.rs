@@ -124,6 +124,8 @@ mod mutex;
 #[doc(hidden)]
 pub mod chaos;
 #[cfg(feature = "internal")]
+mod direct;
+#[cfg(feature = "internal")]
 #[doc(hidden)]
 pub mod failover;
 #[cfg(feature = "internal")]

@@ -263,7 +263,7 @@ async fn fail_over_in_pairs(
 /// The tokens of the lock keys on `pair`'s primary that its replica lacks.
 fn tokens_only_on_the_primary(pair: &Pair) -> Vec<String> {
     let held = |server: &crate::RedisServer| -> Vec<Option<String>> {
-        crate::chaos::direct(server.addr(), Duration::from_millis(500), |c| {
+        crate::direct::query(server.addr(), Duration::from_millis(500), |c| {
             let mut mget = redis::cmd("MGET");
             for r in 0..RESOURCES {
                 mget.arg(quorumlock::resource_key("", &Holds::resource(r)));

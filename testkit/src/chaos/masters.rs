@@ -10,6 +10,9 @@ use super::setup::{keys_pattern, Setup};
 use crate::mutex;
 use crate::{FaultProxy, RedisNodes, RedisServerBuilder};
 
+/// One query on a fresh plain connection with short timeouts, bypassing the proxies.
+pub(super) use crate::direct::query as direct_query;
+
 /// The masters of a run, and the proxies in front of them when the scenario needs network faults.
 pub(super) struct Cluster {
     servers: Mutex<RedisNodes>,
@@ -128,19 +131,6 @@ impl Cluster {
             .map(|k| k.len())
             .sum()
     }
-}
-
-/// Runs one query on a fresh plain connection with short timeouts.
-pub(crate) fn direct_query<T>(
-    addr: SocketAddr,
-    timeout: Duration,
-    query: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
-) -> Option<T> {
-    let client = redis::Client::open(format!("redis://{addr}")).ok()?;
-    let mut conn = client.get_connection_with_timeout(timeout).ok()?;
-    conn.set_read_timeout(Some(timeout)).ok()?;
-    conn.set_write_timeout(Some(timeout)).ok()?;
-    query(&mut conn).ok()
 }
 
 /// Whether `key` is one of the keys kept beside a lock key: a fencing counter (which expires a
