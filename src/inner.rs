@@ -102,18 +102,13 @@ impl Inner {
 
     /// The Redis key of a resource: `<prefix><resource>` (see [`crate::resource_key`]).
     ///
-    /// Refused: an empty name; the key layout marker's name; and a key whose companions (its
-    /// fencing counter, its line, ...) could not share its Redis Cluster slot, or that could be
-    /// another resource's companion (see `node::layout::check_lock_key`).
+    /// Refused: an empty name; and a key that could be a layout marker or another resource's
+    /// companion, or whose companions (its fencing counter, its line, ...) could not share its
+    /// Redis Cluster slot (see `node::layout::check_lock_key`).
     pub(crate) fn key(&self, resource: &str) -> Result<Arc<str>, Error> {
         if resource.is_empty() {
             return Err(Error::InvalidResource {
                 reason: "it is empty",
-            });
-        }
-        if resource == crate::node::LAYOUT_MARKER {
-            return Err(Error::InvalidResource {
-                reason: "it is the name of the key layout marker (LAYOUT_MARKER)",
             });
         }
         let key = crate::node::resource_key(&self.settings.key_prefix, resource);

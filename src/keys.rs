@@ -189,24 +189,22 @@ impl Keys {
                 let grant = node.acquire(&input, timeout).await?;
                 Ok(plain_grant(grant, fenced))
             }
-            (Keys::One(_) | Keys::Slot(_) | Keys::Term { .. } | Keys::Owned { .. }, None) => {
-                let mut call = match self {
-                    Keys::Owned { .. } => scripts::ACQUIRE_OWNED.prepare_invoke(),
-                    _ => scripts::ACQUIRE.prepare_invoke(),
-                };
+            (Keys::One(_) | Keys::Slot(_) | Keys::Term { .. }, None) => {
+                let mut call = scripts::ACQUIRE.prepare_invoke();
                 self.line_keys(&mut call);
                 if fenced.is_some() {
                     self.fence_keys(&mut call);
                 }
                 call.arg(token).arg(ttl_ms);
-                if let Keys::Owned { owner, .. } = self {
-                    call.arg(&**owner);
-                }
                 if let Some(grace) = fenced {
                     call.arg(grace);
                 }
                 let grant: i64 = node.invoke_granting(call, timeout, |g| *g > 0).await?;
                 Ok(plain_grant(grant, fenced))
+            }
+            (Keys::Owned { owner, .. }, None) => {
+                self.acquire_owned_on(node, owner, fenced, token, ttl_ms, timeout)
+                    .await
             }
             (Keys::Read(key), _) => {
                 let mut call = scripts::ACQUIRE_READ.prepare_invoke();
@@ -264,13 +262,51 @@ impl Keys {
                     .arg(ticket.order)
                     .arg(millis(entry_lease))
                     .arg(fenced.unwrap_or(0));
-                if let Keys::Owned { owner, .. } = self {
-                    call.arg(&**owner);
-                }
                 let reply: redis::Value = node.invoke_granting(call, timeout, is_grant).await?;
                 fences_or_refusal(node, reply)
             }
         }
+    }
+
+    /// An attempt under the owner id `owner` (`lua/acquire_owned.lua`): where the key holds an
+    /// attempt of the same owner, the node names that value, and a second request takes the key
+    /// over if it still holds exactly that value: a compare-and-swap, so that an attempt that
+    /// runs late never replaces a value it did not see (a later attempt's grant), whatever the
+    /// clocks of the processes sharing the id. Two round trips on that node, then; one
+    /// otherwise.
+    async fn acquire_owned_on(
+        &self,
+        node: &Node,
+        owner: &str,
+        fenced: Option<u64>,
+        token: &str,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> Result<Acquired, NodeError> {
+        let mut expected: Vec<u8> = Vec::new();
+        for takeover in [false, true] {
+            let mut call = scripts::ACQUIRE_OWNED.prepare_invoke();
+            self.line_keys(&mut call);
+            if fenced.is_some() {
+                self.fence_keys(&mut call);
+            }
+            call.arg(token).arg(ttl_ms).arg(owner).arg(&expected[..]);
+            if let Some(grace) = fenced {
+                call.arg(grace);
+            }
+            let granted = |reply: &redis::Value| matches!(reply, redis::Value::Int(1..));
+            let reply: redis::Value = node.invoke_granting(call, timeout, granted).await?;
+            match reply {
+                redis::Value::Int(grant) => return Ok(plain_grant(grant, fenced)),
+                // Another attempt of the owner holds it: take it over by naming it.
+                redis::Value::BulkString(value) if !takeover => expected = value,
+                // It changed hands between the two requests, to yet another attempt of the
+                // owner: held, as by anyone else.
+                redis::Value::BulkString(_) => return Ok(Acquired::Held(None)),
+                other => return Err(unexpected(node, &other)),
+            }
+        }
+        Ok(Acquired::Held(None))
     }
 
     /// Adds the keys, their lines and their lines' leases, the first keys of the line scripts.

@@ -2,9 +2,7 @@
 //! fingerprint.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The random value that marks a lock as this holder's on every node: 128 bits from the
 /// operating system's random source, fresh for every acquisition.
@@ -20,18 +18,14 @@ impl LockToken {
     }
 
     /// The token of one attempt under an owner id
-    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)), already checked: a nonce of 32
-    /// hex digits, [`OWNER_SEPARATOR`], then the id. The nonce makes every attempt's value its
-    /// own, so a cleanup of one attempt (which compares the whole value) never deletes another
-    /// attempt's grant; the id, at a fixed offset, is what lets the owner take its key again.
-    ///
-    /// The nonce's first 16 digits are the attempt's order ([`next_order`]): an attempt takes
-    /// over only a key holding an *earlier* attempt of its owner (`owned_by` in
-    /// `lua/line.lua`), so an attempt that runs late on a master, after a later attempt of the
-    /// same owner won there, sets nothing, and its rollback then finds nothing of its own.
+    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)), already checked: a fresh nonce,
+    /// [`OWNER_SEPARATOR`], then the id. The nonce makes every attempt's value its own, so a
+    /// cleanup of one attempt (which compares the whole value) never deletes another attempt's
+    /// grant, and a takeover (a compare-and-swap of the exact value read, see
+    /// `lua/acquire_owned.lua`) never replaces a value its attempt did not see; the id, at a
+    /// fixed offset, is what lets the owner find its key again.
     pub(crate) fn for_owner(id: &str) -> Self {
-        let random = rand::random::<u64>();
-        LockToken(format!("{:016x}{random:016x}{OWNER_SEPARATOR}{id}", next_order()).into())
+        Self::nonce_then(OWNER_SEPARATOR, id)
     }
 
     /// The token of one campaign attempt for an election's term: a fresh nonce, `:`, then the
@@ -76,23 +70,6 @@ impl LockToken {
 /// `lua/acquire_owned.lua` and `lua/acquire_queued.lua` recognise an owner's key by it, at that
 /// offset. An election's tokens have `:` there, so no owner id ever re-enters a leader's key.
 pub(crate) const OWNER_SEPARATOR: char = '@';
-
-/// The order of an attempt under an owner id: the wall clock in microseconds since the Unix
-/// epoch, and above every order this process gave before. Strictly increasing within a process;
-/// across processes sharing an owner id (a restart), increasing as long as the wall clock does
-/// not step back between them.
-fn next_order() -> u64 {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-    let previous = LAST.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
-        Some(now.max(last.saturating_add(1)))
-    });
-    // `fetch_update` with a closure that always answers cannot fail; both arms carry the last.
-    let last = previous.unwrap_or_else(|last| last);
-    now.max(last.saturating_add(1))
-}
 
 /// A short non-reversible fingerprint of a token: FNV-1a, 32 bits, as 8 hex digits.
 pub(crate) fn fingerprint(token: &str) -> String {

@@ -5,8 +5,9 @@
 -- master's time in ms at which the entry lapses), then (with fencing) their n fence counters.
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] n; ARGV[4] waiter id; ARGV[5] the waiter's order;
 -- ARGV[6] entry lease in ms; ARGV[7] how long a fence counter lasts after its last grant, in ms
--- (ignored without fencing); ARGV[8] (under an owner id only) the owner, whose earlier attempt's
--- key (`<32 hex digits>@<owner>`, see acquire_owned.lua) this attempt takes over.
+-- (ignored without fencing). A waiter takes no key over, not even one of its owner id's: only a
+-- plain attempt does, by compare-and-swap (acquire_owned.lua), so that a waiter's attempt that
+-- runs late can never replace a later grant.
 -- Returns, when refused, {-2, now} while another token holds a key, {-1, now} when refused only
 -- for the line (a key free or handed to another waiter), `now` being the master's time in ms
 -- (the entry is in place and renewed either way: the waiter learns when its entry lapses, in
@@ -20,7 +21,6 @@ local n = tonumber(ARGV[3])
 local me = ARGV[4]
 local reserved = '~queued:' .. me
 local now = now_ms()
-local owner = ARGV[8]
 local granted, held = true, false
 local mine = {}
 for i = 1, n do
@@ -28,7 +28,7 @@ for i = 1, n do
   drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
-  if value == reserved or owned_by(value, owner, ARGV[1]) or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
+  if value == reserved or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
     mine[#mine + 1] = i
   else
     granted = false

@@ -72,15 +72,11 @@ local function hand_over(key, line, leases, reserve, now, quiet, skip)
   end
 end
 
--- Whether `value` is an earlier attempt's lock of `owner` than `token`'s: both are
--- `<32 hex digits>@<owner>`, one attempt's token under an owner id, whose first 16 digits are the
--- attempt's order (see token.rs). The nonce's fixed length makes the owner's offset certain. A
--- later attempt's value is not taken over: an attempt that runs late, after a later attempt of its
--- owner won on this master, must not replace it (its rollback would then delete the winner's key).
-local function owned_by(value, owner, token)
+-- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an
+-- owner id (see token.rs). The nonce's fixed length makes the owner's offset certain.
+local function owned_by(value, owner)
   return owner ~= nil and value ~= nil and value ~= false and #value == 33 + #owner
     and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
-    and string.sub(value, 1, 16) < string.sub(token, 1, 16)
 end
 
 -- The next fencing token of a resource whose counter is `counter`: one above the counter, and

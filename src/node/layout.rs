@@ -119,13 +119,20 @@ pub(crate) fn hash_tag(key: &str) -> Option<&str> {
 }
 
 /// Why a lock key cannot be used, or `None` when it can. Refused, so that every companion of a
-/// lock key shares its slot and no lock key is another's companion:
+/// lock key shares its slot and no lock key is another's companion or a layout marker:
+/// - a key that ends with [`LAYOUT_MARKER`] (the marker of its own prefix or of another);
 /// - a key without a hash tag that holds a `}` (its companions could not be given its slot);
 /// - a key that is one hash tag whole, `{…}` (its companions would be those of the key inside
 ///   the braces);
 /// - a key with a hash tag that ends with a companion suffix (`:fence`, `:queue`, `:leases`,
 ///   `:readers`, `:writers`, `:holder`): it could be another lock key's companion.
 pub(crate) fn check_lock_key(key: &str) -> Option<&'static str> {
+    if key.ends_with(LAYOUT_MARKER) {
+        return Some(
+            "its key ends with the name of the key layout marker (LAYOUT_MARKER): it is, or could \
+             be, the marker of a key prefix",
+        );
+    }
     match hash_tag(key) {
         None if key.contains('}') => Some(
             "its key has a '}' but no Redis Cluster hash tag ('{' before it, with something \
