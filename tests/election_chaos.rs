@@ -16,6 +16,8 @@
 //! Each is driven step by step, not left to chance. The chaos version, under faults, is
 //! scenario 20 of `tests/chaos.rs`.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use quorumlock::{Lock, Redlock};
@@ -167,6 +169,17 @@ async fn the_quorum_election_keeps_its_leader_and_its_terms_through_the_same_res
     let a_leads = leading.enter(0);
     assert_eq!(read(&history, &observer).await.as_deref(), Some("host-a"));
 
+    // `elect` returns once a quorum marked the key elected; a master whose grant landed after
+    // its mark (the grant's script still loading there) is marked by the leader's next renewal,
+    // a third of the TTL on. The restart must leave a marked quorum: wait for every mark.
+    let marked = |s: &quorumlock_testkit::RedisServer| {
+        common::get(s, ELECTION).is_some_and(|v| v.starts_with("~elected:"))
+    };
+    let everywhere = common::eventually(TTL / 2, || nodes.iter().all(marked)).await;
+    assert!(
+        everywhere,
+        "the leader's key was not marked on every master"
+    );
     let restart = history.fault("master 0 restarted empty at once");
     nodes[0].restart().unwrap();
     history.heal(restart);
