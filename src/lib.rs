@@ -21,6 +21,13 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # The guide
+//!
+//! Beside this reference, the repository's `docs/` holds one page per topic: the command
+//! (`docs/cli.md`), the primitives, voters and topologies (Cluster, Sentinel, TLS, ACLs),
+//! durable votes, testing your code, how it works, the guarantees and key names, the safety
+//! evidence, performance, migrating from other Redlock clients, and configuration.
+//!
 //! # The algorithm
 //!
 //! With N masters, a lock needs a quorum q = ⌊N/2⌋ + 1 of the **configured** N. One attempt:
@@ -219,3 +226,16 @@ pub use token::LockToken;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's code examples (`docs/`), compiled as doc tests so they cannot rot.
+#[cfg(doctest)]
+pub mod guide_doctests {
+    #[doc = include_str!("../docs/primitives.md")]
+    pub struct Primitives;
+    #[doc = include_str!("../docs/voters.md")]
+    pub struct Voters;
+    #[doc = include_str!("../docs/durable-votes.md")]
+    pub struct DurableVotes;
+    #[doc = include_str!("../docs/testing.md")]
+    pub struct Testing;
+}
