@@ -6,9 +6,16 @@
 //! QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 cargo run --example reentrant
 //! ```
 //!
-//! Copied out of this repository, it needs `quorumlock`, `quorumlock-testkit` (its `Masters`
-//! reads the masters to use, or starts three local ones) and `tokio` with the `rt-multi-thread`
-//! and `macros` features.
+//! Copied out of this repository, it needs these dependencies (and `redis-server` on `PATH`
+//! when it starts its own masters); `scripts/check-examples.sh` (run by `make test`) builds it
+//! with exactly these:
+//!
+//! ```toml
+//! [dependencies]
+//! quorumlock = { path = "../quorumlock" }             # a checkout of this repository
+//! quorumlock-testkit = { path = "../quorumlock/testkit" }
+//! tokio = { version = "1", features = ["rt-multi-thread", "macros"] }
+//! ```
 
 use std::time::Duration;
 

@@ -9,9 +9,18 @@
 //! ```
 //!
 //! The careless worker forgets to watch the loss signal in the task it spawned, and the same
-//! scenario catches it: that is the test that tells the two apart. Copied out of this
-//! repository, it needs `quorumlock`, `quorumlock-testkit`, and `tokio` with the
-//! `rt-multi-thread`, `macros` and `time` features; and `redis-server` on `PATH`.
+//! scenario catches it: that is the test that tells the two apart.
+//!
+//! Copied out of this repository, it needs these dependencies (and `redis-server` on `PATH`
+//! when it starts its own masters); `scripts/check-examples.sh` (run by `make test`) builds it
+//! with exactly these:
+//!
+//! ```toml
+//! [dependencies]
+//! quorumlock = { path = "../quorumlock" }             # a checkout of this repository
+//! quorumlock-testkit = { path = "../quorumlock/testkit" }
+//! tokio = { version = "1", features = ["rt-multi-thread", "macros", "time"] }
+//! ```
 
 use std::future::Future;
 use std::process::ExitCode;
