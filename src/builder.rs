@@ -2,13 +2,10 @@
 
 use std::time::Duration;
 
-#[cfg(feature = "tls")]
-use redis::IntoConnectionInfo;
-
 use crate::durability::Durability;
 use crate::error::{ConfigError, Error};
 use crate::inner::{Inner, Settings};
-use crate::node::{marker_key, Node, Target};
+use crate::node::{marker_key, Login, Node, Target, TargetOptions, SENTINEL_PASSWORD_PARAM};
 pub use crate::quorum::{DEFAULT_MAX_NODE_TIMEOUT, DEFAULT_NODE_TIMEOUT_DIVISOR};
 use crate::redlock::Redlock;
 use crate::retry::RetryPolicy;
@@ -61,6 +58,8 @@ pub struct RedlockBuilder {
     fencing: bool,
     fence_grace: Duration,
     durability: Durability,
+    /// The Sentinels' own login, for Sentinel URLs that name none.
+    sentinel_login: Login,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -120,7 +119,8 @@ impl std::fmt::Debug for RedlockBuilder {
             .field("key_prefix", &self.key_prefix)
             .field("fencing", &self.fencing)
             .field("fence_grace", &self.fence_grace)
-            .field("durability", &self.durability);
+            .field("durability", &self.durability)
+            .field("sentinel_login", &self.sentinel_login);
         #[cfg(feature = "tls")]
         f.field("tls", &self.tls);
         f.finish()
@@ -148,6 +148,7 @@ impl RedlockBuilder {
             fencing: false,
             fence_grace: DEFAULT_FENCE_GRACE,
             durability: Durability::Answered,
+            sentinel_login: Login::default(),
             #[cfg(feature = "tls")]
             tls: TlsSettings::default(),
         }
@@ -257,10 +258,45 @@ impl RedlockBuilder {
         self
     }
 
-    /// Trusts only this certificate authority (PEM) for `rediss://` nodes, instead of the
-    /// system's root certificates. A node whose certificate it did not sign fails its TLS
-    /// handshake and counts as a failed node; nothing is ever sent in plain text instead.
-    /// Needs the `tls` feature.
+    /// Logs in to the Sentinels of `redis+sentinel://` voters as this user (Redis 6 ACLs), apart
+    /// from the master's own login in the URL. A voter's URL may name its own instead
+    /// (`?sentinel_username=…`), which then takes precedence for that voter. Default: none
+    /// (the `default` user, with [`sentinel_password`](Self::sentinel_password) if set).
+    pub fn sentinel_username(mut self, username: impl Into<String>) -> Self {
+        self.sentinel_login.username = Some(username.into());
+        self
+    }
+
+    /// Logs in to the Sentinels of `redis+sentinel://` voters with this password (a Sentinel's
+    /// `requirepass`), apart from the master's own password in the URL. It never appears in
+    /// `Debug` output, errors or logs. A voter's URL may carry its own instead
+    /// (`?sentinel_password=…`, percent-encoded), which then takes precedence for that voter,
+    /// together with any `sentinel_username` beside it. Default: none.
+    ///
+    /// ```
+    /// use quorumlock::Redlock;
+    ///
+    /// let rl = Redlock::builder([
+    ///     "redis+sentinel://:master-pw@10.0.2.1,10.0.2.2,10.0.2.3/locks",
+    ///     "redis+sentinel://:master-pw@10.0.3.1,10.0.3.2,10.0.3.3/locks",
+    ///     // This group's Sentinels have a login of their own, in the URL.
+    ///     "redis+sentinel://:master-pw@10.0.4.1/locks?sentinel_username=watch&sentinel_password=s3cr3t",
+    /// ])
+    /// .sentinel_password("sentinel-pw") // the first two groups' Sentinels
+    /// .build()?;
+    /// assert!(!format!("{rl:?}").contains("sentinel-pw"));
+    /// # Ok::<(), quorumlock::Error>(())
+    /// ```
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_login.password = Some(password.into());
+        self
+    }
+
+    /// Trusts only this certificate authority (PEM) for TLS voters (`rediss://`,
+    /// `rediss+cluster://`, `rediss+sentinel://`: every cluster node, every Sentinel and every
+    /// master a Sentinel names), instead of the system's root certificates. A node whose
+    /// certificate it did not sign fails its TLS handshake and counts as a failed node; nothing
+    /// is ever sent in plain text instead. Needs the `tls` feature.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, ca_pem: impl Into<Vec<u8>>) -> Self {
@@ -268,8 +304,10 @@ impl RedlockBuilder {
         self
     }
 
-    /// Presents this client certificate and private key (PEM) to `rediss://` nodes that require
-    /// mutual TLS (`tls-auth-clients yes`). Needs the `tls` feature.
+    /// Presents this client certificate and private key (PEM) to TLS voters that require mutual
+    /// TLS (`tls-auth-clients yes`): `rediss://` masters, every node of a `rediss+cluster://`
+    /// cluster, the Sentinels of a `rediss+sentinel://` group and the masters they name. Needs
+    /// the `tls` feature.
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(
@@ -287,7 +325,8 @@ impl RedlockBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] when no node is given, a URL does not parse (the error names it, with
-    /// any password hidden), durable votes are asked of a cluster voter, the same node (or
+    /// any password hidden), a TLS URL is given without the `tls` feature, durable votes are
+    /// asked of a cluster voter, the same node (or
     /// cluster seed, or Sentinel master) is listed twice, the drift factor is outside `[0, 1)`,
     /// or a timeout is zero.
     pub fn build(self) -> Result<Redlock, Error> {
@@ -307,6 +346,7 @@ impl RedlockBuilder {
             return Err(ConfigError::FenceGrace(self.fence_grace).into());
         }
 
+        let options = self.target_options();
         let mut nodes: Vec<Node> = Vec::with_capacity(self.urls.len());
         let mut seen: Vec<(String, String)> = Vec::with_capacity(self.urls.len());
         for url in &self.urls {
@@ -314,7 +354,7 @@ impl RedlockBuilder {
                 url: redact(url),
                 reason,
             };
-            let target = self.target(url).map_err(invalid)?;
+            let target = self.target(url, &options).map_err(invalid)?;
             if target.is_cluster() && self.durability != Durability::Answered {
                 return Err(invalid(format!(
                     "durable votes ({:?}) are not supported on a Redis Cluster voter: list \
@@ -370,7 +410,12 @@ impl Redlock {
     /// Starts configuring a client for these voter URLs, each one vote: a standalone master
     /// (`redis://[user:password@]host:port[/db]`), a Redis Cluster
     /// (`redis+cluster://[user:password@]host:port[,host:port…]`) or a Sentinel-managed master
-    /// (`redis+sentinel://[user:password@]host[:26379][,host…]/<master-name>[/db]`). List each
+    /// (`redis+sentinel://[user:password@]host[:26379][,host…]/<master-name>[/db]`, where the
+    /// login is the master's; the Sentinels' own goes in
+    /// `?sentinel_username=…&sentinel_password=…` or
+    /// [`sentinel_password`](RedlockBuilder::sentinel_password)). With the `tls` feature,
+    /// `rediss://`, `rediss+cluster://` and `rediss+sentinel://` reach the same voters over TLS
+    /// (see [`tls_root_certificate`](RedlockBuilder::tls_root_certificate)). List each
     /// independent voter once; use an odd count (3, 5, 7).
     ///
     /// ```no_run
@@ -393,35 +438,57 @@ impl Redlock {
 }
 
 impl RedlockBuilder {
-    /// One voter from its URL (see `node::target`): `rediss://` masters get the configured
-    /// certificates (with the `tls` feature).
-    fn target(&self, url: &str) -> Result<Target, String> {
+    /// How every voter is reached beyond its URL.
+    fn target_options(&self) -> TargetOptions {
+        TargetOptions {
+            connect_timeout: self.connect_timeout,
+            sentinel_login: self.sentinel_login.clone(),
+            #[cfg(feature = "tls")]
+            certificates: Some(self.tls.certificates()),
+        }
+    }
+
+    /// One voter from its URL (see `node::target`): TLS voters get the configured certificates
+    /// (with the `tls` feature).
+    fn target(&self, url: &str, options: &TargetOptions) -> Result<Target, String> {
         #[cfg(feature = "tls")]
         if url
-            .get(..9)
-            .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+            .get(..6)
+            .is_some_and(|s| s.eq_ignore_ascii_case("rediss"))
         {
-            let info = url.into_connection_info().map_err(|e| e.to_string())?;
             // rustls needs a process-wide crypto provider; install ours unless the application
             // already chose one (then this does nothing).
             let _ = rustls::crypto::ring::default_provider().install_default();
-            return Target::master_tls(info, self.tls.certificates());
         }
-        Target::parse(url, self.connect_timeout)
+        Target::parse(url, options)
     }
 }
 
-/// The URL with any password (or whole user-info part) replaced by `***`.
+/// The URL with any password (or whole user-info part) replaced by `***`, and so is the value
+/// of a `sentinel_password` query parameter.
 fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
     let rest = &url[scheme_end + 3..];
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
+    let redacted = match rest[..authority_end].rfind('@') {
         Some(at) => format!("{}***{}", &url[..scheme_end + 3], &rest[at..]),
         None => url.to_owned(),
-    }
+    };
+    let Some((before, query)) = redacted.split_once('?') else {
+        return redacted;
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if name.eq_ignore_ascii_case(SENTINEL_PASSWORD_PARAM) => {
+                format!("{name}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{before}?{}", query.join("&"))
 }
 
 #[cfg(test)]
@@ -434,5 +501,17 @@ mod tests {
         assert_eq!(redact("rediss://u:p@w@h:1"), "rediss://***@h:1");
         assert_eq!(redact("redis://h:1/0?x=@"), "redis://h:1/0?x=@");
         assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn redact_hides_the_sentinels_password_too() {
+        assert_eq!(
+            redact("redis+sentinel://:pw@h/m?sentinel_username=u&sentinel_password=hunter2"),
+            "redis+sentinel://***@h/m?sentinel_username=u&sentinel_password=***"
+        );
+        assert_eq!(
+            redact("redis+sentinel://h/m?sentinel_password=hunter2#x"),
+            "redis+sentinel://h/m?sentinel_password=***"
+        );
     }
 }

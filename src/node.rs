@@ -32,7 +32,7 @@ pub use layout::{
 };
 use link::{Connection, Link, NotOpened};
 pub(crate) use subscription::Subscriber;
-pub(crate) use target::Target;
+pub(crate) use target::{Login, Options as TargetOptions, Target, SENTINEL_PASSWORD_PARAM};
 
 /// What a script call sends after the script: its key count, keys and arguments, written
 /// straight into the command. A release sends the same input to every node; built as owned

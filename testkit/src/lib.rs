@@ -112,6 +112,7 @@ pub mod masters;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;
+pub mod tls;
 
 #[cfg(feature = "internal")]
 #[doc(hidden)]
@@ -148,7 +149,7 @@ pub mod naive_semaphore;
 
 // Sandboxed masters.
 #[doc(no_inline)]
-pub use server::{RedisNodes, RedisServer, RedisServerBuilder, REDIS_SERVER_ENV};
+pub use server::{RedisNodes, RedisServer, RedisServerBuilder, ServerTls, REDIS_SERVER_ENV};
 
 // Redis Cluster and Sentinel topologies.
 #[doc(no_inline)]

@@ -77,7 +77,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// assert!(group.url().ends_with("/orders"));
 /// # Ok::<(), std::io::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SentinelGroupBuilder {
     replicas: usize,
     sentinels: usize,
@@ -85,6 +85,24 @@ pub struct SentinelGroupBuilder {
     down_after: Duration,
     failover_timeout: Duration,
     server: RedisServerBuilder,
+    master_password: Option<String>,
+    sentinel_password: Option<String>,
+}
+
+impl fmt::Debug for SentinelGroupBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hidden = |set: &Option<String>| set.as_ref().map(|_| "<redacted>");
+        f.debug_struct("SentinelGroupBuilder")
+            .field("replicas", &self.replicas)
+            .field("sentinels", &self.sentinels)
+            .field("master_name", &self.master_name)
+            .field("down_after", &self.down_after)
+            .field("failover_timeout", &self.failover_timeout)
+            .field("server", &self.server)
+            .field("master_password", &hidden(&self.master_password))
+            .field("sentinel_password", &hidden(&self.sentinel_password))
+            .finish()
+    }
 }
 
 impl Default for SentinelGroupBuilder {
@@ -103,6 +121,8 @@ impl SentinelGroupBuilder {
             down_after: DEFAULT_DOWN_AFTER,
             failover_timeout: DEFAULT_FAILOVER_TIMEOUT,
             server: RedisServerBuilder::new(),
+            master_password: None,
+            sentinel_password: None,
         }
     }
 
@@ -144,8 +164,27 @@ impl SentinelGroupBuilder {
     /// The builder the primary and the replicas are started from (binary, persistence, extra
     /// arguments); `--repl-diskless-sync-delay 0` is appended, so that a replica syncs at once
     /// with whichever node is primary.
+    ///
+    /// With [`tls`](RedisServerBuilder::tls), the group runs on TLS only: the data nodes and
+    /// the Sentinels have no plain port (`--port 0`), replication and the Sentinels' links to
+    /// the nodes and to each other run over TLS (`--tls-replication yes`), and
+    /// [`SentinelGroup::url`] reads `rediss+sentinel://`.
     pub fn server(mut self, builder: RedisServerBuilder) -> Self {
         self.server = builder;
+        self
+    }
+
+    /// Protects the data nodes with this password (`--requirepass`, `--masterauth` for the
+    /// replicas), which the Sentinels use too (`sentinel auth-pass`). None by default.
+    pub fn master_password(mut self, password: impl Into<String>) -> Self {
+        self.master_password = Some(password.into());
+        self
+    }
+
+    /// Protects the Sentinels with a password of their own (`--requirepass` on each Sentinel,
+    /// `sentinel sentinel-pass` for their links to each other). None by default.
+    pub fn sentinel_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_password = Some(password.into());
         self
     }
 
@@ -173,14 +212,27 @@ impl SentinelGroupBuilder {
                 format!("the master name {name:?} must be one word"),
             ));
         }
-        let server = self.server.arg("--repl-diskless-sync-delay").arg("0");
+        let mut server = self.server.arg("--repl-diskless-sync-delay").arg("0");
+        let tls = server
+            .tls_settings()
+            .map(|tls| tls.clone().plain_port(false));
+        if let Some(tls) = &tls {
+            server = server.tls(tls.clone()).arg("--tls-replication").arg("yes");
+        }
+        if let Some(password) = &self.master_password {
+            server = server
+                .arg("--requirepass")
+                .arg(password)
+                .arg("--masterauth")
+                .arg(password);
+        }
         let primary = server.clone().spawn()?;
         let mut servers = Vec::with_capacity(self.replicas + 1);
         for _ in 0..self.replicas {
             servers.push(primary.spawn_replica(server.clone())?);
         }
         servers.insert(0, primary);
-        let config = format!(
+        let mut config = format!(
             "sentinel resolve-hostnames no\n\
              sentinel monitor {name} 127.0.0.1 {port} {quorum}\n\
              sentinel down-after-milliseconds {name} {down_after}\n\
@@ -191,10 +243,25 @@ impl SentinelGroupBuilder {
             down_after = self.down_after.as_millis().max(1),
             failover_timeout = self.failover_timeout.as_millis().max(1),
         );
-        let sentinel = RedisServerBuilder::new()
+        if let Some(password) = &self.master_password {
+            config.push_str(&format!("sentinel auth-pass {name} {password}\n"));
+        }
+        if let Some(password) = &self.sentinel_password {
+            config.push_str(&format!("sentinel sentinel-pass {password}\n"));
+        }
+        let mut sentinel = RedisServerBuilder::new()
             .binary(servers[0].binary())
             .config(config)
             .arg("--sentinel");
+        if let Some(tls) = &tls {
+            sentinel = sentinel
+                .tls(tls.clone())
+                .arg("--tls-replication")
+                .arg("yes");
+        }
+        if let Some(password) = &self.sentinel_password {
+            sentinel = sentinel.arg("--requirepass").arg(password);
+        }
         let sentinels = thread::scope(|scope| {
             let handles: Vec<_> = (0..self.sentinels)
                 .map(|_| scope.spawn(|| sentinel.clone().spawn()))
@@ -284,18 +351,20 @@ impl SentinelGroup {
     }
 
     /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,.../NAME`: every Sentinel, and the master
-    /// name.
+    /// name; `rediss+sentinel://` for a group on TLS (see [`SentinelGroupBuilder::server`]).
+    /// Without credentials.
     pub fn url(&self) -> String {
         let sentinels: Vec<String> = self
             .sentinels
             .iter()
             .map(|sentinel| format!("127.0.0.1:{}", sentinel.port()))
             .collect();
-        format!(
-            "redis+sentinel://{}/{}",
-            sentinels.join(","),
-            self.master_name
-        )
+        let scheme = if self.sentinels.iter().any(|s| s.tls().is_some()) {
+            "rediss+sentinel"
+        } else {
+            "redis+sentinel"
+        };
+        format!("{scheme}://{}/{}", sentinels.join(","), self.master_name)
     }
 
     /// The name the Sentinels know the primary by.

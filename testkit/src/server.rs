@@ -13,6 +13,7 @@ use std::fmt;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::ops::{Index, IndexMut};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -44,6 +45,10 @@ const CONFIG_FILE: &str = "redis.conf";
 /// errors are printed there, before the log file is opened.
 const OUTPUT_FILE: &str = "redis.out";
 
+/// Name of the Unix socket inside the directory of a server without a plain port (TLS only),
+/// through which the test kit reaches it.
+const SOCKET_FILE: &str = "redis.sock";
+
 /// How long a server may take to answer `PING` after it is started.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -67,6 +72,102 @@ pub(crate) const LOG_TAIL_LINES: usize = 40;
 
 /// Arguments whose following argument is a secret and is hidden from `Debug`.
 const SECRET_FLAGS: &[&str] = &["--requirepass", "--masterauth"];
+
+/// TLS settings of a server ([`RedisServerBuilder::tls`]): its certificate and key, the CA it
+/// trusts for client certificates, whether it requires them, and whether it keeps its plain
+/// port. [`TestCa::server_tls`](crate::tls::TestCa::server_tls) makes one from a throw-away CA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    ca_cert_file: PathBuf,
+    auth_clients: bool,
+    plain_port: bool,
+}
+
+impl ServerTls {
+    /// The server presents `cert_file` (with its key `key_file`) and trusts `ca_cert_file`
+    /// (`--tls-cert-file`, `--tls-key-file`, `--tls-ca-cert-file`). Clients need no certificate
+    /// of their own, and the plain port stays open, unless said otherwise.
+    pub fn new(
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+        ca_cert_file: impl Into<PathBuf>,
+    ) -> Self {
+        ServerTls {
+            cert_file: cert_file.into(),
+            key_file: key_file.into(),
+            ca_cert_file: ca_cert_file.into(),
+            auth_clients: false,
+            plain_port: true,
+        }
+    }
+
+    /// Whether clients must present a certificate the CA signed (`--tls-auth-clients yes`,
+    /// mutual TLS). Off by default (`no`).
+    pub fn auth_clients(mut self, required: bool) -> Self {
+        self.auth_clients = required;
+        self
+    }
+
+    /// Whether the server also listens on a plain port. On by default; off, it listens on TLS
+    /// only (`--port 0`), the way managed services with encryption in transit do, and the test
+    /// kit reaches it through a Unix socket in its directory.
+    pub fn plain_port(mut self, on: bool) -> Self {
+        self.plain_port = on;
+        self
+    }
+
+    /// The server's certificate (PEM); the server also presents it as a client (a replica to
+    /// its primary, a cluster node to another, a Sentinel to a master).
+    pub fn cert_file(&self) -> &Path {
+        &self.cert_file
+    }
+
+    /// The certificate's private key (PEM).
+    pub fn key_file(&self) -> &Path {
+        &self.key_file
+    }
+
+    /// The CA the server trusts (PEM).
+    pub fn ca_cert_file(&self) -> &Path {
+        &self.ca_cert_file
+    }
+
+    /// Whether clients must present a certificate.
+    pub fn requires_client_certificates(&self) -> bool {
+        self.auth_clients
+    }
+
+    /// Whether the server keeps its plain port.
+    pub fn has_plain_port(&self) -> bool {
+        self.plain_port
+    }
+
+    /// The server's arguments for these settings, on `port`.
+    fn args(&self, port: u16) -> Vec<String> {
+        let path = |p: &Path| p.display().to_string();
+        vec![
+            "--tls-port".to_owned(),
+            port.to_string(),
+            "--tls-cert-file".to_owned(),
+            path(&self.cert_file),
+            "--tls-key-file".to_owned(),
+            path(&self.key_file),
+            "--tls-ca-cert-file".to_owned(),
+            path(&self.ca_cert_file),
+            "--tls-auth-clients".to_owned(),
+            if self.auth_clients { "yes" } else { "no" }.to_owned(),
+        ]
+    }
+}
+
+/// A server's TLS settings and its TLS port.
+#[derive(Debug, Clone)]
+struct Tls {
+    settings: ServerTls,
+    port: u16,
+}
 
 /// Configures and starts a [`RedisServer`].
 ///
@@ -95,6 +196,7 @@ pub struct RedisServerBuilder {
     config: Option<String>,
     clock: Option<Clock>,
     libfaketime: Option<PathBuf>,
+    tls: Option<ServerTls>,
 }
 
 impl fmt::Debug for RedisServerBuilder {
@@ -106,6 +208,7 @@ impl fmt::Debug for RedisServerBuilder {
             .field("config", &self.config.as_ref().map(|_| "<redacted>"))
             .field("clock", &self.clock)
             .field("libfaketime", &self.libfaketime)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -183,6 +286,23 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Serves TLS on a port of its own ([`RedisServer::tls_port`]), with these certificates;
+    /// with [`ServerTls::plain_port`]`(false)`, TLS only (`--port 0`): the test kit then reaches
+    /// the server through a Unix socket in its directory ([`RedisServer::url`]). Off by default.
+    ///
+    /// A [`RedisCluster`](crate::RedisCluster) or [`SentinelGroup`](crate::SentinelGroup)
+    /// started from a builder with TLS runs its cluster bus, replication and Sentinel links over
+    /// TLS too.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The TLS settings given to [`tls`](Self::tls), if any.
+    pub fn tls_settings(&self) -> Option<&ServerTls> {
+        self.tls.as_ref()
+    }
+
     /// Starts the server on a free loopback port and waits until it answers `PING`.
     ///
     /// If another process takes the chosen port before the server binds it, a new port is tried,
@@ -212,6 +332,13 @@ impl RedisServerBuilder {
                 .prefix("quorumlock-redis-")
                 .tempdir()?;
             let port = free_port()?;
+            let tls = match &self.tls {
+                Some(tls) => Some(Box::new(Tls {
+                    settings: tls.clone(),
+                    port: free_port()?,
+                })),
+                None => None,
+            };
             let config = match &self.config {
                 Some(text) => {
                     let path = dir.path().join(CONFIG_FILE);
@@ -234,6 +361,7 @@ impl RedisServerBuilder {
                 args: self.args.clone(),
                 config,
                 clock,
+                tls,
                 dir,
             };
             match server.start() {
@@ -285,6 +413,8 @@ pub struct RedisServer {
     config: Option<PathBuf>,
     /// The faked wall clock, when the server was built with one.
     clock: Option<ClockFile>,
+    /// Its TLS settings and port, when it serves TLS (boxed: most servers have none).
+    tls: Option<Box<Tls>>,
     /// Dropped after the process is killed in `Drop::drop`, which removes the directory.
     dir: TempDir,
 }
@@ -298,6 +428,7 @@ impl fmt::Debug for RedisServer {
             .field("aof", &self.aof)
             .field("args", &redacted(&self.args))
             .field("clock", &self.clock())
+            .field("tls_port", &self.tls_port())
             .finish_non_exhaustive()
     }
 }
@@ -317,19 +448,76 @@ impl RedisServer {
         RedisServerBuilder::new()
     }
 
-    /// The loopback port the server listens on; it stays the same across restarts.
+    /// The loopback port the server listens on; it stays the same across restarts. For a
+    /// server without a plain port (TLS only), its TLS port: the port it announces to a
+    /// cluster, its replicas and Sentinels.
     pub fn port(&self) -> u16 {
-        self.port
+        match &self.tls {
+            Some(tls) if !tls.settings.plain_port => tls.port,
+            _ => self.port,
+        }
     }
 
-    /// `127.0.0.1:port`.
+    /// `127.0.0.1:port` (see [`port`](Self::port)).
     pub fn addr(&self) -> SocketAddr {
-        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port))
+        SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port()))
     }
 
-    /// `redis://127.0.0.1:PORT`, without credentials.
+    /// How the test kit reaches the server, without credentials: `redis://127.0.0.1:PORT`, or
+    /// for a server without a plain port (TLS only) `unix://DIR/redis.sock`, its Unix socket.
+    /// For a client over TLS, see [`tls_url`](Self::tls_url).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.tls {
+            Some(tls) if !tls.settings.plain_port => {
+                format!("unix://{}", self.socket_path().display())
+            }
+            _ => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// The TLS port, for a server started with [`RedisServerBuilder::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|tls| tls.port)
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT`, for a server started with [`RedisServerBuilder::tls`].
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port()
+            .map(|port| format!("rediss://127.0.0.1:{port}"))
+    }
+
+    /// The TLS settings the server was started with.
+    pub fn tls(&self) -> Option<&ServerTls> {
+        self.tls.as_ref().map(|tls| &tls.settings)
+    }
+
+    /// [`url`](Self::url) with the password the server was started with (`--requirepass`), if
+    /// any: how the test kit's own queries log in, and how a test reads what a password-protected
+    /// server holds. It carries the password: keep it out of what a test prints.
+    pub fn admin_url(&self) -> String {
+        let url = self.url();
+        let Some(password) = self.requirepass() else {
+            return url;
+        };
+        let password = percent_encode(password);
+        match url.strip_prefix("redis://") {
+            Some(rest) => format!("redis://:{password}@{rest}"),
+            None => format!("{url}?pass={password}"),
+        }
+    }
+
+    /// The last `--requirepass` argument's value.
+    fn requirepass(&self) -> Option<&str> {
+        self.args
+            .iter()
+            .rposition(|arg| arg == "--requirepass")
+            .and_then(|at| self.args.get(at + 1))
+            .map(String::as_str)
+    }
+
+    /// The Unix socket a server without a plain port listens on, for the test kit.
+    fn socket_path(&self) -> PathBuf {
+        self.dir.path().join(SOCKET_FILE)
     }
 
     /// The server's own temporary directory, holding its data files and its log.
@@ -475,6 +663,8 @@ impl RedisServer {
     /// waits until its replication link is up and this server counts it among its replicas:
     /// a primary for durable votes ([`quorumlock::Durability::Replicas`]) or failover tests.
     /// Sets this server's `repl-diskless-sync-delay` to 0, so that the sync starts at once.
+    /// A primary without a plain port (TLS only) is replicated from over TLS
+    /// (`--tls-replication yes` is appended): give `builder` the same [`ServerTls`].
     ///
     /// ```no_run
     /// use quorumlock_testkit::{RedisServer, RedisServerBuilder};
@@ -497,10 +687,15 @@ impl RedisServer {
                 .arg("repl-diskless-sync-delay")
                 .arg(0),
         )?;
+        // A primary without a plain port replicates over TLS only.
+        let builder = match &self.tls {
+            Some(tls) if !tls.settings.plain_port => builder.arg("--tls-replication").arg("yes"),
+            _ => builder,
+        };
         let replica = builder
             .arg("--replicaof")
             .arg("127.0.0.1")
-            .arg(self.port.to_string())
+            .arg(self.port().to_string())
             .spawn()?;
         let deadline = Instant::now() + READY_TIMEOUT;
         // Counted is not yet streamed to: after a diskless sync the primary starts sending its
@@ -528,7 +723,7 @@ impl RedisServer {
 
     /// Runs `cmd` on a connection of its own.
     fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> io::Result<T> {
-        let client = redis::Client::open(self.url()).map_err(io::Error::other)?;
+        let client = redis::Client::open(self.admin_url()).map_err(io::Error::other)?;
         let mut conn = client
             .get_connection_with_timeout(Duration::from_secs(1))
             .map_err(io::Error::other)?;
@@ -539,7 +734,7 @@ impl RedisServer {
     /// deleted at once (nothing is left behind), then `WAIT` on the same connection.
     fn replicated_to(&self, replicas: usize) -> io::Result<bool> {
         const PROBE: &str = "quorumlock-testkit:replica-probe";
-        let client = redis::Client::open(self.url()).map_err(io::Error::other)?;
+        let client = redis::Client::open(self.admin_url()).map_err(io::Error::other)?;
         let mut conn = client
             .get_connection_with_timeout(Duration::from_secs(1))
             .map_err(io::Error::other)?;
@@ -604,9 +799,13 @@ impl RedisServer {
     fn command_args(&self) -> Vec<String> {
         let dir = self.dir.path().display().to_string();
         let log = self.log_path().display().to_string();
+        let plain_port = match &self.tls {
+            Some(tls) if !tls.settings.plain_port => 0,
+            _ => self.port,
+        };
         let mut args: Vec<String> = [
             "--port",
-            &self.port.to_string(),
+            &plain_port.to_string(),
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -629,6 +828,14 @@ impl RedisServer {
             args.extend(["--appendonly", "no"].map(String::from));
         }
         args.extend(["--enable-debug-command", "yes"].map(String::from));
+        if let Some(tls) = &self.tls {
+            args.extend(tls.settings.args(tls.port));
+            if !tls.settings.plain_port {
+                let socket = self.socket_path().display().to_string();
+                args.extend(["--unixsocket".to_owned(), socket]);
+                args.extend(["--unixsocketperm", "700"].map(String::from));
+            }
+        }
         args.extend(self.args.iter().cloned());
         // A configuration file must come first; the arguments after it take precedence.
         if let Some(config) = &self.config {
@@ -640,6 +847,14 @@ impl RedisServer {
     /// Starts the process (the slot must be empty) and waits until it is ready. On failure the
     /// process is killed and reaped and the slot left empty.
     fn start(&mut self) -> Result<(), StartError> {
+        let endpoint = match &self.tls {
+            Some(tls) if !tls.settings.plain_port => Endpoint::Unix(self.socket_path()),
+            _ => Endpoint::Tcp(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::LOCALHOST,
+                self.port,
+            ))),
+        };
+        let port = self.port();
         let dir = self.dir.path();
         let marks = Marks::take(dir);
         let output = std::fs::OpenOptions::new()
@@ -663,10 +878,10 @@ impl RedisServer {
         let slot = mutex::get_mut(&mut self.child);
         let child = slot.insert(child);
         let faked = self.clock.is_some();
-        let mut result = wait_ready(child, self.port, dir, marks, faked);
+        let mut result = wait_ready(child, port, &endpoint, dir, marks, faked);
         if let (Ok(()), Some(clock)) = (&result, &self.clock) {
             result = clock
-                .check_loaded(child.id(), self.port)
+                .check_loaded(child.id(), port)
                 .map_err(StartError::Fatal);
         }
         if result.is_err() {
@@ -866,11 +1081,11 @@ fn not_found(binary: &Path, error: &io::Error) -> io::Error {
 fn wait_ready(
     child: &mut Child,
     port: u16,
+    endpoint: &Endpoint,
     dir: &Path,
     marks: Marks,
     faked: bool,
 ) -> Result<(), StartError> {
-    let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if faked {
@@ -890,7 +1105,7 @@ fn wait_ready(
                 StartError::Fatal(io::Error::other(message))
             });
         }
-        let last = match probe(addr) {
+        let last = match probe(endpoint) {
             Ok(Probe::Ready(pid)) => {
                 // An answer from a process that is not ours means our server lost the port.
                 if pid.is_some_and(|pid| pid != child.id()) {
@@ -930,10 +1145,31 @@ enum Probe {
     NotYet(String),
 }
 
-fn probe(addr: SocketAddr) -> io::Result<Probe> {
-    let stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
-    stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
-    stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
+/// Where the readiness probe reaches a server: its plain port, or the Unix socket of a server
+/// without one.
+enum Endpoint {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+fn probe(endpoint: &Endpoint) -> io::Result<Probe> {
+    match endpoint {
+        Endpoint::Tcp(addr) => {
+            let stream = TcpStream::connect_timeout(addr, PROBE_TIMEOUT)?;
+            stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+            stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
+            probe_on(stream)
+        }
+        Endpoint::Unix(path) => {
+            let stream = UnixStream::connect(path)?;
+            stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+            stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
+            probe_on(stream)
+        }
+    }
+}
+
+fn probe_on(stream: impl Read + Write) -> io::Result<Probe> {
     let mut reader = BufReader::new(stream);
     reader.get_mut().write_all(b"PING\r\n")?;
     let reply = read_line(&mut reader)?;
@@ -1034,6 +1270,18 @@ fn redacted(args: &[String]) -> Vec<String> {
             } else {
                 arg.clone()
             }
+        })
+        .collect()
+}
+
+/// `text` with every byte but unreserved URL characters percent-encoded.
+fn percent_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
         })
         .collect()
 }

@@ -111,6 +111,12 @@ impl RedisClusterBuilder {
     /// The builder every node is started from (binary, persistence, extra arguments). The
     /// cluster's own arguments (`--cluster-enabled yes`, its config file, node timeout and bus
     /// port, and `--repl-diskless-sync-delay 0`) are appended to it.
+    ///
+    /// With [`tls`](RedisServerBuilder::tls), the cluster runs on TLS only, the way managed
+    /// cluster-mode services with encryption in transit do: each node's plain port is off
+    /// (`--port 0`), and the cluster bus and replication run over TLS (`--tls-cluster yes`,
+    /// `--tls-replication yes`); `redis-cli --cluster create` connects with the CA and the
+    /// server's certificate, and [`RedisCluster::url`] reads `rediss+cluster://`.
     pub fn server(mut self, builder: RedisServerBuilder) -> Self {
         self.server = builder;
         self
@@ -156,8 +162,22 @@ impl RedisClusterBuilder {
             .and_then(|per_shard| per_shard.checked_mul(self.primaries))
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "too many nodes"))?;
         let node_timeout_ms = self.node_timeout.as_millis().max(1);
-        let builder = self
+        // TLS: only TLS, for clients, the cluster bus and replication alike.
+        let tls = self
             .server
+            .tls_settings()
+            .map(|tls| tls.clone().plain_port(false));
+        let server = match &tls {
+            Some(tls) => self
+                .server
+                .tls(tls.clone())
+                .arg("--tls-cluster")
+                .arg("yes")
+                .arg("--tls-replication")
+                .arg("yes"),
+            None => self.server,
+        };
+        let builder = server
             .arg("--cluster-enabled")
             .arg("yes")
             .arg("--cluster-config-file")
@@ -201,6 +221,18 @@ impl RedisClusterBuilder {
             self.replicas_per_primary.to_string(),
             "--cluster-yes".to_owned(),
         ]);
+        if let Some(tls) = &tls {
+            let path = |p: &Path| p.display().to_string();
+            args.extend([
+                "--tls".to_owned(),
+                "--cacert".to_owned(),
+                path(tls.ca_cert_file()),
+                "--cert".to_owned(),
+                path(tls.cert_file()),
+                "--key".to_owned(),
+                path(tls.key_file()),
+            ]);
+        }
         run_cli(&cli, &args)?;
         let snapshot = cluster.settle("the new cluster to settle", |_| Ok(()))?;
         cluster.order_by_shard(&snapshot);

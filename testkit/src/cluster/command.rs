@@ -70,7 +70,7 @@ pub(crate) fn query<T: redis::FromRedisValue>(
         };
         io::Error::new(kind, error.to_string())
     };
-    let client = redis::Client::open(server.url()).map_err(to_io)?;
+    let client = redis::Client::open(server.admin_url()).map_err(to_io)?;
     let mut connection = client
         .get_connection_with_timeout(CONNECT_TIMEOUT)
         .map_err(to_io)?;

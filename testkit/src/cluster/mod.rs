@@ -159,18 +159,30 @@ impl RedisCluster {
         self.ids.get(index).map(String::as_str)
     }
 
-    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...`, listing every node as a seed.
+    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...`, listing every node as a seed;
+    /// `rediss+cluster://` for a cluster on TLS (see [`RedisClusterBuilder::server`]).
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self
             .nodes
             .iter()
             .map(|node| format!("127.0.0.1:{}", node.port()))
             .collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let scheme = if self.is_tls() {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        format!("{scheme}://{}", seeds.join(","))
     }
 
-    /// `redis://127.0.0.1:PORT` of one primary: the first running node that serves slots as
-    /// far as the cluster says, else the first running node, else node 0.
+    /// Whether the cluster runs on TLS (see [`RedisClusterBuilder::server`]).
+    pub fn is_tls(&self) -> bool {
+        self.nodes.first().is_some_and(|node| node.tls().is_some())
+    }
+
+    /// [`RedisServer::url`] of one primary (`redis://127.0.0.1:PORT`, or on TLS its Unix
+    /// socket): the first running node that serves slots as far as the cluster says, else the
+    /// first running node, else node 0.
     pub fn seed_url(&self) -> String {
         let seed = self
             .primaries()
