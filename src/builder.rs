@@ -230,7 +230,10 @@ impl RedlockBuilder {
     /// fence increments are confirmed the same way. The validity window is still measured from
     /// the start of the attempt, so the wait shortens it. A master that cannot confirm (too few
     /// replicas connected, no AOF, a server without `WAITAOF`) is refused when the client
-    /// connects to it, with an error naming what it lacks. Default:
+    /// connects to it, with an error naming what it lacks. On a Redis Cluster voter the
+    /// confirmation goes to the primary that took the write, on the connection that carried it
+    /// (each shard's primary counts its own replicas), and every primary is checked at connect:
+    /// the error names each shard that cannot confirm, by its primary and its slots. Default:
     /// [`Durability::Answered`] (a grant counts once answered).
     ///
     /// ```
@@ -325,8 +328,7 @@ impl RedlockBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] when no node is given, a URL does not parse (the error names it, with
-    /// any password hidden), a TLS URL is given without the `tls` feature, durable votes are
-    /// asked of a cluster voter, the same node (or
+    /// any password hidden), a TLS URL is given without the `tls` feature, the same node (or
     /// cluster seed, or Sentinel master) is listed twice, the drift factor is outside `[0, 1)`,
     /// or a timeout is zero.
     pub fn build(self) -> Result<Redlock, Error> {
@@ -355,14 +357,6 @@ impl RedlockBuilder {
                 reason,
             };
             let target = self.target(url, &options).map_err(invalid)?;
-            if target.is_cluster() && self.durability != Durability::Answered {
-                return Err(invalid(format!(
-                    "durable votes ({:?}) are not supported on a Redis Cluster voter: list \
-                     standalone or Sentinel-managed masters, or leave durability off",
-                    self.durability
-                ))
-                .into());
-            }
             let id = target.id();
             for name in target.names() {
                 if let Some((first, _)) = seen.iter().find(|(_, seen)| *seen == name) {

@@ -273,6 +273,12 @@ impl Node {
     /// node's error, and the attempt's rollback releases what it granted. A refusal stands as
     /// it is, confirmed or not (it granted nothing to lose), so that contention is still told
     /// from unavailability.
+    ///
+    /// On a Redis Cluster voter the pipeline is routed as one request by the slot of the
+    /// script's first key (the confirmation has no key of its own, and a key-less command in a
+    /// pipeline does not change its route): the script and its `WAIT`/`WAITAOF` go to the
+    /// primary of the resource's slot, on that primary's connection, and a `MOVED` or `ASK`
+    /// sends both on again together. A `WAIT` sent alone would go to every primary.
     pub(crate) fn invoke_granting<'a, T: FromRedisValue + Send + 'a>(
         &'a self,
         call: ScriptInvocation<'a>,

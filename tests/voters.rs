@@ -440,16 +440,3 @@ async fn a_voter_of_the_wrong_kind_fails_at_connect_saying_which_spelling_to_use
     assert_eq!(keys_in(&cluster), BTreeSet::new());
     assert_eq!(keys_on(&master.url()), BTreeSet::new());
 }
-
-#[test]
-fn durable_votes_on_a_cluster_voter_are_refused_at_build() {
-    let e = Redlock::builder(["redis+cluster://127.0.0.1:7000"])
-        .durability(quorumlock::Durability::Replicas(1))
-        .build()
-        .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("not supported on a Redis Cluster voter"),
-        "{e}"
-    );
-}

@@ -230,8 +230,8 @@ impl Link {
                 let node = target.id();
                 if !target.is_cluster() {
                     check_standalone(&conn, &node).await?;
-                    check_durability(&conn, durability, &node).await?;
                 }
+                check_durability(&conn, durability, &node).await?;
                 check_layout(&conn, &marker, &node).await?;
                 Ok(conn)
             };
@@ -298,8 +298,8 @@ async fn check_standalone(conn: &Conn, node: &str) -> Result<(), RedisError> {
     })
 }
 
-/// Fails the connection to a master that cannot confirm grants as `durability` asks (see
-/// `durable`).
+/// Fails the connection to a master (or a cluster with a shard) that cannot confirm grants as
+/// `durability` asks (see `durable`).
 async fn check_durability(
     conn: &Conn,
     durability: Durability,
