@@ -409,8 +409,8 @@ impl Redlock {
     /// `?sentinel_username=…&sentinel_password=…` or
     /// [`sentinel_password`](RedlockBuilder::sentinel_password)). With the `tls` feature,
     /// `rediss://`, `rediss+cluster://` and `rediss+sentinel://` reach the same voters over TLS
-    /// (see [`tls_root_certificate`](RedlockBuilder::tls_root_certificate)). List each
-    /// independent voter once; use an odd count (3, 5, 7).
+    /// (see `tls_root_certificate`). List each independent voter once; use an odd count (3, 5,
+    /// 7).
     ///
     /// ```no_run
     /// # fn run() -> Result<(), quorumlock::Error> {

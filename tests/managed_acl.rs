@@ -336,7 +336,24 @@ impl Servers {
                     let other = other.clone();
                     tokio::spawn(async move { other.acquire("orders:1", TTL).await })
                 };
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                // Released once the waiter has its place in line and listens for the hand-off
+                // (without `+ssubscribe` it never listens: then after a while).
+                let line = quorumlock::companion_key(
+                    &quorumlock::resource_key(PREFIX, "orders:1"),
+                    ":queue",
+                );
+                let ready = |server: &RedisServer| {
+                    let queued: usize = redis::cmd("ZCARD")
+                        .arg(&line)
+                        .query(&mut direct(server))
+                        .unwrap();
+                    let channels: Vec<String> = redis::cmd("PUBSUB")
+                        .arg("SHARDCHANNELS")
+                        .query(&mut direct(server))
+                        .unwrap();
+                    queued > 0 && !channels.is_empty()
+                };
+                eventually(Duration::from_secs(3), || self.masters.iter().all(ready)).await;
                 lock.release().await.map_err(|e| format!("release: {e}"))?;
                 let handed = waiting
                     .await

@@ -62,9 +62,16 @@ fn tls_builder<S: AsRef<str>>(urls: impl IntoIterator<Item = S>, ca: &TestCa) ->
         .acquire_timeout(Duration::from_secs(10))
 }
 
-/// Locks, refuses a second holder, waits in line for a hand-off and fences, through `urls`;
-/// `held` says on how many voters a resource's lock key holds a token.
-async fn lock_wait_and_fence(rl: &Redlock, other: &Redlock, held: impl Fn(&str, &str) -> usize) {
+/// Locks, refuses a second holder, waits in line for a hand-off and fences, through one voter
+/// whose primary for a resource is `primary(resource)`.
+async fn lock_wait_and_fence<'a>(
+    rl: &Redlock,
+    other: &Redlock,
+    primary: impl Fn(&str) -> &'a RedisServer,
+) {
+    let held = |resource: &str, token: &str| {
+        usize::from(get_on(primary(resource), &lock_key(resource)).as_deref() == Some(token))
+    };
     rl.connect().await.unwrap();
     let lock = rl.acquire("orders:1", TTL).await.unwrap();
     assert_eq!(held("orders:1", lock.token().expose()), rl.node_count());
@@ -79,7 +86,28 @@ async fn lock_wait_and_fence(rl: &Redlock, other: &Redlock, held: impl Fn(&str, 
         let other = other.clone();
         tokio::spawn(async move { other.acquire("orders:1", TTL).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Released once the waiter has its place in line.
+    let line = quorumlock::companion_key(&lock_key("orders:1"), ":queue");
+    let queued = || -> usize {
+        let mut conn = redis::Client::open(primary("orders:1").admin_url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("ZCARD").arg(&line).query(&mut conn).unwrap()
+    };
+    // ... and listens for the hand-off (its sharded subscription, over TLS too).
+    let subscribed = || -> bool {
+        let mut conn = redis::Client::open(primary("orders:1").admin_url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("SHARDCHANNELS")
+            .query(&mut conn)
+            .unwrap();
+        !channels.is_empty()
+    };
+    assert!(eventually(Duration::from_secs(5), || queued() > 0 && subscribed()).await);
     lock.release().await.unwrap();
     let handed = waiting.await.unwrap().unwrap();
     assert!(other.stats().wakeups > 0, "{:?}", other.stats());
@@ -125,8 +153,8 @@ async fn a_tls_only_cluster_voter_locks_waits_in_line_and_fences() {
 
     let rl = tls_builder([&url], &ca).fencing(true).build().unwrap();
     let other = tls_builder([&url], &ca).fencing(true).build().unwrap();
-    lock_wait_and_fence(&rl, &other, |resource, token| {
-        usize::from(on_cluster(&cluster, &lock_key(resource)).as_deref() == Some(token))
+    lock_wait_and_fence(&rl, &other, |resource| {
+        &cluster[cluster.primary_for_key(lock_key(resource)).unwrap()]
     })
     .await;
     // Replication runs over TLS too: the lock key reached the slot's replica.
@@ -159,11 +187,7 @@ async fn a_tls_only_sentinel_group_with_its_own_password_locks_waits_in_line_and
     let url = sentinel_url(&group);
     let rl = tls_builder([&url], &ca).fencing(true).build().unwrap();
     let other = tls_builder([&url], &ca).fencing(true).build().unwrap();
-    lock_wait_and_fence(&rl, &other, |resource, token| {
-        let primary = group.primary().unwrap();
-        usize::from(get_on(&group[primary], &lock_key(resource)).as_deref() == Some(token))
-    })
-    .await;
+    lock_wait_and_fence(&rl, &other, |_| &group[group.primary().unwrap()]).await;
     // Neither password shows in what the client prints.
     let shown = format!("{rl:?} {:?}", rl.connect().await);
     for secret in [MASTER_PASSWORD, SENTINEL_PASSWORD, "s3ntinel-pw%2F"] {
