@@ -143,11 +143,7 @@ fn unlock_shows_what_it_would_delete_and_deletes_only_with_force() {
         "a dry run is no failure: {}",
         text(&dry)
     );
-    assert!(
-        text(&dry).contains("would delete {stuck}"),
-        "{}",
-        text(&dry)
-    );
+    assert!(text(&dry).contains("would delete stuck "), "{}", text(&dry));
     assert!(
         text(&dry).contains(&format!("pid {}", holder.id())),
         "{}",
@@ -235,7 +231,9 @@ fn list_matches_names_and_prefixes_with_glob_characters_and_braces_literally() {
             cmd.env("QUORUMLOCK_KEY_PREFIX", p);
         }
     };
-    let holders: Vec<Child> = ["x*1", "xy1", "x{1}", "x}"]
+    // (A name whose key has a `}` without a hash tag is refused by the library: `x{` is the
+    // brace it takes alone.)
+    let holders: Vec<Child> = ["x*1", "xy1", "x{1}", "x{"]
         .into_iter()
         .map(|r| holding_with(&nodes, &witness, r, under(prefix)))
         .chain([holding_with(&nodes, &witness, "x*2", under("k1:"))])
@@ -258,10 +256,10 @@ fn list_matches_names_and_prefixes_with_glob_characters_and_braces_literally() {
         names
     };
     // Every lock under the prefix `k[1]:` (keys `{k[1]:...}`), and no other prefix's.
-    assert_eq!(list(&[]), ["x*1", "xy1", "x{1}", "x}"]);
+    assert_eq!(list(&[]), ["x*1", "xy1", "x{", "x{1}"]);
     // `*` is a character of the name, not a pattern.
     assert_eq!(list(&["--prefix", "x*"]), ["x*1"]);
-    assert_eq!(list(&["--prefix", "x{"]), ["x{1}"]);
+    assert_eq!(list(&["--prefix", "x{"]), ["x{", "x{1}"]);
 
     std::fs::write(witness.path("done"), "").unwrap();
     for mut holder in holders {
