@@ -1,6 +1,9 @@
 //! The `--durable` option shared by `exec`, `elect` and `bench`: a master's grant counts toward
 //! the quorum only once its replicas (`WAIT`) or append-only files (`WAITAOF`) confirmed it.
 
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
 use quorumlock::{Durability, RedlockBuilder};
 
 /// The accepted spellings, named in every refusal.
@@ -25,25 +28,58 @@ impl DurableArg {
     /// `builder`, asking for the durability given (unchanged without `--durable`).
     pub(crate) fn apply(&self, builder: RedlockBuilder) -> RedlockBuilder {
         match self.durable {
-            Some(durability) => builder.durability(durability),
+            Some(durability) => {
+                // The library's errors and log lines spell it the Rust way: see `respelled`.
+                let _ = ASKED.set(durability);
+                builder.durability(durability)
+            }
             None => builder,
         }
     }
 
     /// The durability asked for, spelled as on the command line (`None` without `--durable`).
     pub(crate) fn spelled(&self) -> Option<String> {
-        Some(match self.durable? {
-            Durability::Replicas(n) => format!("replicas={n}"),
-            Durability::Aof {
-                local: true,
-                replicas: 0,
-            } => "aof".to_owned(),
-            Durability::Aof { local, replicas } => {
-                let aof = if local { "aof," } else { "" };
-                format!("{aof}replicas={replicas}")
+        self.durable.map(spell)
+    }
+
+    /// The durability asked for (`None` without `--durable`).
+    pub(crate) fn get(&self) -> Option<Durability> {
+        self.durable
+    }
+}
+
+/// `durability` as the command line spells it: `replicas=1`, `aof`, `aof,replicas=1`.
+pub(crate) fn spell(durability: Durability) -> String {
+    match durability {
+        Durability::Replicas(n) => format!("replicas={n}"),
+        Durability::Aof {
+            local: true,
+            replicas: 0,
+        } => "aof".to_owned(),
+        Durability::Aof { local, replicas } => {
+            let aof = if local { "aof," } else { "" };
+            format!("{aof}replicas={replicas}")
+        }
+        Durability::Answered => "none".to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The durability this process asked the library for, once it has.
+static ASKED: OnceLock<Durability> = OnceLock::new();
+
+/// `text` (an error or a log line) with the library's Rust spelling of the durability asked
+/// for (`Replicas(1)`, `Aof { local: true, replicas: 1 }`) replaced by the command line's.
+pub(crate) fn respelled(text: &str) -> Cow<'_, str> {
+    match ASKED.get() {
+        Some(durability) => {
+            let rust = format!("{durability:?}");
+            match text.contains(&rust) {
+                true => Cow::Owned(text.replace(&rust, &spell(*durability))),
+                false => Cow::Borrowed(text),
             }
-            other => format!("{other:?}"),
-        })
+        }
+        None => Cow::Borrowed(text),
     }
 }
 

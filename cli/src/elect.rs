@@ -14,7 +14,7 @@ pub(crate) const EXAMPLES: &str = "\
 Examples:
   # Run the scheduler on exactly one machine at a time; the others wait to take over.
   QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 \\
-      quorumlock elect --name scheduler --value \"$(hostname)\" --restart -- ./scheduler
+      quorumlock elect scheduler --value \"$(hostname)\" --restart -- ./scheduler
 
   # Who leads now (a quorum read).
   quorumlock status scheduler
@@ -31,9 +31,15 @@ pub(crate) struct ElectArgs {
     nodes: NodesArg,
     #[command(flatten)]
     durable: DurableArg,
-    /// The election's name.
-    #[arg(long)]
-    name: String,
+    /// The election's name (or give it with --name).
+    #[arg(value_name = "NAME", required_unless_present = "name")]
+    name_arg: Option<String>,
+    /// Words after the name that are not behind `--`: a command without its `--`.
+    #[arg(hide = true, value_name = "WORDS")]
+    stray: Vec<String>,
+    /// The election's name (the same as the positional NAME).
+    #[arg(long, visible_alias = "resource")]
+    name: Option<String>,
     /// What this candidate announces as leader (default: hostname:pid).
     #[arg(long)]
     value: Option<String>,
@@ -52,13 +58,32 @@ pub(crate) struct ElectArgs {
 ///
 /// # Errors
 ///
-/// As `exec`: configuration errors (exit 1), fewer than a quorum of masters answering (69).
+/// As `exec`: usage and configuration errors (exit 2), fewer than a quorum of masters answering
+/// (69).
 pub(crate) async fn run(args: ElectArgs) -> anyhow::Result<ExitCode> {
+    let has_command = args.command.is_given();
+    let checked = exec::one_name(
+        "elect",
+        "election's name",
+        "--name",
+        args.name_arg.as_deref(),
+        args.name.as_deref(),
+        &args.stray,
+        has_command,
+    );
+    if let Err(e) = checked {
+        // A usage error, reported as clap reports its own (exit 2).
+        e.exit();
+    }
+    let Some(name) = args.name.or(args.name_arg) else {
+        // clap requires one of them.
+        return Err(crate::exit::Usage("elect needs the election's name".to_owned()).into());
+    };
     let value = args.value.unwrap_or_else(default_value);
     let exec = ExecArgs::elect(
         args.nodes,
         args.durable,
-        args.name,
+        name,
         value,
         args.ttl,
         args.command,

@@ -249,6 +249,68 @@ pub(crate) async fn read(masters: &[Master], lock_key: &str) -> Option<Holder> {
         .map(|(h, _)| h)
 }
 
+/// What one master holds at a lock key: the key's value, and the live readers' holds of the
+/// read-write lock, by the master's own clock.
+const LOOK: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {redis.call('GET', KEYS[1]), redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf')}";
+
+/// Who holds the lock at `lock_key`, in words, for a busy message: `held by pid 7 on host-a
+/// since ..., running ./report.sh` (the holder's description), `read by 2 reader(s)`, `handed
+/// over to the first waiter in line`, or a holder that wrote no description (not `exec`). Best
+/// effort, from the masters given (those that answered the check).
+pub(crate) async fn who_holds(masters: &[Master], lock_key: &str) -> String {
+    let readers_key = quorumlock::companion_key(lock_key, ":readers");
+    let looks = masters.iter().map(|master| {
+        let readers_key = &readers_key;
+        async move {
+            let mut conn = master.connect().await.ok()?;
+            let script = redis::Script::new(LOOK);
+            let mut call = script.key(lock_key);
+            call.key(readers_key);
+            masters::invoke::<(Option<String>, u64)>(&mut conn, &call)
+                .await
+                .ok()
+        }
+    });
+    let (described, looks) = futures::join!(read(masters, lock_key), join_all(looks));
+    let looks: Vec<(Option<String>, u64)> = looks.into_iter().flatten().collect();
+    let fingerprints: Vec<String> = looks
+        .iter()
+        .filter_map(|(value, _)| value.as_deref())
+        .filter(|value| !value.starts_with("~queued:"))
+        .map(|value| {
+            quorumlock::LockToken::fingerprint_of(value.strip_prefix("~elected:").unwrap_or(value))
+        })
+        .collect();
+    if let Some(holder) = described {
+        if fingerprints.is_empty() || fingerprints.contains(&holder.lock) {
+            return format!("held by {holder}");
+        }
+    }
+    if let Some(readers) = looks
+        .iter()
+        .map(|(_, readers)| *readers)
+        .max()
+        .filter(|r| *r > 0)
+    {
+        return format!("read by {readers} reader(s)");
+    }
+    if looks
+        .iter()
+        .any(|(value, _)| value.as_deref().is_some_and(|v| v.starts_with("~queued:")))
+    {
+        return "handed over to the first waiter in line".to_owned();
+    }
+    match fingerprints.first() {
+        Some(print) => {
+            format!("held by token {print} (no holder description: not taken by quorumlock exec)")
+        }
+        None => "held by another token (released since)".to_owned(),
+    }
+}
+
 /// `arg` as a shell would read it back: as it is when plain, single-quoted otherwise.
 pub(crate) fn shell_word(arg: &str) -> String {
     let plain = !arg.is_empty()

@@ -12,13 +12,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use futures::future::join_all;
+use futures::StreamExt;
 use quorumlock::{Inspection, Redlock, Verdict};
 use serde_json::json;
 
 use crate::holder::{self, Holder};
 use crate::masters::{self, glob_escape, Master};
-use crate::nodes::{self, NodesArg};
+use crate::nodes::NodesArg;
 use crate::output::out;
+use crate::setup;
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
@@ -36,6 +38,9 @@ locks <resource>:permit:<i>. Resource names are quoted, as `status` shows them.
 Listing needs SCAN on the masters (`+scan` in a least-privilege ACL); on a Redis Cluster voter
 (redis+cluster://) every primary is scanned. It fails, rather than show too little, unless
 enough masters answered it to see every lock held on a quorum.";
+
+/// How many locks are looked at at once.
+const LOOKS_AT_ONCE: usize = 16;
 
 /// Options of `quorumlock list`.
 #[derive(Debug, clap::Args)]
@@ -56,9 +61,13 @@ pub(crate) struct ListArgs {
 ///
 /// A configuration error, or fewer than a quorum of masters answering (exit 69).
 pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
-    let rl = args.nodes.builder().build()?;
-    nodes::check(&rl).await?;
-    let masters = args.nodes.masters(&rl);
+    let rl = args
+        .nodes
+        .builder()
+        .node_timeout(setup::LOOK_NODE_TIMEOUT)
+        .build()?;
+    let voters = args.nodes.check(&rl, None).await?;
+    let masters = voters.answering();
     // Every lock key of a resource whose name starts with `--prefix`: `<key prefix><prefix>*`.
     let start = format!("{}{}", args.nodes.key_prefix(), args.prefix);
     let mut resources = BTreeSet::new();
@@ -79,8 +88,14 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
     // A lock held on a quorum has its key on at least one of any N - quorum + 1 masters: fewer
     // listed could miss it, and "no locks" would be a lie.
     let needed = rl.node_count() - rl.quorum() + 1;
-    let listed = rl.node_count() - failed.len();
+    let listed = masters.len() - failed.len();
     if listed < needed {
+        let answering: Vec<&str> = masters.iter().map(Master::node).collect();
+        for skipped in voters.all() {
+            if !answering.contains(&skipped.node()) {
+                failed.push(format!("{}: did not answer in time", skipped.node()));
+            }
+        }
         let hint = match failed.iter().any(|e| e.to_lowercase().contains("noperm")) {
             true => "; listing needs SCAN: grant it with +scan (see the README's ACL)",
             false => "",
@@ -96,19 +111,31 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
         tracing::warn!("not listed on {e}");
     }
 
+    // A few resources at a time: a master that does not answer costs its timeout once per
+    // batch, not once per lock.
+    let looks = futures::stream::iter(resources)
+        .map(|resource| {
+            let (rl, masters, nodes) = (&rl, &masters, &args.nodes);
+            async move {
+                let status = rl.inspect(&resource).await?;
+                let holder = if matches!(status.verdict, Verdict::Held { .. } | Verdict::Split) {
+                    holder::read(masters, &nodes.key(&resource)).await
+                } else {
+                    None
+                };
+                Ok::<_, quorumlock::Error>((status, holder))
+            }
+        })
+        .buffered(LOOKS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await;
     let mut rows = Vec::new();
-    for resource in resources {
-        let status = rl.inspect(&resource).await?;
+    for look in looks {
+        let (status, holder) = look?;
         // Readers' sets whose holds all ended, kept until their key expires.
-        if !status.nodes.iter().any(|n| n.exists() || n.readers > 0) {
-            continue;
+        if status.nodes.iter().any(|n| n.exists() || n.readers > 0) {
+            rows.push((status, holder));
         }
-        let holder = if matches!(status.verdict, Verdict::Held { .. } | Verdict::Split) {
-            holder::read(&masters, &args.nodes.key(&resource)).await
-        } else {
-            None
-        };
-        rows.push((status, holder));
     }
     if args.json {
         print_json(&rl, &rows)?;
@@ -127,7 +154,10 @@ async fn lock_keys(master: &Master, start: &str) -> Result<Vec<String>, String> 
     let mut conn = master.connect().await?;
     let escaped = glob_escape(start);
     let mut locks = Vec::new();
-    for pattern in [format!("{{{escaped}*:readers"), format!("{escaped}*:readers")] {
+    for pattern in [
+        format!("{{{escaped}*:readers"),
+        format!("{escaped}*:readers"),
+    ] {
         let sets = masters::scan(&mut conn, &pattern, "zset").await?;
         locks.extend(
             sets.iter()

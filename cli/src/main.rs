@@ -31,6 +31,7 @@ mod masters;
 mod metrics;
 mod nodes;
 mod output;
+mod setup;
 mod status;
 mod unlock;
 
@@ -112,7 +113,10 @@ fn main() -> ExitCode {
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             // `{:#}` prints the whole chain on one line: "context: cause: root cause".
-            eprintln!("quorumlock: {e:#}");
+            eprintln!(
+                "quorumlock: {}",
+                crate::durable::respelled(&format!("{e:#}"))
+            );
             ExitCode::from(exit::code_of(&e))
         }
     }

@@ -10,6 +10,7 @@
 //! only a listing ([`scan`]) asks every primary.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -17,8 +18,11 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{Client, Cmd, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisConnectionInfo};
+use redis::{
+    Client, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisConnectionInfo,
+};
 use redis::{RedisFuture, Value};
+use tokio::sync::OnceCell;
 
 /// How long one plain request to one master may take.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
@@ -26,11 +30,15 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// The default port of a Sentinel.
 const SENTINEL_PORT: u16 = 26379;
 
-/// One voter, reached without the library.
+/// One voter, reached without the library. Cheap to clone: clones share the connection, which
+/// is opened on first use and kept.
+#[derive(Clone)]
 pub(crate) struct Master {
     node: String,
     /// How to reach it; why not, when its URL names no voter.
-    reach: Result<Reach, String>,
+    reach: Arc<Result<Reach, String>>,
+    /// The connection, once opened.
+    conn: Arc<OnceCell<Conn>>,
 }
 
 /// How a voter is reached.
@@ -62,7 +70,8 @@ impl Master {
     pub(crate) fn new(node: &str, url: &str) -> Self {
         Master {
             node: node.to_owned(),
-            reach: Reach::parse(url),
+            reach: Arc::new(Reach::parse(url)),
+            conn: Arc::default(),
         }
     }
 
@@ -77,9 +86,60 @@ impl Master {
     ///
     /// Why the voter cannot be used, on one line, without credentials.
     pub(crate) async fn connect(&self) -> Result<Conn, String> {
-        let reach = self.reach.as_ref().map_err(Clone::clone)?;
-        match tokio::time::timeout(REQUEST_TIMEOUT, reach.connect()).await {
-            Ok(Ok(conn)) => Ok(conn),
+        let reach = self.reach.as_ref().as_ref().map_err(Clone::clone)?;
+        let conn = self
+            .conn
+            .get_or_try_init(|| async {
+                match tokio::time::timeout(REQUEST_TIMEOUT, reach.connect()).await {
+                    Ok(Ok(conn)) => Ok(conn),
+                    Ok(Err(e)) => Err(one_line(&e)),
+                    Err(_) => Err(format!("no reply within {REQUEST_TIMEOUT:?}")),
+                }
+            })
+            .await?;
+        Ok(conn.clone())
+    }
+
+    /// Whether it is listed as a standalone master (`redis://`, `rediss://`, `unix://`), rather
+    /// than reached through Sentinels or as a Redis Cluster.
+    pub(crate) fn is_direct(&self) -> bool {
+        matches!(self.reach.as_ref(), Ok(Reach::Direct(_)))
+    }
+
+    /// A connection to another server of this voter's deployment (one of its master's replicas,
+    /// at `host:port`), with the same credentials and TLS settings, bounded by
+    /// [`REQUEST_TIMEOUT`]. Only for a master listed directly or through Sentinels.
+    ///
+    /// # Errors
+    ///
+    /// Why it cannot be reached, on one line.
+    pub(crate) async fn connect_to(&self, host: &str, port: u16) -> Result<Conn, String> {
+        let info = match self.reach.as_ref() {
+            Ok(Reach::Direct(client)) => {
+                let mut addr = client.get_connection_info().addr().clone();
+                match &mut addr {
+                    ConnectionAddr::TcpTls {
+                        host: tls_host,
+                        port: tls_port,
+                        ..
+                    } => {
+                        host.clone_into(tls_host);
+                        *tls_port = port;
+                    }
+                    _ => addr = ConnectionAddr::Tcp(host.to_owned(), port),
+                }
+                client.get_connection_info().clone().set_addr(addr)
+            }
+            Ok(Reach::Sentinel { login, .. }) => ConnectionAddr::Tcp(host.to_owned(), port)
+                .into_connection_info()
+                .map_err(|e| one_line(&e))?
+                .set_redis_settings(login.clone()),
+            _ => return Err("not a standalone master".to_owned()),
+        };
+        let client = Client::open(info).map_err(|e| one_line(&e))?;
+        match tokio::time::timeout(REQUEST_TIMEOUT, client.get_multiplexed_async_connection()).await
+        {
+            Ok(Ok(conn)) => Ok(Conn::Master(conn)),
             Ok(Err(e)) => Err(one_line(&e)),
             Err(_) => Err(format!("no reply within {REQUEST_TIMEOUT:?}")),
         }

@@ -1,9 +1,10 @@
-//! The `--nodes` option shared by the subcommands that talk to a user's masters, and the checks
-//! run before a lock is touched: every master is a distinct server, and a quorum answers.
+//! The `--nodes` option shared by the subcommands that talk to a user's masters (the checks run
+//! before a lock is touched are in `setup`).
 
-use quorumlock::{Redlock, RedlockBuilder};
+use quorumlock::{Durability, Redlock, RedlockBuilder};
 
 use crate::masters::Master;
+use crate::setup::{self, Voters};
 
 /// Where the masters are.
 #[derive(Debug, clap::Args)]
@@ -58,25 +59,20 @@ impl NodesArg {
             .map(|(node, url)| Master::new(node, url))
             .collect()
     }
-}
 
-/// Connects `rl` to every master and checks the setup before any lock is taken: no server is
-/// listed twice under two names (same `run_id`), and a quorum answers. Warns on stderr about
-/// setups that work but are weaker than they look; the library warns about an even count and
-/// about each master that did not answer.
-///
-/// # Errors
-///
-/// [`quorumlock::Error::Config`] for a server listed twice; [`quorumlock::Error::Unavailable`]
-/// when fewer than a quorum answer.
-pub(crate) async fn check(rl: &Redlock) -> Result<(), quorumlock::Error> {
-    if rl.node_count() == 1 {
-        tracing::warn!(
-            "a single master: the lock is only as safe as that one server and stops with it; \
-             use 3 or 5 independent masters"
-        );
+    /// Checks the voters of `rl` before any lock is taken, deciding at the quorum (see
+    /// [`setup::check`]); `durable` is the durability the lock will ask for.
+    ///
+    /// # Errors
+    ///
+    /// As [`setup::check`].
+    pub(crate) async fn check(
+        &self,
+        rl: &Redlock,
+        durable: Option<Durability>,
+    ) -> anyhow::Result<Voters> {
+        setup::check(rl, self.masters(rl), durable).await
     }
-    rl.connect().await.map(|_health| ())
 }
 
 /// The schemes of a voter that is more than one server: its URL lists several hosts,
@@ -136,10 +132,39 @@ fn split_list(list: &str) -> Vec<&str> {
 /// Accepts a comma-separated list of voter URLs (see [`split_list`]), or says how to fix the
 /// first wrong one.
 fn parse_list(text: &str) -> Result<String, String> {
-    for url in split_list(text) {
+    let urls = split_list(text);
+    if urls.is_empty() {
+        return Err(format!(
+            "no voter listed: give one or more (3 or 5 independent masters), comma-separated: {}",
+            SCHEMES
+        ));
+    }
+    for url in urls {
         parse_url(url)?;
     }
     Ok(text.to_owned())
+}
+
+/// The schemes of a voter's URL, as every refusal of another one lists them.
+const SCHEMES: &str = "redis://host:port (a master; rediss:// for TLS), \
+    redis+cluster://host:port,... (a Redis Cluster), \
+    redis+sentinel://host,.../<master-name> (a Sentinel-managed master), unix:///path/to/socket";
+
+/// Whether `scheme` (without `://`) names a kind of voter the library reaches.
+fn is_known_scheme(scheme: &str) -> bool {
+    const KNOWN: [&str; 10] = [
+        "redis",
+        "rediss",
+        "unix",
+        "redis+unix",
+        "redis+cluster",
+        "rediss+cluster",
+        "redis+sentinel",
+        "redis-sentinel",
+        "rediss+sentinel",
+        "rediss-sentinel",
+    ];
+    KNOWN.iter().any(|k| k.eq_ignore_ascii_case(scheme))
 }
 
 /// Accepts a voter URL, or says how to fix it: a missing scheme, a port out of range, anything
@@ -152,7 +177,23 @@ fn parse_url(text: &str) -> Result<String, String> {
         return Ok(text.to_owned());
     }
     if is_topology(text) {
-        let (_, rest) = text.split_once("://").unwrap_or_default();
+        let (scheme, rest) = text.split_once("://").unwrap_or_default();
+        let sentinel = scheme.to_ascii_lowercase().contains("sentinel");
+        let path = rest.find(['/', '?', '#']).map_or("", |at| &rest[at..]);
+        if sentinel
+            && path
+                .trim_start_matches('/')
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .is_empty()
+        {
+            return Err(format!(
+                "{}: a Sentinel group's URL names the master it monitors: \
+                 redis+sentinel://host[:26379][,host...]/<master-name>[/db]",
+                redact(text)
+            ));
+        }
         let (_, hosts, _) =
             crate::masters::split(rest).map_err(|e| format!("{}: {e}", redact(text)))?;
         for host in hosts {
@@ -166,6 +207,14 @@ fn parse_url(text: &str) -> Result<String, String> {
             }
         }
         return Ok(text.to_owned());
+    }
+    if let Some((scheme, _)) = text.split_once("://") {
+        if !is_known_scheme(scheme) {
+            return Err(format!(
+                "{}: {scheme}:// is not a kind of voter; write one of {SCHEMES}",
+                redact(text)
+            ));
+        }
     }
     let Some((_scheme, rest)) = text.split_once("://") else {
         let hint = match text.rsplit_once('@') {
@@ -254,6 +303,29 @@ mod tests {
             Ok("redis://h:1"),
             "URLs with a scheme pass"
         );
+    }
+
+    #[test]
+    fn another_scheme_an_empty_list_or_a_sentinel_group_without_its_master_is_refused() {
+        let http = parse_url("http://127.0.0.1:6379").unwrap_err();
+        assert!(http.contains("http:// is not a kind of voter"), "{http}");
+        for scheme in [
+            "redis://",
+            "rediss://",
+            "redis+cluster://",
+            "redis+sentinel://",
+        ] {
+            assert!(http.contains(scheme), "{http}");
+        }
+        assert!(parse_url("REDIS://h:1").is_ok());
+        assert!(parse_list("").unwrap_err().contains("no voter listed"));
+        assert!(parse_list(" , ").unwrap_err().contains("no voter listed"));
+        let nameless = parse_url("redis+sentinel://:pw@h1,h2").unwrap_err();
+        assert!(nameless.contains("<master-name>"), "{nameless}");
+        assert!(!nameless.contains("pw@"), "{nameless}");
+        assert!(parse_url("redis+sentinel://h1/").is_err());
+        assert!(parse_url("redis+sentinel://h1/m").is_ok());
+        assert!(parse_url("redis+cluster://h1:1").is_ok());
     }
 
     #[test]

@@ -10,9 +10,11 @@ use serde_json::{json, Value};
 
 use crate::exit;
 use crate::holder::{self, Holder};
+use crate::masters::Master;
 use crate::masters::{self, one_line};
-use crate::nodes::{self, NodesArg};
+use crate::nodes::NodesArg;
 use crate::output::{self, out};
+use crate::setup::{self, Voters};
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
@@ -48,7 +50,7 @@ pub(crate) struct StatusArgs {
     #[arg(long)]
     json: bool,
     /// The resource is a semaphore with K permits (`exec --permits K`): show each slot.
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
     permits: Option<u32>,
     /// The resource to inspect.
     resource: String,
@@ -60,19 +62,25 @@ pub(crate) struct StatusArgs {
 ///
 /// A configuration error, a master listed twice, or an invalid resource name.
 pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let rl = args.nodes.builder().build()?;
-    match nodes::check(&rl).await {
+    let rl = args
+        .nodes
+        .builder()
+        .node_timeout(setup::LOOK_NODE_TIMEOUT)
+        .build()?;
+    let voters = match args.nodes.check(&rl, None).await {
+        Ok(voters) => voters,
         // Too few masters answer: the table shows which, and the exit code says so.
-        Ok(()) | Err(quorumlock::Error::Unavailable { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
+        Err(e) if setup::is_unavailable(&e) => Voters::unchecked(args.nodes.masters(&rl)),
+        Err(e) => return Err(e),
+    };
+    let masters = voters.answering();
     if let Some(permits) = args.permits {
-        return slots(&rl, &args, permits).await;
+        return slots(&rl, &args, &masters, permits).await;
     }
-    let (status, holder, leader) = look(&rl, &args.nodes, &args.resource).await?;
+    let (status, holder, leader) = look(&rl, &args.nodes, &masters, &args.resource).await?;
     let free = status.verdict == Verdict::Free && status.nodes.iter().all(|n| n.readers == 0);
     if free {
-        if let Some(code) = permits_held(&rl, &args).await? {
+        if let Some(code) = permits_held(&rl, &args, &masters).await? {
             return Ok(code);
         }
     }
@@ -89,13 +97,16 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<ExitCode> {
 /// A free resource that names a semaphore (`exec --permits K`): its permits are the locks
 /// `<resource>:permit:<i>`, and its own key is never taken. Shows the permits held and exits
 /// 75; `None` when no permit is held (or the masters do not let us look).
-async fn permits_held(rl: &Redlock, args: &StatusArgs) -> anyhow::Result<Option<ExitCode>> {
-    let masters = args.nodes.masters(rl);
-    let slots = masters::permit_slots(&masters, args.nodes.key_prefix(), &args.resource).await;
+async fn permits_held(
+    rl: &Redlock,
+    args: &StatusArgs,
+    masters: &[Master],
+) -> anyhow::Result<Option<ExitCode>> {
+    let slots = masters::permit_slots(masters, args.nodes.key_prefix(), &args.resource).await;
     let mut held = Vec::new();
     for slot in slots {
         let name = format!("{}:permit:{slot}", args.resource);
-        let found = look(rl, &args.nodes, &name).await?;
+        let found = look(rl, &args.nodes, masters, &name).await?;
         if found.0.verdict != Verdict::Free {
             held.push((slot, found));
         }
@@ -151,35 +162,46 @@ fn code(verdict: &Verdict) -> u8 {
 async fn look(
     rl: &Redlock,
     nodes: &NodesArg,
+    masters: &[Master],
     resource: &str,
 ) -> anyhow::Result<(Inspection, Option<Holder>, Option<Leader>)> {
     let status = rl.inspect(resource).await?;
     // A key handed over to a waiter has no holder yet: the last one deleted its description
     // before its release.
     let held = matches!(status.verdict, Verdict::Held { .. } | Verdict::Split);
-    let holder = match held {
-        true => holder::read(&nodes.masters(rl), &nodes.key(resource)).await,
-        false => None,
+    let holder = async {
+        match held {
+            true => holder::read(masters, &nodes.key(resource)).await,
+            false => None,
+        }
     };
-    let leader = match &status.verdict {
-        Verdict::Held { fingerprint, .. } => rl
-            .leader(resource)
-            .await
-            .ok()
-            .flatten()
-            .filter(|l| l.fingerprint == *fingerprint),
-        _ => None,
+    let leader = async {
+        match &status.verdict {
+            Verdict::Held { fingerprint, .. } => rl
+                .leader(resource)
+                .await
+                .ok()
+                .flatten()
+                .filter(|l| l.fingerprint == *fingerprint),
+            _ => None,
+        }
     };
+    let (holder, leader) = futures::join!(holder, leader);
     Ok((status, holder, leader))
 }
 
 /// `status --permits K`: each slot's verdict and holder; exit 0 while a permit is free.
-async fn slots(rl: &Redlock, args: &StatusArgs, permits: u32) -> anyhow::Result<ExitCode> {
+async fn slots(
+    rl: &Redlock,
+    args: &StatusArgs,
+    masters: &[Master],
+    permits: u32,
+) -> anyhow::Result<ExitCode> {
     let semaphore = rl.semaphore(&args.resource, permits)?;
     let mut looks = Vec::new();
     for slot in 0..semaphore.permits() {
         let name = format!("{}:permit:{slot}", args.resource);
-        looks.push(look(rl, &args.nodes, &name).await?);
+        looks.push(look(rl, &args.nodes, masters, &name).await?);
     }
     let free = looks
         .iter()

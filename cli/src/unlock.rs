@@ -18,8 +18,9 @@ use quorumlock::{LockToken, NodeState, Verdict};
 use crate::exit;
 use crate::holder;
 use crate::masters::{self, Master};
-use crate::nodes::{self, NodesArg};
+use crate::nodes::NodesArg;
 use crate::output::out;
+use crate::setup;
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
@@ -32,8 +33,8 @@ Deleting the lock of a live holder lets a second holder in while the first still
 A read-write lock's readers are deleted with it. The fencing counter is kept, so fencing tokens
 keep increasing.
 
-Exit codes: 0 shown (without --force), deleted, or nothing to delete; 1 not deleted everywhere,
-or the name of a semaphore (unlock its permits by their names); 69 fewer than a quorum of
+Exit codes: 0 shown (without --force), deleted, or nothing to delete; 1 not deleted everywhere;
+2 the name of a semaphore (unlock its permits by their names); 69 fewer than a quorum of
 masters answered.";
 
 /// Options of `quorumlock unlock`.
@@ -69,11 +70,15 @@ return n";
 ///
 /// A configuration error, or fewer than a quorum of masters answering (exit 69).
 pub(crate) async fn run(args: UnlockArgs) -> anyhow::Result<ExitCode> {
-    let rl = args.nodes.builder().build()?;
-    nodes::check(&rl).await?;
+    let rl = args
+        .nodes
+        .builder()
+        .node_timeout(setup::LOOK_NODE_TIMEOUT)
+        .build()?;
+    let voters = args.nodes.check(&rl, None).await?;
     let status = rl.inspect(&args.resource).await?;
     let key = args.nodes.key(&args.resource);
-    let masters = args.nodes.masters(&rl);
+    let masters = voters.all();
     let holding: Vec<(&Master, String)> = masters
         .iter()
         .zip(&status.nodes)
@@ -92,7 +97,9 @@ pub(crate) async fn run(args: UnlockArgs) -> anyhow::Result<ExitCode> {
         return unlock_readers(&args, &key, &reading).await;
     }
     if holding.is_empty() {
-        let slots = masters::permit_slots(&masters, args.nodes.key_prefix(), &args.resource).await;
+        let answering = voters.answering();
+        let slots =
+            masters::permit_slots(&answering, args.nodes.key_prefix(), &args.resource).await;
         if !slots.is_empty() {
             let names: Vec<String> = slots
                 .iter()
@@ -104,12 +111,12 @@ pub(crate) async fn run(args: UnlockArgs) -> anyhow::Result<ExitCode> {
                 args.resource,
                 names.join(", ")
             )?;
-            return Ok(ExitCode::from(exit::FAILURE));
+            return Ok(ExitCode::from(exit::USAGE));
         }
         out!("{:?} is not locked on any master", args.resource)?;
         return Ok(ExitCode::SUCCESS);
     }
-    if let Some(holder) = holder::read(&masters, &key).await {
+    if let Some(holder) = holder::read(&voters.answering(), &key).await {
         out!("holder {}: {holder}", holder.lock)?;
     }
     if matches!(status.verdict, Verdict::Held { .. }) {
@@ -161,8 +168,8 @@ async fn unlock_readers(
     reading: &[(&Master, usize)],
 ) -> anyhow::Result<ExitCode> {
     let (readers, writers) = (
-        quorumlock::companion_key(&key, ":readers"),
-        quorumlock::companion_key(&key, ":writers"),
+        quorumlock::companion_key(key, ":readers"),
+        quorumlock::companion_key(key, ":writers"),
     );
     out!(
         "{:?} is a read-write lock held by readers: they may still be running",

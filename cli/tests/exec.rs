@@ -18,11 +18,15 @@ fn exec_runs_the_command_exactly_once_across_four_concurrent_invocations() {
     let script = format!("echo run >> {}; sleep 1", log.display());
     let children: Vec<_> = (0..4)
         .map(|_| {
-            exec(&nodes, &["--resource", "once", "--ttl", "3s"], &script)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+            exec(
+                &nodes,
+                &["--resource", "once", "--ttl", "3s", "-n"],
+                &script,
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
         })
         .collect();
     let outputs: Vec<Output> = children
@@ -94,12 +98,12 @@ fn exec_exits_with_the_conflict_code_when_the_lock_is_busy() {
     .unwrap();
     assert!(wait_for_file(&started, Duration::from_secs(5)));
 
-    let busy = exec(&nodes, &["--resource", "busy"], "echo ran")
+    let busy = exec(&nodes, &["--resource", "busy", "-n"], "echo ran")
         .output()
         .unwrap();
     assert_eq!(busy.status.code(), Some(75), "{}", text(&busy));
     assert!(busy.stdout.is_empty(), "the command must not run");
-    let custom = exec(&nodes, &["--resource", "busy", "-E", "9"], "echo ran")
+    let custom = exec(&nodes, &["--resource", "busy", "-E", "9", "-n"], "echo ran")
         .output()
         .unwrap();
     assert_eq!(custom.status.code(), Some(9), "{}", text(&custom));
@@ -309,7 +313,7 @@ fn without_a_command_the_lock_is_held_until_stdin_closes() {
         "{first}"
     );
 
-    let busy = exec(&nodes, &["--resource", "held"], "echo ran")
+    let busy = exec(&nodes, &["--resource", "held", "-n"], "echo ran")
         .output()
         .unwrap();
     assert_eq!(busy.status.code(), Some(75), "{}", text(&busy));

@@ -129,7 +129,7 @@ fn permits_that_do_not_match_the_holders_are_refused() {
     .unwrap();
     assert_eq!(holder.wait().unwrap().code(), Some(143));
 
-    assert_eq!(other.status.code(), Some(1), "{}", text(&other));
+    assert_eq!(other.status.code(), Some(2), "{}", text(&other));
     assert!(stderr(&other).contains("--permits 2"), "{}", text(&other));
     assert!(other.stdout.is_empty(), "{}", text(&other));
     assert_eq!(same.status.code(), Some(0), "{}", text(&same));

@@ -247,7 +247,7 @@ fn the_lock_is_held_until_processes_the_command_left_behind_exit() {
     );
     assert!(witness.wait_started("A"));
     // The command is over, its background process is not: the lock is still held.
-    let busy = exec(&nodes, &["--resource", "left"], "echo ran")
+    let busy = exec(&nodes, &["--resource", "left", "-n"], "echo ran")
         .output()
         .unwrap();
     std::fs::write(&release, "").unwrap();

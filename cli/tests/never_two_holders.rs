@@ -351,7 +351,7 @@ fn a_hold_without_a_command_and_stdin_from_dev_null_lasts_until_a_signal() {
     });
     assert!(locked, "{}", holder.stdout());
 
-    let busy = exec(&nodes, &["--resource", "maintenance"], "echo ran")
+    let busy = exec(&nodes, &["--resource", "maintenance", "-n"], "echo ran")
         .output()
         .unwrap();
     let mut holder = holder;

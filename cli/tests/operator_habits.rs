@@ -190,7 +190,7 @@ fn unlock_deletes_a_read_held_lock_and_names_a_semaphores_permits() {
         &["--resource", "exports", "--permits", "2"],
     );
     let named = run(quorumlock(&nodes).args(["unlock", "exports", "--force"]));
-    assert_eq!(named.status.code(), Some(1), "{}", text(&named));
+    assert_eq!(named.status.code(), Some(2), "{}", text(&named));
     let shown = stdout(&named);
     assert!(shown.contains("is a semaphore"), "{}", text(&named));
     let slot = (0..2)

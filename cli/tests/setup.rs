@@ -98,7 +98,7 @@ fn aliases_of_one_master_are_refused_before_any_lock() {
             &["status", "a"],
         ] {
             let out = with_nodes(&aliases).args(args).output().unwrap();
-            assert_eq!(out.status.code(), Some(1), "{aliases:?}: {}", text(&out));
+            assert_eq!(out.status.code(), Some(2), "{aliases:?}: {}", text(&out));
             assert!(out.stdout.is_empty(), "{}", text(&out));
             assert!(
                 stderr(&out).contains("are the same Redis server"),
@@ -215,7 +215,7 @@ fn errors_are_one_line_naming_the_problem() {
         .output()
         .unwrap();
     let stderr = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
         stderr.contains("127.0.0.1:1") && stderr.contains("same"),

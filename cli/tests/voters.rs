@@ -103,6 +103,6 @@ fn a_cluster_node_given_as_a_master_is_refused_naming_the_cluster_spelling() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("redis+cluster://"), "{stderr}");
 }

@@ -25,40 +25,49 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{Error, HoldOptions, Lock, Redlock};
 
-use crate::durable::DurableArg;
+use crate::durable::{self, DurableArg};
 use crate::duration::{self, Wait};
-use crate::exit;
+use crate::exit::{self, usage};
 use crate::holder;
 use crate::masters::{self, Master};
-use crate::nodes::{self, NodesArg};
+use crate::nodes::NodesArg;
+use crate::setup::{self, Voters};
 use signals::Termination;
 use supervise::{Outcome, Plan, Work};
 
 pub(crate) const EXAMPLES: &str = "\
 Examples:
-  # Run the nightly report on exactly one machine; the others exit 75 at once. The resource
-  # comes first (or as --resource), the command after `--`.
+  # Run the nightly report on exactly one machine at a time. The resource comes first (or as
+  # --resource), the command after `--`. Like flock, exec waits while the lock is busy.
   quorumlock exec --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
       nightly-report --ttl 30s -- ./report.sh --full
 
-  # Wait up to a minute, through a restart of the masters too; -v says what it waits for.
-  quorumlock -v exec nightly-report -w 1m -- ./report.sh
+  # Or run it only if nobody else is: one attempt, exit 75 when busy (like flock -n).
+  quorumlock exec nightly-report -n -- ./report.sh
+
+  # Wait at most 1m30s, through a restart of the masters too; -v says what it waits for.
+  quorumlock -v exec nightly-report -w 1m30s -- ./report.sh
 
   # Wait up to 10 minutes for the lock; pass the fencing token to the job (like flock -c).
   QUORUMLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 \\
-      quorumlock exec --resource migrate --ttl 20s -w 10m --fencing \\
+      quorumlock exec migrate --ttl 20s -w 10m --fencing \\
       -c 'migrate --fence \"$QUORUMLOCK_FENCE\"'
 
   # Hold the lock without a command (like etcdctl lock) until a signal; when stdin is a pipe
   # or a terminal, also until it closes (from /dev/null, as a script's background job: a signal).
-  quorumlock exec --resource maintenance --wait forever
+  quorumlock exec maintenance
 
   # At most 4 exports at a time across every machine (a semaphore, like consul lock -n 4).
-  quorumlock exec --resource exports --permits 4 -w 10m -- ./export.sh
+  quorumlock exec exports --permits 4 -w 10m -- ./export.sh
 
   # Many readers or one writer.
-  quorumlock exec --resource catalog --read -w 1m -- ./read-catalog.sh
-  quorumlock exec --resource catalog --write -w 1m -- ./rebuild-catalog.sh
+  quorumlock exec catalog --read -w 1m -- ./read-catalog.sh
+  quorumlock exec catalog --write -w 1m -- ./rebuild-catalog.sh
+
+Waiting: without -w or -n, exec waits as long as the lock is busy, in line (first come, first
+served); -w DURATION bounds the wait (and also waits out masters that do not answer), -n makes
+one attempt. A busy lock exits 75 (-E to change it), naming the holder: host, pid and command.
+Durations take a unit: 500ms, 30s, 5m, 1h, or compounds such as 1m30s.
 
 The command gets QUORUMLOCK_RESOURCE (and QUORUMLOCK_FENCE with --fencing) in its environment;
 with --permits, QUORUMLOCK_RESOURCE names the slot it holds (<resource>:permit:<i>).
@@ -89,19 +98,20 @@ pub(crate) struct ExecArgs {
     /// The lease: renewed every third of it while the command runs; from 1s to 24h.
     #[arg(long, default_value = "30s", value_parser = duration::parse_ttl, allow_hyphen_values = true)]
     ttl: Duration,
-    /// How long to wait: for a busy lock, and for masters that do not answer (down, paused,
-    /// restarting) to come back within the same time. A duration (0: one attempt) or
-    /// `forever`.
+    /// How long to wait, at most: for a busy lock, and for masters that do not answer (down,
+    /// paused, restarting) to come back within the same time. A duration (`10s`, `1m30s`; 0:
+    /// one attempt) or `forever`. Without -w (and without -n), exec waits as long as the lock
+    /// is busy, like flock, but exits 69 at once when a quorum of masters does not answer.
     #[arg(
         short = 'w',
         long,
-        default_value = "0s",
+        value_name = "DURATION",
         value_parser = duration::parse_wait,
         allow_hyphen_values = true,
         conflicts_with = "no_wait"
     )]
-    wait: Wait,
-    /// Do not wait for a busy lock: one attempt (the default; like `flock -n`).
+    wait: Option<Wait>,
+    /// Do not wait for a busy lock: one attempt, then exit 75 (like `flock -n`).
     #[arg(short = 'n', long = "no-wait")]
     no_wait: bool,
     /// Give the command a fencing token in QUORUMLOCK_FENCE (masters need AOF).
@@ -109,7 +119,12 @@ pub(crate) struct ExecArgs {
     fencing: bool,
     /// A semaphore: at most K commands hold the resource at a time (like `consul lock -n`).
     /// Every process must pass the same K: a K other than the current holders' is refused.
-    #[arg(long, value_name = "K", conflicts_with_all = ["read", "write"])]
+    #[arg(
+        long,
+        value_name = "K",
+        conflicts_with_all = ["read", "write"],
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
     permits: Option<u32>,
     /// A read hold of a read-write lock: runs beside other readers, never beside a writer.
     #[arg(long, conflicts_with = "write")]
@@ -150,6 +165,13 @@ pub(crate) struct CommandArgs {
     argv: Vec<String>,
 }
 
+impl CommandArgs {
+    /// Whether a command was given (after `--`, or with `-c`).
+    pub(crate) fn is_given(&self) -> bool {
+        self.shell_command.is_some() || !self.argv.is_empty()
+    }
+}
+
 impl ExecArgs {
     /// The options of `quorumlock elect`: campaign for `name` and run the command while leader.
     pub(crate) fn elect(
@@ -167,7 +189,7 @@ impl ExecArgs {
             stray: Vec::new(),
             resource: Some(name),
             ttl,
-            wait: Wait::Forever,
+            wait: Some(Wait::Forever),
             no_wait: false,
             fencing: false,
             permits: None,
@@ -188,28 +210,19 @@ impl ExecArgs {
     }
 
     /// Catches a command written without its `--` (`exec --resource x echo hi`, `exec x echo
-    /// hi`), which would otherwise lock a resource named after the command or fail obscurely.
+    /// hi`), which would otherwise lock a resource named after the command or fail obscurely,
+    /// and a resource given both ways (`exec a --resource b -- cmd`).
     fn check_usage(&self) -> Result<(), clap::Error> {
-        let hint = |resource: &str, words: &[&str]| {
-            clap::Error::raw(
-                clap::error::ErrorKind::UnknownArgument,
-                format!(
-                    "unexpected {:?}: the command goes after `--`, as in\n\n    \
-                     quorumlock exec {resource} -- {}\n",
-                    words.join(" "),
-                    words.join(" ")
-                ),
-            )
-        };
-        let stray: Vec<&str> = self.stray.iter().map(String::as_str).collect();
-        match (&self.resource, &self.resource_arg) {
-            (Some(resource), Some(first)) => {
-                let words: Vec<&str> = std::iter::once(first.as_str()).chain(stray).collect();
-                Err(hint(&format!("--resource {resource}"), &words))
-            }
-            (None, Some(resource)) if !stray.is_empty() => Err(hint(resource, &stray)),
-            _ => Ok(()),
-        }
+        let has_command = self.command.is_given();
+        one_name(
+            "exec",
+            "resource",
+            "--resource",
+            self.resource_arg.as_deref(),
+            self.resource.as_deref(),
+            &self.stray,
+            has_command,
+        )
     }
 
     fn work(&self) -> Work {
@@ -276,13 +289,91 @@ impl ExecArgs {
         }
     }
 
+    /// How long to wait for a busy lock: one attempt with `-n`, `-w` when given, else as long
+    /// as it takes.
     fn wait(&self) -> Wait {
-        if self.no_wait {
-            Wait::For(Duration::ZERO)
-        } else {
-            self.wait
+        match (self.no_wait, self.wait) {
+            (true, _) => Wait::For(Duration::ZERO),
+            (false, Some(wait)) => wait,
+            (false, None) => Wait::Forever,
         }
     }
+
+    /// Whether masters that do not answer at the start are waited for (within the wait): only
+    /// when a wait was asked for with `-w` (or by `elect`). By default, too few masters
+    /// answering exits 69 at once, as a typo in `--nodes` should.
+    fn waits_out_outages(&self) -> bool {
+        !self.no_wait && self.wait.is_some_and(|w| w != Wait::For(Duration::ZERO))
+    }
+
+    /// The names whose lines this process may stand in: the resource, or each slot of a
+    /// semaphore. (A read-write lock's holds wait without a place in any line.)
+    fn lines(&self) -> Vec<String> {
+        match self.permits {
+            Some(permits) => (0..permits)
+                .map(|slot| format!("{}:permit:{slot}", self.resource()))
+                .collect(),
+            None if self.read || self.write => Vec::new(),
+            None => vec![self.resource().to_owned()],
+        }
+    }
+}
+
+/// Checks how a subcommand's name (`exec`'s resource, `elect`'s election) was given: as the
+/// positional `positional` or as `option` (`--resource`, `--name`) with the value `optional`,
+/// not both; `stray` are the words after the positional that are not behind `--`.
+pub(crate) fn one_name(
+    command: &str,
+    what: &str,
+    option: &str,
+    positional: Option<&str>,
+    optional: Option<&str>,
+    stray: &[String],
+    has_command: bool,
+) -> Result<(), clap::Error> {
+    let raw = |kind, message: String| Err(clap::Error::raw(kind, message));
+    let stray: Vec<&str> = stray.iter().map(String::as_str).collect();
+    match (positional, optional) {
+        // Both ways, and words after the positional: a command without its `--`.
+        (Some(first), Some(name)) if !stray.is_empty() => {
+            let words: Vec<&str> = std::iter::once(first).chain(stray).collect();
+            raw(
+                clap::error::ErrorKind::UnknownArgument,
+                command_without_dashes(command, &format!("{option} {name}"), &words),
+            )
+        }
+        (Some(first), Some(name)) => {
+            let maybe = match has_command {
+                true => String::new(),
+                false => format!(
+                    " (if {first:?} is a command, it goes after `--`: quorumlock {command} \
+                     {option} {name} -- {first})"
+                ),
+            };
+            raw(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "the {what} was given twice, as {first:?} and as {option} {name:?}: give \
+                     it once, as in\n\n    quorumlock {command} {name} -- <command>\n{maybe}\n"
+                ),
+            )
+        }
+        (Some(name), None) if !stray.is_empty() => raw(
+            clap::error::ErrorKind::UnknownArgument,
+            command_without_dashes(command, name, &stray),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The hint for `words` written without their `--`.
+fn command_without_dashes(command: &str, name: &str, words: &[&str]) -> String {
+    format!(
+        "unexpected {:?}: the command goes after `--`, as in\n\n    quorumlock {command} {name} \
+         -- {}\n",
+        words.join(" "),
+        words.join(" ")
+    )
 }
 
 /// Warns about each master that does not log to an append-only file: restarted from an older
@@ -315,11 +406,10 @@ async fn warn_without_aof(masters: &[Master]) {
 /// count the same slots, or more than K could run at once. Best effort: it reads what the
 /// holders wrote about themselves, and the slots held (which needs `SCAN`); two processes
 /// starting at the same moment with different sizes are not caught.
-async fn check_permits(args: &ExecArgs, rl: &Redlock, permits: u32) -> anyhow::Result<()> {
-    let masters = args.nodes.masters(rl);
-    let slots = masters::permit_slots(&masters, args.nodes.key_prefix(), args.resource()).await;
+async fn check_permits(args: &ExecArgs, masters: &[Master], permits: u32) -> anyhow::Result<()> {
+    let slots = masters::permit_slots(masters, args.nodes.key_prefix(), args.resource()).await;
     if let Some(slot) = slots.iter().copied().find(|slot| *slot >= permits) {
-        anyhow::bail!(
+        usage!(
             "--permits {permits} does not match the holders of {:?}: slot {slot} is held, so \
              they use at least {} permits; pass the same --permits everywhere",
             args.resource(),
@@ -328,9 +418,9 @@ async fn check_permits(args: &ExecArgs, rl: &Redlock, permits: u32) -> anyhow::R
     }
     for slot in slots {
         let permit = format!("{}:permit:{slot}", args.resource());
-        let holder = holder::read(&masters, &args.nodes.key(&permit)).await;
+        let holder = holder::read(masters, &args.nodes.key(&permit)).await;
         if let Some(theirs) = holder.and_then(|h| h.permits).filter(|k| *k != permits) {
-            anyhow::bail!(
+            usage!(
                 "--permits {permits} does not match the holders of {:?}: they use --permits \
                  {theirs}; pass the same --permits everywhere",
                 args.resource()
@@ -343,24 +433,29 @@ async fn check_permits(args: &ExecArgs, rl: &Redlock, permits: u32) -> anyhow::R
 /// How long `exec` waits between two looks at masters that do not answer, within `--wait`.
 const UNAVAILABLE_RETRY: Duration = Duration::from_millis(250);
 
-/// Checks the masters (see [`nodes::check`]); while fewer than a quorum answer, looks again
-/// until `give_up` (`None`: forever), so that `--wait` also waits out an outage.
-async fn check_within(rl: &Redlock, give_up: Option<Instant>) -> Result<(), Error> {
+/// Checks the masters (see [`crate::setup::check`]); while fewer than a quorum answer, looks
+/// again until `give_up` (`None`: forever), so that `--wait` also waits out an outage.
+async fn check_within(
+    args: &ExecArgs,
+    rl: &Redlock,
+    give_up: Option<Instant>,
+) -> anyhow::Result<Voters> {
     let mut said = false;
     loop {
-        match nodes::check(rl).await {
-            Err(e) if e.is_unavailable() => {
+        match args.nodes.check(rl, args.durable.get()).await {
+            Err(e) if setup::is_unavailable(&e) => {
                 let retry_at = Instant::now() + UNAVAILABLE_RETRY;
                 if give_up.is_some_and(|g| retry_at >= g) {
                     return Err(e);
                 }
                 if !std::mem::replace(&mut said, true) {
+                    let shown = durable::respelled(&format!("{e:#}")).into_owned();
                     if refused_for_their_setup(&e) {
                         // Not an outage that passes: say it at the default level, or a
                         // `--wait forever` (and `elect`) would wait without a word.
-                        tracing::warn!(error = %e, "masters refused for their setup; waiting for them");
+                        tracing::warn!(error = %shown, "masters refused for their setup; waiting for them");
                     } else {
-                        tracing::info!(error = %e, "masters unavailable; waiting for them");
+                        tracing::info!(error = %shown, "masters unavailable; waiting for them");
                     }
                 }
                 tokio::time::sleep_until(retry_at.into()).await;
@@ -372,12 +467,13 @@ async fn check_within(rl: &Redlock, give_up: Option<Instant>) -> Result<(), Erro
 
 /// Whether some master was refused by the client's own checks at connect (a Redis Cluster node,
 /// a master that cannot confirm durable votes, another key layout) rather than unreachable.
-fn refused_for_their_setup(e: &Error) -> bool {
-    let Error::Unavailable { nodes, .. } = e else {
-        return false;
-    };
-    nodes
-        .iter()
+fn refused_for_their_setup(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|cause| match cause.downcast_ref::<Error>() {
+            Some(Error::Unavailable { nodes, .. }) => Some(nodes),
+            _ => None,
+        })
+        .flatten()
         .filter_map(|n| n.redis_error())
         .any(|r| r.kind() == redis::ErrorKind::Client)
 }
@@ -409,11 +505,15 @@ async fn report_line(rl: &Redlock, resource: &str) -> std::convert::Infallible {
             .map(|index| index + 1);
         match place {
             Some(place) => tracing::info!(
-                verdict = ?status.verdict,
-                "waiting in line: place {place} of {in_line}"
+                "waiting in line: place {place} of {in_line}; the resource is {}",
+                verdict_words(&status.verdict)
             ),
             None => {
-                tracing::info!(verdict = ?status.verdict, in_line, "waiting to take a place in line")
+                tracing::info!(
+                    in_line,
+                    "waiting to take a place in line; the resource is {}",
+                    verdict_words(&status.verdict)
+                )
             }
         }
     }
@@ -423,8 +523,8 @@ async fn report_line(rl: &Redlock, resource: &str) -> std::convert::Infallible {
 ///
 /// # Errors
 ///
-/// Configuration errors (exit 1) and fewer than a quorum of masters answering (exit 69, see
-/// [`crate::exit::code_of`]). Every other outcome is an exit code.
+/// Usage and configuration errors (exit 2) and fewer than a quorum of masters answering (exit
+/// 69, see [`crate::exit::code_of`]). Every other outcome is an exit code.
 pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     if let Err(e) = args.check_usage() {
         // A usage error, reported as clap reports its own (exit 2).
@@ -449,21 +549,22 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
              (QUORUMLOCK_FENCE is not set); fencing tokens order writers"
         );
     }
+    let started = Instant::now();
     let give_up = match args.wait() {
-        Wait::For(wait) => Instant::now().checked_add(wait),
+        Wait::For(wait) => started.checked_add(wait),
         Wait::Forever => None,
     };
-    if args.wait() == Wait::For(Duration::ZERO) {
-        nodes::check(&rl).await?;
-    } else {
-        check_within(&rl, give_up).await?;
-    }
+    let voters = match args.waits_out_outages() {
+        true => check_within(args, &rl, give_up).await?,
+        false => args.nodes.check(&rl, args.durable.get()).await?,
+    };
+    let answering = voters.answering();
 
     if args.fencing {
-        warn_without_aof(&args.nodes.masters(&rl)).await;
+        warn_without_aof(&answering).await;
     }
     if let Some(permits) = args.permits {
-        check_permits(args, &rl, permits).await?;
+        check_permits(args, &answering, permits).await?;
     }
 
     group::adopt_orphans();
@@ -476,7 +577,7 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
         work: &work,
         plan,
         signals: signals.clone(),
-        masters: args.nodes.masters(&rl),
+        masters: answering.clone(),
         // Readers share the resource: none of them is its holder.
         announce_under: (!args.read).then(|| args.nodes.key_prefix().to_owned()),
         permits: args.permits,
@@ -490,7 +591,7 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     let hold = async {
         let wait = match args.wait() {
             Wait::For(wait) => format!("{wait:?}"),
-            Wait::Forever => "forever".to_owned(),
+            Wait::Forever => "as long as it is busy".to_owned(),
         };
         tracing::info!(resource = args.resource(), wait, "taking the lock");
         let lock = tokio::select! {
@@ -506,29 +607,40 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
     };
     let mut waiting = signals;
     let outcome = tokio::select! {
-        outcome = hold => outcome,
+        outcome = hold => Ok(outcome),
         signal = async {
             let (_, signal) = waiting.after(0).await;
             if holding.get() {
                 std::future::pending::<()>().await;
             }
             signal
-        } => {
-            // An attempt in flight at this moment is rolled back in the background; should the
-            // process exit first, its keys expire at the TTL.
-            eprintln!("quorumlock: {signal} while waiting for {:?}; not acquired", args.resource());
+        } => Err(signal),
+    };
+    // The wait is over, and every future of it dropped: a place taken in line is being given
+    // up in the background (see `leave_the_lines`).
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(signal) => {
+            eprintln!(
+                "quorumlock: {signal} while waiting for {:?}; not acquired",
+                args.resource()
+            );
+            leave_the_lines(args, &rl).await;
             return Ok(ExitCode::from(exit::signalled(signal as i32)));
         }
     };
-
+    let held = holding.get();
     if let Some((resource, token)) = held_as.into_inner() {
-        released_everywhere(&rl, &resource, &token).await;
+        released_everywhere(&answering, &args.nodes.key(&resource), &token).await;
+    }
+    if !held {
+        leave_the_lines(args, &rl).await;
     }
 
     Ok(ExitCode::from(match outcome {
         Ok(Ok(outcome)) => outcome_code(outcome),
         Ok(Err(e)) => {
-            eprintln!("quorumlock: {e:#}");
+            eprintln!("quorumlock: {}", durable::respelled(&format!("{e:#}")));
             exit::FAILURE
         }
         Err(e @ Error::Lost { .. }) => {
@@ -536,40 +648,178 @@ pub(crate) async fn run(args: &ExecArgs) -> anyhow::Result<ExitCode> {
             exit::LOST
         }
         Err(e) if e.is_contention() => {
-            eprintln!("quorumlock: {e}");
+            let busy = busy(args, &answering, &e, started.elapsed()).await;
+            eprintln!("quorumlock: {}", durable::respelled(&busy));
             args.conflict_exit_code
         }
         Err(e @ (Error::Unavailable { .. } | Error::ValidityExhausted { .. })) => {
-            eprintln!("quorumlock: {e}");
+            eprintln!("quorumlock: {}", durable::respelled(&e.to_string()));
             exit::NO_QUORUM
         }
         Err(e) if e.is_unavailable() => {
-            eprintln!("quorumlock: {e}");
+            eprintln!("quorumlock: {}", durable::respelled(&e.to_string()));
             exit::NO_QUORUM
         }
         Err(e) => return Err(e.into()),
     }))
 }
 
+/// How long a process that gave up its wait (or was told to stop waiting) gives the masters to
+/// take it out of the line, beyond the node timeout each of those requests has.
+const LEAVE_MARGIN: Duration = Duration::from_millis(100);
+
+/// Sees the departure from the line through, for a process that waited in line and is about to
+/// exit without the lock (`--wait` ran out, a signal, `elect` interrupted): the library leaves
+/// the line in the background when its wait ends, and an exit before those requests land would
+/// leave this process's entry in line until its lease lapses, holding up the next waiter for
+/// that long. Waits until no master that answers lists a waiter of this process, at most one
+/// node timeout (and [`LEAVE_MARGIN`]); a master that does not answer keeps the entry until it
+/// lapses.
+async fn leave_the_lines(args: &ExecArgs, rl: &Redlock) {
+    let lines = args.lines();
+    // Only a wait that met a holder takes a place in line, and only when it may wait.
+    if lines.is_empty() || args.wait() == Wait::For(Duration::ZERO) || rl.stats().contended == 0 {
+        return;
+    }
+    let node_timeout = (args.ttl / quorumlock::DEFAULT_NODE_TIMEOUT_DIVISOR)
+        .min(quorumlock::DEFAULT_MAX_NODE_TIMEOUT);
+    let deadline = tokio::time::Instant::now() + node_timeout + LEAVE_MARGIN;
+    let started = Instant::now();
+    let in_line = || async {
+        let looks = futures::future::join_all(lines.iter().map(|name| rl.inspect(name))).await;
+        looks
+            .iter()
+            .flatten()
+            .flat_map(|status| &status.nodes)
+            .filter(|node| node.queue.iter().any(|w| rl.is_own_waiter(w)))
+            .count()
+    };
+    loop {
+        match tokio::time::timeout_at(deadline, in_line()).await {
+            Ok(0) => {
+                tracing::debug!(
+                    within_ms = started.elapsed().as_millis(),
+                    "left the line on every master that answers"
+                );
+                return;
+            }
+            Ok(left) if tokio::time::Instant::now() + LEAVE_POLL < deadline => {
+                tracing::trace!(masters = left, "still in line");
+                tokio::time::sleep(LEAVE_POLL).await;
+            }
+            Ok(left) => {
+                tracing::info!(
+                    masters = left,
+                    "still in line on some masters: the entry lapses there by itself"
+                );
+                return;
+            }
+            Err(_) => {
+                tracing::info!(
+                    "the line could not be read in time: an entry left lapses by itself"
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// How often [`leave_the_lines`] looks.
+const LEAVE_POLL: Duration = Duration::from_millis(10);
+
+/// The busy message: who holds the resource (as the holder described itself beside the lock:
+/// host, pid, command; or the readers of a read-write lock), and what the masters answered.
+async fn busy(args: &ExecArgs, masters: &[Master], e: &Error, waited: Duration) -> String {
+    let Error::NotAcquired {
+        resource,
+        granted,
+        configured,
+        quorum,
+        attempts,
+        nodes,
+        ..
+    } = e
+    else {
+        return e.to_string();
+    };
+    let whom = holder::who_holds(masters, &args.nodes.key(resource)).await;
+    let what = match args.permits {
+        Some(permits) => format!(
+            "{:?}: all {permits} permits are held ({resource:?} {whom})",
+            args.resource()
+        ),
+        None => format!("{resource:?} is {whom}"),
+    };
+    let within = match args.wait() {
+        Wait::For(wait) if !wait.is_zero() => format!(" within {}", shown(waited)),
+        _ => String::new(),
+    };
+    let mut text = format!(
+        "{what}; not acquired: {granted} of {configured} masters granted ({quorum} needed) after \
+         {attempts} attempt(s){within}"
+    );
+    for node in nodes.iter().filter(|n| !n.is_contention()) {
+        text.push_str(&format!("; {node}"));
+    }
+    text
+}
+
+/// A duration as a person reads it: `1.2s`, `350ms`.
+fn shown(d: Duration) -> String {
+    match d.as_millis() {
+        ms if ms < 1000 => format!("{ms}ms"),
+        _ => format!("{:.1}s", d.as_secs_f64()),
+    }
+}
+
+/// A verdict in a few words, for the log.
+fn verdict_words(verdict: &quorumlock::Verdict) -> String {
+    use quorumlock::Verdict;
+    match verdict {
+        Verdict::Held { fingerprint, nodes } => format!("held by {fingerprint} on {nodes} masters"),
+        Verdict::HandedOver { nodes, .. } => {
+            format!("handed over to the first waiter on {nodes} masters")
+        }
+        Verdict::Reading { readers, .. } => format!("read by {readers}+ reader(s)"),
+        Verdict::Free => "free".to_owned(),
+        Verdict::Split => "split between holders".to_owned(),
+        Verdict::Unknown => "unknown (too few masters answered)".to_owned(),
+        _ => "in another state".to_owned(),
+    }
+}
+
 /// How long `exec` waits, once the lock is released, for the masters that had not confirmed the
 /// release yet.
 const RELEASE_SETTLE: Duration = Duration::from_secs(1);
 
-/// Waits (for at most [`RELEASE_SETTLE`]) until no master that answers still holds the token with
-/// this fingerprint. The library returns from a release once a quorum has confirmed and sends the
-/// rest in the background; a process that exits at once would cut those short and leave the key
-/// on a minority until its TTL.
-async fn released_everywhere(rl: &Redlock, resource: &str, token: &str) {
+/// Waits (for at most [`RELEASE_SETTLE`]) until none of `masters` (those that answered the check)
+/// still has `key` holding the token with this fingerprint. The library returns from a release
+/// once a quorum has confirmed and sends the rest in the background; a process that exits at
+/// once would cut those short and leave the key on a minority until its TTL. A master that did
+/// not answer the check is not waited for.
+async fn released_everywhere(masters: &[Master], key: &str, token: &str) {
     let deadline = tokio::time::Instant::now() + RELEASE_SETTLE;
-    while tokio::time::Instant::now() < deadline {
-        let Ok(status) = rl.inspect(resource).await else {
+    let settled = masters.iter().map(|master| async move {
+        let Ok(mut conn) = master.connect().await else {
             return;
         };
-        if status.nodes.iter().all(|n| n.fingerprint() != Some(token)) {
-            return;
+        while tokio::time::Instant::now() < deadline {
+            let value: Result<Option<String>, String> =
+                masters::request(&mut conn, redis::cmd("GET").arg(key)).await;
+            let ours = match value {
+                Ok(Some(value)) => {
+                    let value = value.strip_prefix("~elected:").unwrap_or(&value);
+                    quorumlock::LockToken::fingerprint_of(value) == token
+                }
+                _ => false,
+            };
+            if !ours {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    });
+    let _ = tokio::time::timeout_at(deadline, futures::future::join_all(settled)).await;
 }
 
 fn outcome_code(outcome: Outcome) -> u8 {
