@@ -1,7 +1,7 @@
 # quorumlock — the two commands: `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: demo test test-valkey lint bench chaos redis-server
+.PHONY: demo test test-valkey lint bench chaos explore redis-server
 
 ## Install redis-server when missing (the demo, the benchmarks and the chaos suite need nothing else).
 redis-server:
@@ -46,6 +46,22 @@ test-valkey:
 ## The long chaos suite (>= 10,000 acquisitions per scenario): prints the table with seeds.
 chaos: redis-server
 	$(CARGO) run --release -q --all-features --example chaos
+
+## The explorer: fresh seeds for EXPLORE_MINUTES (default 10), each drawing the clients'
+## configurations (TTLs, timeouts, retries, drift, fencing grace, primitive; rslock beside
+## quorumlock) and a fault schedule (kills, restarts empty, pauses, partitions, latency, clock
+## skew/bump/strobe/rate); prints each run's seed and plan first, then the table. Within the
+## README's bounds a run must find 0 violations; the negative controls (a clock jump beyond the
+## TTL, a skew beyond the fencing grace) must be caught. SEED=<seed> replays one run. Installs
+## libfaketime and fetches valkey-server (target/valkey/) first: the masters' clocks need both.
+EXPLORE_MINUTES ?= 10
+SEED ?=
+explore:
+	@scripts/ensure-redis-server.sh --faketime
+	$(eval VALKEY := $(shell scripts/ensure-valkey-server.sh))
+	@echo "Building the explorer (release; the first build takes a few minutes), then it runs."
+	QUORUMLOCK_VALKEY_SERVER=$(VALKEY) $(CARGO) run --release -q --example explore -- \
+		--minutes $(EXPLORE_MINUTES) $(if $(strip $(SEED)),--seed $(SEED))
 
 ## Criterion benchmarks, the side-by-side comparison (quorumlock, rslock, the raw floor), then
 ## the primitives (semaphore, read-write lock, leader failover) against the mutex, on five local

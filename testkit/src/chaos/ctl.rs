@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 use super::masters::Cluster;
 use super::setup::Setup;
+use crate::clock::Clock;
 use crate::{FaultId, FaultProxy, History, RedisNodes};
 
 /// The fault driver's handle: fault verbs that record themselves in the history, the seeded
@@ -132,6 +133,11 @@ impl Ctl {
 
     pub(super) fn resume(&self, i: usize) -> io::Result<()> {
         self.cluster.servers()[i].resume()
+    }
+
+    /// Sets master `i`'s wall clock (the masters must run under clocks: `Setup::clocks`).
+    pub(super) async fn set_clock(&self, i: usize, clock: Clock) -> io::Result<()> {
+        self.blocking(move |nodes| nodes[i].set_clock(clock)).await
     }
 
     pub(super) fn proxy(&self, i: usize) -> io::Result<&FaultProxy> {

@@ -182,7 +182,7 @@ async fn campaign(shared: &Arc<Shared>, client: usize, mut rng: StdRng, board: &
         let value = format!("c{client}-{campaigns}");
         let start = Instant::now();
         let elected = tokio::select! {
-            elected = rl.elect(ELECTION, shared.setup.ttl, &value) => elected,
+            elected = rl.elect(ELECTION, shared.setup.ttl_of(client), &value) => elected,
             _ = observer_done.wait_for(|done| *done) => break,
         };
         match elected {
@@ -228,7 +228,7 @@ async fn lead(
     mutex::lock(&shared.latencies).push(elected - start);
 
     let long = board.want_long.swap(false, Ordering::SeqCst);
-    let ttl = shared.setup.ttl;
+    let ttl = shared.setup.ttl_of(client);
     let hold_for = if long {
         ttl * LONG_TERM_TTLS
     } else if rng.random_bool(MEDIUM_CHANCE) {
@@ -340,7 +340,7 @@ async fn act(
     pause: Duration,
 ) {
     tokio::time::sleep(pause).await;
-    let margin = shared.setup.ttl / 10;
+    let margin = shared.setup.tuning(client).margin();
     if held.remaining() <= margin {
         return;
     }

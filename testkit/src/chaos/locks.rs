@@ -20,6 +20,7 @@ use super::setup::Setup;
 use super::shared::Shared;
 use super::workload::Workload;
 use crate::mutex;
+use crate::{Op, Releasing};
 
 /// How the clients of a [`Locks`] workload misbehave, and what the run waits for.
 #[derive(Clone, Copy, Debug, Default)]
@@ -124,7 +125,9 @@ impl Locks {
     /// section and releases, until the run stops; sometimes it goes stale or dies, as the
     /// config says.
     async fn run_client(&self, shared: Arc<Shared>, client: usize, mut rng: StdRng) {
-        let mut rl = shared.redlock();
+        let Some(mut rl) = redlock(&shared, client) else {
+            return;
+        };
         while !shared.stopped() {
             let r = rng.random_range(0..shared.setup.resources);
             let resource = Setup::resource(r);
@@ -145,9 +148,20 @@ impl Locks {
                 // The holder's process dies: nothing is released, its connections go away, and a
                 // new process takes its place and wants the same resource at once.
                 mutex::lock(&self.kills).push((resource.clone(), Instant::now()));
+                if shared.setup.tuning(client).owner.is_some() {
+                    // Under an owner id the new process takes its own lock back at once (what
+                    // `acquire_as` is for): the dead one's lease ends with it.
+                    let died: Result<(), &str> = Err("the holder's process died");
+                    shared
+                        .history
+                        .record(Releasing::start(&lock).finished(client, &died));
+                }
                 std::mem::forget(lock);
                 mutex::lock(&self.counted).add(&rl);
-                rl = shared.redlock();
+                let Some(new) = redlock(&shared, client) else {
+                    return;
+                };
+                rl = new;
                 while !shared.stopped() {
                     if let Some(mut lock) = shared.acquire(&rl, client, &resource, false).await {
                         shared
@@ -163,9 +177,14 @@ impl Locks {
             if rng.random_bool(self.config.stale_chance) {
                 // Keep the lock well past its lease (another client may take it meanwhile), then
                 // try to extend and release it: neither may touch a newer holder's keys.
-                let overdue = lock.deadline() + shared.setup.ttl / 2;
-                tokio::time::sleep_until(overdue.into()).await;
-                let refused = shared.extend(client, &mut lock).await.is_err();
+                let ttl = shared.setup.ttl_of(client);
+                let overdue = lock.deadline() + ttl / 2;
+                if !shared.sleep_until(overdue).await {
+                    // The run stopped first: not a stale holder after all.
+                    let _ = shared.release(client, lock).await;
+                    continue;
+                }
+                let refused = shared.extend(client, &mut lock, ttl).await.is_err();
                 let released = shared.release(client, lock).await;
                 let mut stale = mutex::lock(&self.stale);
                 stale.holders += 1;
@@ -178,6 +197,7 @@ impl Locks {
             }
 
             let _ = shared.release(client, lock).await;
+            shared.think(client, &mut rng).await;
         }
         mutex::lock(&self.counted).add(&rl);
     }
@@ -264,6 +284,21 @@ impl Locks {
                 None
             }
             Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+/// Client `client`'s `Redlock`; `None` (its only acquire recorded as failed, so that the run's
+/// checks see it) when its configuration is invalid.
+fn redlock(shared: &Shared, client: usize) -> Option<Redlock> {
+    match shared.redlock_of(client) {
+        Ok(rl) => Some(rl),
+        Err(e) => {
+            let now = Instant::now();
+            shared
+                .history
+                .record(Op::acquire_failed(client, "(configuration)", now, now, e));
+            None
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::setup::{keys_pattern, Setup};
+use crate::clock::Clock;
 use crate::mutex;
 use crate::{FaultProxy, RedisNodes, RedisServerBuilder};
 
@@ -26,8 +27,14 @@ pub(super) struct Cluster {
 impl Cluster {
     /// Starts the masters `setup` asks for, and the proxies in front of them.
     pub(super) fn start(setup: &Setup) -> io::Result<Cluster> {
-        let servers =
-            RedisNodes::spawn_with(setup.masters, &RedisServerBuilder::new().aof(setup.aof))?;
+        let mut builder = RedisServerBuilder::new().aof(setup.aof);
+        if let Some(binary) = &setup.server {
+            builder = builder.binary(binary);
+        }
+        if setup.clocks {
+            builder = builder.clock(Clock::real());
+        }
+        let servers = RedisNodes::spawn_with(setup.masters, &builder)?;
         let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr()).collect();
         let proxies = if setup.proxied {
             addrs

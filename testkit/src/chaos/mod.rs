@@ -21,9 +21,12 @@
 //!   (`shared`), what a run hands back (`ran`), the wait-line reader (`probe`);
 //! * the engine (`engine`), which runs any `Workload` under any fault driver;
 //! * the workloads (`locks`, `simultaneous`, `semaphore`, `rwlock`, `election`, `reentrant`),
-//!   the fault drivers and checks (`line`, `mixed`), and `scenarios`, which gives each
-//!   [`Scenario`] its workload, driver and checks. Scenarios 22 and 23 (`durable`) run voters
-//!   with replicas, outside the engine.
+//!   several of them as one (`mix`), the fault drivers and checks (`line`, `mixed`), and
+//!   `scenarios`, which gives each [`Scenario`] its workload, driver and checks. Scenarios 22
+//!   and 23 (`durable`) run voters with replicas, outside the engine;
+//! * the [`explore`]r, which draws a configuration per client and a fault schedule (clock
+//!   faults included) from a seed, and runs the workloads above side by side, with rslock's
+//!   clients beside them, through the same engine and checker.
 //!
 //! Every run is driven by a seed: which masters fail, when, for how long, and every client's
 //! choices. [`seed`] reads it from [`CHAOS_SEED_ENV`] or falls back to the scenario's fixed
@@ -60,8 +63,10 @@ mod engine;
 mod contenders;
 mod durable;
 mod election;
+pub mod explore;
 mod line;
 mod locks;
+mod mix;
 mod mixed;
 mod reentrant;
 mod rwlock;

@@ -19,7 +19,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use super::ran::Ran;
-use super::shared::Shared;
+use super::shared::{extend_ttl, Shared};
 use super::workload::Workload;
 use super::Check;
 use crate::history::{peak_readers, readers_of, Access, ReadWriteWitness};
@@ -108,7 +108,7 @@ async fn run_client(workload: &SharedRwLock, shared: Arc<Shared>, client: usize,
         .await;
         if rng.random_bool(LAPSE_CHANCE) {
             // Keep it to its deadline and walk away: the hold lapses when its entry expires.
-            tokio::time::sleep_until(lock.deadline().into()).await;
+            shared.sleep_until(lock.deadline()).await;
             std::mem::forget(lock);
             continue;
         }
@@ -118,6 +118,7 @@ async fn run_client(workload: &SharedRwLock, shared: Arc<Shared>, client: usize,
         };
         let result = lock.release().await;
         shared.history.record(releasing.finished(client, &result));
+        shared.think(client, &mut rng).await;
     }
 }
 
@@ -137,7 +138,7 @@ async fn take(
     access: Access,
     once: bool,
 ) -> Option<Lock> {
-    let ttl = shared.setup.ttl;
+    let ttl = shared.setup.ttl_of(client);
     let start = Instant::now();
     let result = match (access, once) {
         (Access::Read, true) => rw.try_read(ttl).await,
@@ -164,9 +165,9 @@ async fn take(
     }
 }
 
-async fn extend(shared: &Shared, client: usize, access: Access, lock: &mut Lock) {
+async fn extend(shared: &Shared, client: usize, access: Access, lock: &mut Lock, ttl: Duration) {
     let start = Instant::now();
-    let result: Result<(), Error> = lock.extend(shared.setup.ttl).await;
+    let result: Result<(), Error> = lock.extend(ttl).await;
     shared.history.record(Op {
         client,
         resource: recorded_as(access),
@@ -197,14 +198,27 @@ async fn section(
     lock: &mut Lock,
     rng: &mut StdRng,
 ) {
-    let margin = shared.setup.ttl / 10;
+    let tuning = shared.setup.tuning(client);
+    let margin = tuning.margin();
+    let long = tuning.long_hold_chance > 0.0 && rng.random_bool(tuning.long_hold_chance);
     let inside = rw.map(|w| w.enter(client, access));
     let alone = (access == Access::Write).then(|| shared.witnesses[0].enter(client));
     let value = shared.registers[0].read();
-    let nap = rng.random_range(Duration::ZERO..=shared.setup.critical_section);
-    tokio::time::sleep(nap).await;
-    if rng.random_bool(shared.setup.extend_chance) && lock.remaining() > margin {
-        extend(shared, client, access, lock).await;
+    let most = if long {
+        lock.remaining().saturating_sub(margin)
+    } else {
+        tuning.critical_section
+    };
+    let nap = rng.random_range(Duration::ZERO..=most);
+    shared.sleep_until(Instant::now() + nap).await;
+    if rng.random_bool(tuning.extend_chance) && lock.remaining() > margin {
+        let ttl = extend_ttl(&tuning, rng);
+        extend(shared, client, access, lock, ttl).await;
+    }
+    if long {
+        let left = margin + margin / 2;
+        let until = lock.deadline().checked_sub(left).unwrap_or(lock.deadline());
+        shared.sleep_until(until).await;
     }
     if access == Access::Write && lock.remaining() > margin {
         shared.registers[0].write(value + 1);

@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use super::ran::Ran;
-use super::shared::Shared;
+use super::shared::{extend_ttl, Shared};
 use super::workload::Workload;
 use super::Check;
 use crate::history::peak_holders;
@@ -93,12 +93,20 @@ async fn run_client(
     client: usize,
     mut rng: StdRng,
 ) {
-    let rl = shared.redlock();
     let permits = workload.permits;
-    // The name and count are fixed and valid: a failure here is a bug in the scenario.
-    let semaphore = match rl.semaphore(SEMAPHORE, permits) {
+    let semaphore = shared
+        .redlock_of(client)
+        .and_then(|rl| rl.semaphore(SEMAPHORE, permits));
+    let semaphore = match semaphore {
         Ok(semaphore) => semaphore,
-        Err(e) => panic!("invalid chaos semaphore: {e}"),
+        Err(e) => {
+            // Reported as this client's only acquire: the client checks then fail.
+            let now = Instant::now();
+            shared
+                .history
+                .record(Op::acquire_failed(client, SEMAPHORE, now, now, e));
+            return;
+        }
     };
     while !shared.stopped() {
         let once = rng.random_bool(TRY_CHANCE);
@@ -116,11 +124,12 @@ async fn run_client(
             .await;
         if rng.random_bool(LAPSE_CHANCE) {
             // Keep it to its deadline and walk away: the slot frees itself when its keys expire.
-            tokio::time::sleep_until(permit.deadline().into()).await;
+            shared.sleep_until(permit.deadline()).await;
             std::mem::forget(permit);
             continue;
         }
         let _ = shared.release_permit(client, permit).await;
+        shared.think(client, &mut rng).await;
     }
 }
 
@@ -133,11 +142,12 @@ impl Shared {
         client: usize,
         once: bool,
     ) -> Option<Permit> {
+        let ttl = self.setup.ttl_of(client);
         let start = Instant::now();
         let result = if once {
-            semaphore.try_acquire(self.setup.ttl).await
+            semaphore.try_acquire(ttl).await
         } else {
-            semaphore.acquire(self.setup.ttl).await
+            semaphore.acquire(ttl).await
         };
         let end = Instant::now();
         match result {
@@ -156,9 +166,14 @@ impl Shared {
         }
     }
 
-    async fn extend_permit(&self, client: usize, permit: &mut Permit) -> Result<(), Error> {
+    async fn extend_permit(
+        &self,
+        client: usize,
+        permit: &mut Permit,
+        ttl: Duration,
+    ) -> Result<(), Error> {
         let start = Instant::now();
-        let result = permit.extend(self.setup.ttl).await;
+        let result = permit.extend(ttl).await;
         self.history.record(Op {
             client,
             resource: permit.resource().to_owned(),
@@ -200,15 +215,31 @@ impl Shared {
         permit: &mut Permit,
         rng: &mut StdRng,
     ) {
-        let margin = self.setup.ttl / 10;
+        let tuning = self.setup.tuning(client);
+        let margin = tuning.margin();
+        let long = tuning.long_hold_chance > 0.0 && rng.random_bool(tuning.long_hold_chance);
         let slot = permit.slot() as usize;
         let among_the_holders = capacity.map(|w| w.enter(client));
         let alone_on_the_slot = self.witnesses[slot].enter(client);
         let value = self.registers[slot].read();
-        let nap = rng.random_range(Duration::ZERO..=self.setup.critical_section);
-        tokio::time::sleep(nap).await;
-        if rng.random_bool(self.setup.extend_chance) && permit.remaining() > margin {
-            let _ = self.extend_permit(client, permit).await;
+        let most = if long {
+            permit.remaining().saturating_sub(margin)
+        } else {
+            tuning.critical_section
+        };
+        let nap = rng.random_range(Duration::ZERO..=most);
+        self.sleep_until(Instant::now() + nap).await;
+        if rng.random_bool(tuning.extend_chance) && permit.remaining() > margin {
+            let ttl = extend_ttl(&tuning, rng);
+            let _ = self.extend_permit(client, permit, ttl).await;
+        }
+        if long {
+            let left = margin + margin / 2;
+            let until = permit
+                .deadline()
+                .checked_sub(left)
+                .unwrap_or(permit.deadline());
+            self.sleep_until(until).await;
         }
         if permit.remaining() > margin {
             self.registers[slot].write(value + 1);

@@ -3,8 +3,9 @@
 //! lock workload takes (acquire, extend, release, the critical section).
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quorumlock::{Error, Lock, Redlock};
@@ -18,7 +19,8 @@ use crate::{
     FencedRegister, History, LostUpdateRegister, OccupancyWitness, Op, OpKind, Outcome, Releasing,
 };
 
-/// Shared by every client task of a run.
+/// Shared by every client task of a run (or, made by [`part`](Shared::part), by those of one
+/// part of it).
 pub(super) struct Shared {
     pub(super) setup: Setup,
     urls: Vec<String>,
@@ -33,9 +35,10 @@ pub(super) struct Shared {
     pub(super) registers: Vec<LostUpdateRegister>,
     /// ... and fenced storage, when fencing is on.
     pub(super) fenced: Vec<FencedRegister>,
-    pub(super) successes: AtomicUsize,
-    stop: AtomicBool,
-    pub(super) latencies: Mutex<Vec<Duration>>,
+    /// Successful acquisitions, over every part of the run.
+    pub(super) successes: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    pub(super) latencies: Arc<Mutex<Vec<Duration>>>,
 }
 
 impl Shared {
@@ -49,6 +52,7 @@ impl Shared {
         lock_name: impl Fn(usize) -> String,
     ) -> Self {
         let resources = setup.resources;
+        let fenced = setup.fencing || setup.tunings.iter().any(|t| t.fencing);
         Shared {
             urls: cluster.urls().to_vec(),
             own_urls: cluster.own_urls(),
@@ -60,7 +64,7 @@ impl Shared {
             registers: (0..resources)
                 .map(|r| history.lost_update_register(lock_name(r)))
                 .collect(),
-            fenced: if setup.fencing {
+            fenced: if fenced {
                 (0..resources)
                     .map(|r| history.fenced_register(lock_name(r)))
                     .collect()
@@ -68,9 +72,47 @@ impl Shared {
                 Vec::new()
             },
             setup,
-            successes: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-            latencies: Mutex::new(Vec::new()),
+            successes: Arc::default(),
+            stop: Arc::default(),
+            latencies: Arc::default(),
+        }
+    }
+
+    /// The state of one part of the run: the clients `clients` of this run, which the part's
+    /// workload numbers from 0 and sees as `setup` describes them, on resources of their own
+    /// (resource `r` locked by `lock_name(r)`, its witness and registers made afresh). The
+    /// history, the counters and the stop signal are this run's.
+    pub(super) fn part(
+        &self,
+        setup: Setup,
+        clients: Range<usize>,
+        lock_name: impl Fn(usize) -> String,
+    ) -> Shared {
+        let history = &self.history;
+        let resources = setup.resources;
+        let fenced = setup.fencing || setup.tunings.iter().any(|t| t.fencing);
+        Shared {
+            urls: self.urls.clone(),
+            own_urls: self.own_urls.get(clients).unwrap_or_default().to_vec(),
+            masters: self.masters.clone(),
+            history: history.clone(),
+            witnesses: (0..resources)
+                .map(|r| history.occupancy_witness(lock_name(r)))
+                .collect(),
+            registers: (0..resources)
+                .map(|r| history.lost_update_register(lock_name(r)))
+                .collect(),
+            fenced: if fenced {
+                (0..resources)
+                    .map(|r| history.fenced_register(lock_name(r)))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            setup,
+            successes: Arc::clone(&self.successes),
+            stop: Arc::clone(&self.stop),
+            latencies: Arc::clone(&self.latencies),
         }
     }
 
@@ -83,19 +125,33 @@ impl Shared {
         self.stop.load(Ordering::SeqCst)
     }
 
-    pub(super) fn redlock(&self) -> Redlock {
-        // The configuration is fixed and valid: a failure here is a bug in the scenario.
-        match self.setup.redlock(&self.urls) {
-            Ok(rl) => rl,
-            Err(e) => panic!("invalid chaos client configuration: {e}"),
+    /// Sleeps until `until`, waking early (within 20 ms) when the run stops; `true` if it slept
+    /// the whole way.
+    pub(super) async fn sleep_until(&self, until: Instant) -> bool {
+        const TICK: Duration = Duration::from_millis(20);
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            if self.stopped() {
+                return false;
+            }
+            tokio::time::sleep((until - now).min(TICK)).await;
         }
     }
 
-    /// A client for client task `client`, over its own proxies when it has some; an invalid
-    /// configuration is returned, not panicked on.
+    /// The URLs client task `client` reaches the masters by: its own proxies' when it has
+    /// some, else the run's.
+    pub(super) fn urls_of(&self, client: usize) -> &[String] {
+        self.own_urls.get(client).unwrap_or(&self.urls)
+    }
+
+    /// A client for client task `client`, configured as its [`Tuning`](super::setup::Tuning)
+    /// says, over its own proxies when it has some; an invalid configuration is returned, not
+    /// panicked on.
     pub(super) fn redlock_of(&self, client: usize) -> Result<Redlock, Error> {
-        self.setup
-            .redlock(self.own_urls.get(client).unwrap_or(&self.urls))
+        self.setup.redlock(client, self.urls_of(client))
     }
 
     /// Records a successful acquire of `lock` (or, with `read`, of a reader's hold) attempted
@@ -112,7 +168,8 @@ impl Shared {
     }
 
     /// Acquires `resource` with the library's retry policy (with `once`, one attempt) and
-    /// records the attempt.
+    /// records the attempt; under the client's owner id when its tuning has one (`acquire_as`,
+    /// which always follows the retry policy).
     pub(super) async fn acquire(
         &self,
         rl: &Redlock,
@@ -120,11 +177,13 @@ impl Shared {
         resource: &str,
         once: bool,
     ) -> Option<Lock> {
+        let tuning = self.setup.tuning(client);
+        let ttl = tuning.ttl;
         let start = Instant::now();
-        let result = if once {
-            rl.try_acquire(resource, self.setup.ttl).await
-        } else {
-            rl.acquire(resource, self.setup.ttl).await
+        let result = match (&tuning.owner, once) {
+            (Some(owner), _) => rl.acquire_as(resource, owner, ttl).await,
+            (None, true) => rl.try_acquire(resource, ttl).await,
+            (None, false) => rl.acquire(resource, ttl).await,
         };
         let end = Instant::now();
         match result {
@@ -142,10 +201,15 @@ impl Shared {
         }
     }
 
-    /// Extends `lock` by the TTL and records the attempt.
-    pub(super) async fn extend(&self, client: usize, lock: &mut Lock) -> Result<(), Error> {
+    /// Extends `lock` by `ttl` and records the attempt.
+    pub(super) async fn extend(
+        &self,
+        client: usize,
+        lock: &mut Lock,
+        ttl: Duration,
+    ) -> Result<(), Error> {
         let start = Instant::now();
-        let result = lock.extend(self.setup.ttl).await;
+        let result = lock.extend(ttl).await;
         self.history.record(Op {
             client,
             resource: lock.resource().to_owned(),
@@ -179,7 +243,9 @@ impl Shared {
     }
 
     /// The critical section: enter the witness, read–sleep–write the registers while the lease
-    /// has a safety margin left, maybe extend, leave before the deadline.
+    /// has a safety margin left, maybe extend, leave before the deadline. A long hold (as
+    /// often as the client's tuning says) sleeps, extends or not, until only the margin is
+    /// left.
     pub(super) async fn critical_section(
         &self,
         client: usize,
@@ -187,13 +253,28 @@ impl Shared {
         lock: &mut Lock,
         rng: &mut StdRng,
     ) {
-        let margin = self.setup.ttl / 10;
+        let tuning = self.setup.tuning(client);
+        let margin = tuning.margin();
+        let long = tuning.long_hold_chance > 0.0 && rng.random_bool(tuning.long_hold_chance);
         let guard = self.witnesses[r].enter(client);
         let value = self.registers[r].read();
-        let nap = rng.random_range(Duration::ZERO..=self.setup.critical_section);
-        tokio::time::sleep(nap).await;
-        if rng.random_bool(self.setup.extend_chance) && lock.remaining() > margin {
-            let _ = self.extend(client, lock).await;
+        let nap = if long {
+            let left = lock.remaining().saturating_sub(margin);
+            rng.random_range(Duration::ZERO..=left)
+        } else {
+            rng.random_range(Duration::ZERO..=tuning.critical_section)
+        };
+        self.sleep_until(Instant::now() + nap).await;
+        if rng.random_bool(tuning.extend_chance) && lock.remaining() > margin {
+            let ttl = extend_ttl(&tuning, rng);
+            let _ = self.extend(client, lock, ttl).await;
+        }
+        if long {
+            // Until little more than the margin is left, whatever the extend did to the
+            // deadline, and the write below still goes in.
+            let left = margin + margin / 2;
+            let until = lock.deadline().checked_sub(left).unwrap_or(lock.deadline());
+            self.sleep_until(until).await;
         }
         if lock.remaining() > margin {
             self.registers[r].write(value + 1);
@@ -202,5 +283,21 @@ impl Shared {
             }
         }
         drop(guard);
+    }
+
+    /// The pause client `client` takes between two holds, as its tuning says (none by default).
+    pub(super) async fn think(&self, client: usize, rng: &mut StdRng) {
+        if let Some((lo, hi)) = self.setup.tuning(client).think {
+            let pause = rng.random_range(lo..=hi.max(lo));
+            self.sleep_until(Instant::now() + pause).await;
+        }
+    }
+}
+
+/// The TTL an extend of `tuning`'s client asks for: drawn in its range, else its TTL.
+pub(super) fn extend_ttl(tuning: &super::setup::Tuning, rng: &mut StdRng) -> Duration {
+    match tuning.extend_ttl {
+        Some((lo, hi)) => rng.random_range(lo..=hi.max(lo)),
+        None => tuning.ttl,
     }
 }

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use futures::future::BoxFuture;
 use rand::rngs::StdRng;
@@ -14,6 +15,7 @@ use super::setup::Setup;
 use super::shared::Shared;
 use super::workload::Workload;
 use crate::mutex;
+use crate::Op;
 
 /// Attempts each client makes per round.
 pub(super) const ROUND_ATTEMPTS: u32 = 6;
@@ -66,7 +68,9 @@ impl SimultaneousStarts {
             return;
         };
         let (leader, r) = (m == 0, g % shared.setup.resources);
-        let rl = shared.redlock();
+        // An invalid configuration is recorded as a failed attempt in every round: the member
+        // still meets its group at the barrier, so that nobody waits there alone.
+        let rl = shared.redlock_of(client);
         let resource = Setup::resource(r);
         loop {
             // The leader decides for the whole group whether another round runs, so that nobody
@@ -79,8 +83,18 @@ impl SimultaneousStarts {
                 return;
             }
             let mut won_at = None;
+            let rl = match &rl {
+                Ok(rl) => rl,
+                Err(e) => {
+                    let now = Instant::now();
+                    shared
+                        .history
+                        .record(Op::acquire_failed(client, &resource, now, now, e));
+                    continue;
+                }
+            };
             for attempt in 1..=ROUND_ATTEMPTS {
-                if let Some(mut lock) = shared.acquire(&rl, client, &resource, true).await {
+                if let Some(mut lock) = shared.acquire(rl, client, &resource, true).await {
                     shared
                         .critical_section(client, r, &mut lock, &mut rng)
                         .await;
