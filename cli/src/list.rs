@@ -42,6 +42,10 @@ enough masters answered it to see every lock held on a quorum.";
 /// How many locks are looked at at once.
 const LOOKS_AT_ONCE: usize = 16;
 
+/// The longest resource name the table shows whole (quoted); longer ones are cut, marked with
+/// `...` and their length. `--json` shows every name whole.
+const MAX_NAME: usize = 200;
+
 /// Options of `quorumlock list`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ListArgs {
@@ -229,10 +233,7 @@ fn print_table(rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
         return out!("no locks");
     }
     // Quoted as `status` quotes them: a name with a newline or a tab stays on its row.
-    let names: Vec<String> = rows
-        .iter()
-        .map(|(s, _)| format!("{:?}", s.resource))
-        .collect();
+    let names: Vec<String> = rows.iter().map(|(s, _)| shown_name(&s.resource)).collect();
     let width = names
         .iter()
         .map(|n| n.chars().count())
@@ -254,6 +255,20 @@ fn print_table(rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
         out!("{name:<width$}  {state:<11}  {masters:<7}  {ttl:<10}  {holder}")?;
     }
     Ok(())
+}
+
+/// A resource's name as the table shows it: quoted as `status` quotes it, and cut after
+/// [`MAX_NAME`] characters, with its full length.
+fn shown_name(resource: &str) -> String {
+    let quoted = format!("{resource:?}");
+    match quoted.char_indices().nth(MAX_NAME) {
+        Some((cut, _)) => format!(
+            "{}... ({} characters)",
+            &quoted[..cut],
+            resource.chars().count()
+        ),
+        None => quoted,
+    }
 }
 
 fn print_json(rl: &Redlock, rows: &[(Inspection, Option<Holder>)]) -> std::io::Result<()> {
@@ -286,7 +301,16 @@ fn print_json(rl: &Redlock, rows: &[(Inspection, Option<Holder>)]) -> std::io::R
 
 #[cfg(test)]
 mod tests {
-    use super::{looks_like_reservation, looks_like_token};
+    use super::{looks_like_reservation, looks_like_token, shown_name, MAX_NAME};
+
+    #[test]
+    fn a_long_name_is_cut_for_the_table() {
+        assert_eq!(shown_name("job"), "\"job\"");
+        let long = "x".repeat(70_000);
+        let shown = shown_name(&long);
+        assert!(shown.ends_with("... (70000 characters)"), "{shown}");
+        assert!(shown.chars().count() < MAX_NAME + 30, "{shown}");
+    }
 
     #[test]
     fn only_token_shaped_values_count_as_locks() {

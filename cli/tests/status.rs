@@ -408,3 +408,40 @@ fn status_and_unlock_reach_the_master_a_sentinel_group_names() {
     let out = holder.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(76), "{}", text(&out));
 }
+
+#[test]
+fn list_cuts_a_very_long_name_for_its_table_and_json_keeps_it_whole() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let witness = Witness::new();
+    // Longer than a format width can be (65,535): the table once panicked on it.
+    let name = "n".repeat(70_000);
+    let started = witness.path("started");
+    let mut holder = exec(
+        &nodes,
+        &[&name],
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            started.display(),
+            witness.path("done").display()
+        ),
+    )
+    .spawn()
+    .unwrap();
+    assert!(wait_for_file(&started, Duration::from_secs(10)));
+    let table = quorumlock(&nodes).arg("list").output().unwrap();
+    let listed = quorumlock(&nodes)
+        .args(["list", "--json"])
+        .output()
+        .unwrap();
+    std::fs::write(witness.path("done"), "").unwrap();
+    assert!(holder.wait().unwrap().success());
+
+    assert_eq!(table.status.code(), Some(0), "{}", text(&table));
+    let shown = String::from_utf8_lossy(&table.stdout);
+    let row = shown.lines().nth(1).unwrap_or_default();
+    assert!(row.contains("... (70000 characters)"), "{row:.300}");
+    assert!(row.contains("held"), "{row:.300}");
+    assert!(row.chars().count() < 500, "{row:.300}");
+    assert_eq!(listed.status.code(), Some(0), "{}", text(&listed));
+    assert_eq!(json(&listed)[0]["resource"], name.as_str());
+}
