@@ -26,11 +26,23 @@
 //! keeps what still fails.
 //!
 //! Nothing here prints; `examples/explore.rs` prints the plan first, then the table.
+//!
+//! # Layout
+//!
+//! * `plan` — [`Plan`], what a run does, and its parts; drawn by `config` (the clients and
+//!   their tunings) and `schedule` (the faults), each from a random source of its own;
+//! * `bounds` — each fault judged against the README's bounds, and [`Guarantee::of`] a
+//!   violation;
+//! * `driver` — the fault driver that runs a schedule through the engine's `Ctl`;
+//! * `foreign` — rslock's workload;
+//! * this module — [`run`], [`Explored`] and its [`Verdict`], [`shrink`].
 
 mod bounds;
+mod config;
 mod driver;
 mod foreign;
 mod plan;
+mod schedule;
 
 pub use bounds::{judge, Guarantee, Judged};
 pub use plan::{Control, FaultKind, Options, Plan};
