@@ -13,6 +13,9 @@ use super::plan::{Control, GroupPlan, Primitive, Role, TTL_RANGE};
 pub(super) const GRACE_RANGE: (Duration, Duration) =
     (quorumlock::MIN_FENCE_GRACE, Duration::from_secs(8));
 
+/// rslock's drift factor (its `CLOCK_DRIFT_FACTOR`), which it does not let a user set.
+const RSLOCK_DRIFT_FACTOR: f64 = 0.01;
+
 /// Most clients in one run (the machine has two cores).
 pub(super) const MAX_CLIENTS: usize = 16;
 
@@ -72,8 +75,11 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
     }
     for _ in 0..theirs {
         let mut t = draw_tuning(rng, aof);
+        // What rslock has of its own: its drift factor, no fencing, no extends here.
+        t.drift_factor = RSLOCK_DRIFT_FACTOR;
         t.fencing = false;
         t.owner = None;
+        t.extend_chance = 0.0;
         clients.push((Role::Rslock, t));
     }
     match control {

@@ -577,6 +577,18 @@ fn describe(role: Role, t: &Tuning) -> String {
         Some((lo, hi)) => format!(", thinks {}–{}", secs(lo), secs(hi)),
         None => String::new(),
     };
+    if role == Role::Rslock {
+        // rslock has no node timeout, line, fencing or extend here.
+        return format!(
+            "{what:<22} TTL {}, retry {}×{} ms, drift {:.3}, holds ≤{} ms (long {:.0}%){think}",
+            secs(t.ttl),
+            t.retry_count.max(1),
+            t.retry_delay.as_millis(),
+            t.drift_factor,
+            t.critical_section.as_millis(),
+            t.long_hold_chance * 100.0
+        );
+    }
     format!(
         "{what:<22} TTL {}{grace}{extend}, node timeout {} ms, retry {}×{}±{} ms, drift {:.3}, \
          waits ≤{}, holds ≤{} ms (long {:.0}%){think}",
