@@ -61,22 +61,28 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap()
 }
 
-/// The README's `ACL SETUSER quorumlock ...` lines, in order, with the password filled in.
+/// The ACL the guide gives the `quorumlock` command (docs/voters.md): its rule for every
+/// primitive (the last `ACL SETUSER quorumlock reset ...` line), then `+scan` for `list`, with
+/// the password filled in.
 fn readme_acl() -> Vec<Vec<String>> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let rules: Vec<Vec<String>> = readme
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/voters.md")).unwrap();
+    let rule = |l: &str| -> Vec<String> {
+        l.split_whitespace()
+            .skip(2)
+            .map(|w| w.replace("PASSWORD", PASSWORD))
+            .collect()
+    };
+    let every = guide
         .lines()
-        .filter(|l| l.starts_with("ACL SETUSER quorumlock "))
-        .map(|l| {
-            l.split_whitespace()
-                .skip(2)
-                .map(|w| w.replace("PASSWORD", PASSWORD))
-                .collect()
-        })
-        .collect();
-    assert!(!rules.is_empty(), "the README shows no ACL rule");
-    rules
+        .filter(|l| l.starts_with("ACL SETUSER quorumlock reset "))
+        .last()
+        .expect("the guide shows no ACL rule");
+    let scan = guide
+        .lines()
+        .find(|l| l.trim() == "ACL SETUSER quorumlock +scan")
+        .expect("the guide shows no +scan rule for list");
+    vec![rule(every), rule(scan)]
 }
 
 /// Gives every master the user `quorumlock` with `rules` (each an `ACL SETUSER` after the
