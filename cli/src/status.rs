@@ -165,28 +165,23 @@ async fn look(
     masters: &[Master],
     resource: &str,
 ) -> anyhow::Result<(Inspection, Option<Holder>, Option<Leader>)> {
-    let status = rl.inspect(resource).await?;
+    // The leader is read beside the look, not after it: each waits for the slowest master
+    // (up to the node timeout), once.
+    let (status, leader) = futures::join!(rl.inspect(resource), rl.leader(resource));
+    let status = status?;
     // A key handed over to a waiter has no holder yet: the last one deleted its description
     // before its release.
-    let held = matches!(status.verdict, Verdict::Held { .. } | Verdict::Split);
-    let holder = async {
-        match held {
-            true => holder::read(masters, &nodes.key(resource)).await,
-            false => None,
-        }
+    let holder = match matches!(status.verdict, Verdict::Held { .. } | Verdict::Split) {
+        true => holder::read(masters, &nodes.key(resource)).await,
+        false => None,
     };
-    let leader = async {
-        match &status.verdict {
-            Verdict::Held { fingerprint, .. } => rl
-                .leader(resource)
-                .await
-                .ok()
-                .flatten()
-                .filter(|l| l.fingerprint == *fingerprint),
-            _ => None,
-        }
+    let leader = match &status.verdict {
+        Verdict::Held { fingerprint, .. } => leader
+            .ok()
+            .flatten()
+            .filter(|l| l.fingerprint == *fingerprint),
+        _ => None,
     };
-    let (holder, leader) = futures::join!(holder, leader);
     Ok((status, holder, leader))
 }
 

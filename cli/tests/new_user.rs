@@ -75,8 +75,7 @@ fn readme_acl() -> Vec<Vec<String>> {
     };
     let every = guide
         .lines()
-        .filter(|l| l.starts_with("ACL SETUSER quorumlock reset "))
-        .last()
+        .rfind(|l| l.starts_with("ACL SETUSER quorumlock reset "))
         .expect("the guide shows no ACL rule");
     let scan = guide
         .lines()
