@@ -38,6 +38,7 @@ pub(super) fn uniform(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration 
 
 /// The groups of clients: always the mutex group, the other primitives now and then.
 pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>) -> Vec<GroupPlan> {
+    let fleet = Fleet::draw(rng, aof);
     let mut groups = Vec::new();
 
     // Plain locks: quorumlock's mutex (fenced, under owner ids), and rslock's.
@@ -62,7 +63,7 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
     };
     let mut clients = Vec::new();
     for c in 0..ours {
-        let mut t = draw_tuning(rng, aof);
+        let mut t = draw_tuning(rng, &fleet);
         match rng.random_range(0..3) {
             0 => t.fencing = false,
             1 => t.fencing = true,
@@ -74,7 +75,7 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
         clients.push((Role::Mutex, t));
     }
     for _ in 0..theirs {
-        let mut t = draw_tuning(rng, aof);
+        let mut t = draw_tuning(rng, &fleet);
         // What rslock has of its own: its drift factor, no fencing, no extends here.
         t.drift_factor = RSLOCK_DRIFT_FACTOR;
         t.fencing = false;
@@ -120,7 +121,7 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
         let n = rng.random_range(permits as usize + 1..=permits as usize + 3);
         if total + n <= MAX_CLIENTS {
             let clients = (0..n)
-                .map(|_| (Role::Semaphore, draw_tuning(rng, aof)))
+                .map(|_| (Role::Semaphore, draw_tuning(rng, &fleet)))
                 .collect();
             total += n;
             groups.push(GroupPlan {
@@ -134,7 +135,7 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
         let n = rng.random_range(3..=5);
         if total + n <= MAX_CLIENTS {
             let clients = (0..n)
-                .map(|_| (Role::RwLock, draw_tuning(rng, aof)))
+                .map(|_| (Role::RwLock, draw_tuning(rng, &fleet)))
                 .collect();
             total += n;
             groups.push(GroupPlan {
@@ -149,12 +150,12 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
         if total + n < MAX_CLIENTS {
             let mut clients: Vec<(Role, Tuning)> = (0..n)
                 .map(|_| {
-                    let mut t = draw_tuning(rng, aof);
+                    let mut t = draw_tuning(rng, &fleet);
                     t.fencing = true;
                     (Role::Candidate, t)
                 })
                 .collect();
-            let mut observer = draw_tuning(rng, aof);
+            let mut observer = draw_tuning(rng, &fleet);
             observer.fencing = false;
             clients.push((Role::Observer, observer));
             groups.push(GroupPlan {
@@ -167,8 +168,44 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
     groups
 }
 
+/// What a plan's clients have in common, when they do: a fleet shares its configuration more
+/// often than not, and some fleets are busy while others take a lock now and then.
+struct Fleet {
+    aof: bool,
+    /// One fencing grace for every client (`Some(None)`: the library's default).
+    grace: Option<Option<Duration>>,
+    /// Every client pauses between holds (a fleet that locks now and then: names fall idle).
+    sparse: bool,
+}
+
+impl Fleet {
+    fn draw(rng: &mut StdRng, aof: bool) -> Fleet {
+        let grace = rng.random_bool(0.5).then(|| draw_grace(rng, aof));
+        Fleet {
+            aof,
+            grace,
+            sparse: rng.random_bool(0.35),
+        }
+    }
+}
+
+/// A fencing grace: the least (1 s) often, the library's default (1 h) now and then over
+/// masters that keep their counters (`None`), else 1–8 s.
+fn draw_grace(rng: &mut StdRng, aof: bool) -> Option<Duration> {
+    if rng.random_bool(0.45) {
+        Some(GRACE_RANGE.0)
+    } else if aof && rng.random_bool(0.15) {
+        // The library's default (an hour): masters that keep their counters need no other.
+        None
+    } else {
+        let ms = rng.random_range(10..=GRACE_RANGE.1.as_millis() as u64 / 100) * 100;
+        Some(Duration::from_millis(ms))
+    }
+}
+
 /// One client's settings.
-fn draw_tuning(rng: &mut StdRng, aof: bool) -> Tuning {
+fn draw_tuning(rng: &mut StdRng, fleet: &Fleet) -> Tuning {
+    let aof = fleet.aof;
     let ttl = log_uniform(rng, TTL_RANGE.0, TTL_RANGE.1);
     let node_timeout = log_uniform(
         rng,
@@ -182,15 +219,8 @@ fn draw_tuning(rng: &mut StdRng, aof: bool) -> Tuning {
     } else {
         (rng.random_range(0.001..0.05f64) * 1e4).round() / 1e4
     };
-    let fence_grace = if rng.random_bool(0.45) {
-        Some(GRACE_RANGE.0)
-    } else if aof && rng.random_bool(0.15) {
-        // The library's default (an hour): masters that keep their counters need no other.
-        None
-    } else {
-        let ms = rng.random_range(10..=GRACE_RANGE.1.as_millis() as u64 / 100) * 100;
-        Some(Duration::from_millis(ms))
-    };
+    let fence_grace = draw_grace(rng, aof);
+    let fence_grace = fleet.grace.unwrap_or(fence_grace);
     let drift = ttl.mul_f64(drift_factor) + Duration::from_millis(2);
     let extend_chance = if rng.random_bool(0.3) {
         0.0
@@ -207,8 +237,8 @@ fn draw_tuning(rng: &mut StdRng, aof: bool) -> Tuning {
         rng.random_range(0.05..0.5)
     };
     let think = match rng.random_range(0..20) {
-        0..=6 => None,
-        7..=12 => Some((Duration::ZERO, Duration::from_millis(50))),
+        0..=6 if !fleet.sparse => None,
+        7..=12 if !fleet.sparse => Some((Duration::ZERO, Duration::from_millis(50))),
         _ => {
             let lo = uniform(rng, Duration::from_millis(200), Duration::from_secs(1));
             Some((

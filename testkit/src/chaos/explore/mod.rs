@@ -474,7 +474,8 @@ pub struct Shrunk {
 /// the rest of its schedule unchanged), keeping each removal after which `fails` still holds,
 /// and returns the smallest set of kinds that still failed. `progress` sees every step as it
 /// ends. Timing on a real machine is not seeded: a re-run follows the same schedule, not the
-/// same interleaving, so a kind kept may be one whose removal only happened to pass.
+/// same interleaving, so a removal that passes is tried twice before its kind is kept, and a
+/// kind kept may still be one whose removal only happened to pass.
 ///
 /// # Errors
 ///
@@ -509,8 +510,13 @@ where
     for kind in &kinds {
         let mut trial = removed.clone();
         trial.insert(*kind);
-        let explored = run(plan.without(&trial)).await?;
-        let still_fails = fails(&explored);
+        let mut explored = run(plan.without(&trial)).await?;
+        let mut still_fails = fails(&explored);
+        if !still_fails {
+            // Once more before the kind is kept: a pass may be the interleaving's luck.
+            explored = run(plan.without(&trial)).await?;
+            still_fails = fails(&explored);
+        }
         if still_fails {
             removed = trial.clone();
         }

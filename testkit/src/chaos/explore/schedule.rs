@@ -85,20 +85,21 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
         .collect();
     kinds.extend(
         [
-            FaultKind::Skew,
-            FaultKind::Bump,
-            FaultKind::Strobe,
-            FaultKind::Rate,
+            (FaultKind::Skew, 0.55),
+            (FaultKind::Bump, 0.45),
+            (FaultKind::Strobe, 0.45),
+            (FaultKind::Rate, 0.45),
         ]
         .into_iter()
-        .filter(|_| rng.random_bool(0.45)),
+        .filter(|(_, p)| rng.random_bool(*p))
+        .map(|(kind, _)| kind),
     );
 
     let mut faults = Vec::new();
     // A master restarted empty is down for a TTL or more: one at a time.
     let mut empty_until = Duration::ZERO;
     if kinds.contains(&FaultKind::Skew) {
-        if rng.random_bool(0.5) {
+        if rng.random_bool(0.6) {
             // One master ahead of the others.
             let m = rng.random_range(0..n);
             room.offsets[m] = (rng.random_range(0.3..1.0) * apart).floor();
