@@ -68,7 +68,11 @@ fn blocks() -> Vec<Block> {
     let mut blocks = Vec::new();
     for page in pages() {
         let text = std::fs::read_to_string(&page).unwrap();
-        let name = page.strip_prefix(repo()).unwrap_or(&page).display().to_string();
+        let name = page
+            .strip_prefix(repo())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
         let mut lines = text.lines().enumerate();
         while let Some((n, line)) = lines.next() {
             if !matches!(line.trim(), "```sh" | "```bash" | "```shell") {
@@ -126,7 +130,9 @@ fn workdir() -> tempfile::TempDir {
 /// Runs `script` with bash in `dir`, the masters `nodes`, the built `quorumlock` first on the
 /// PATH; panics with its output unless it exits 0.
 fn run(script: &str, dir: &Path, nodes: &str, what: &str) {
-    let bin = Path::new(env!("CARGO_BIN_EXE_quorumlock")).parent().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .parent()
+        .unwrap();
     let path = format!(
         "{}:{}:{}",
         bin.display(),
@@ -222,15 +228,26 @@ fn every_shell_command_of_the_readme_and_the_guide_runs() {
             ran += run_commands(block, &nodes.urls().join(","));
         }
     }
-    println!("ran {ran} commands of {} shell blocks; not run:", blocks.len());
+    println!(
+        "ran {ran} commands of {} shell blocks; not run:",
+        blocks.len()
+    );
     for line in &unrun {
         println!("  {line}");
     }
     assert!(ran >= 15, "only {ran} commands ran");
     // Each page with shell blocks contributes: a page whose commands all went unrun would mean
     // the parser lost them.
-    for page in ["README.md", "docs/cli.md", "docs/durable-votes.md", "docs/voters.md"] {
-        assert!(blocks.iter().any(|b| b.page == page), "no shell block in {page}");
+    for page in [
+        "README.md",
+        "docs/cli.md",
+        "docs/durable-votes.md",
+        "docs/voters.md",
+    ] {
+        assert!(
+            blocks.iter().any(|b| b.page == page),
+            "no shell block in {page}"
+        );
     }
 }
 
@@ -239,9 +256,10 @@ fn every_shell_command_of_the_readme_and_the_guide_runs() {
 fn masters_without_docker(block: &Block) -> usize {
     let dir = workdir();
     let ports: Vec<u16> = (0..5).map(|_| free_port()).collect();
-    let mut script = block
-        .text
-        .replace("/tmp/quorumlock/", &format!("{}/masters/", dir.path().display()));
+    let mut script = block.text.replace(
+        "/tmp/quorumlock/",
+        &format!("{}/masters/", dir.path().display()),
+    );
     for (i, port) in ports.iter().enumerate() {
         script = script.replace(&format!("700{}", i + 1), &port.to_string());
     }
@@ -253,7 +271,12 @@ fn masters_without_docker(block: &Block) -> usize {
         "{script}\nsleep 0.5\nquorumlock status masters-without-docker; code=$?\n{}\nexit $code",
         shutdown.join("\n")
     );
-    run(&script, dir.path(), "", &format!("{}:{}", block.page, block.line));
+    run(
+        &script,
+        dir.path(),
+        "",
+        &format!("{}:{}", block.page, block.line),
+    );
     1
 }
 
