@@ -33,7 +33,9 @@ A lock shows up when at least one master has its key or a live reader: `held` on
 it on a quorum for the first waiter in line, which is about to take it; `split` when no token is
 on a quorum and fewer than a quorum are free; `leftover` when a minority still has a key (of a
 failed attempt or an expiring lease), which expires at its TTL. A semaphore's permits are the
-locks <resource>:permit:<i>. Resource names are quoted, as `status` shows them.
+locks <resource>:permit:<i>. Resource names are quoted, as `status` shows them. A key that looks
+like a lock's but is no lock of this key layout (a leftover of an older one, such as `{orders:42}`)
+is skipped with a warning naming it.
 
 Listing needs SCAN on the masters (`+scan` in a least-privilege ACL); on a Redis Cluster voter
 (redis+cluster://) every primary is scanned. It fails, rather than show too little, unless
@@ -121,24 +123,44 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
         .map(|resource| {
             let (rl, masters, nodes) = (&rl, &masters, &args.nodes);
             async move {
-                let status = rl.inspect(&resource).await?;
+                let status = match rl.inspect(&resource).await {
+                    Ok(status) => status,
+                    // A key this layout refuses as a lock's (a leftover of an older layout,
+                    // another client's): skipped, not a reason to show nothing.
+                    Err(e @ quorumlock::Error::InvalidResource { .. }) => {
+                        return Ok(Look::Refused(nodes.key(&resource), e));
+                    }
+                    Err(e) => return Err(e),
+                };
                 let holder = if matches!(status.verdict, Verdict::Held { .. } | Verdict::Split) {
                     holder::read(masters, &nodes.key(&resource)).await
                 } else {
                     None
                 };
-                Ok::<_, quorumlock::Error>((status, holder))
+                Ok::<_, quorumlock::Error>(Look::Lock(status, holder))
             }
         })
         .buffered(LOOKS_AT_ONCE)
         .collect::<Vec<_>>()
         .await;
     let mut rows = Vec::new();
+    let mut refused = Vec::new();
     for look in looks {
-        let (status, holder) = look?;
-        // Readers' sets whose holds all ended, kept until their key expires.
-        if status.nodes.iter().any(|n| n.exists() || n.readers > 0) {
-            rows.push((status, holder));
+        match look? {
+            // Readers' sets whose holds all ended, kept until their key expires.
+            Look::Lock(status, holder)
+                if status.nodes.iter().any(|n| n.exists() || n.readers > 0) =>
+            {
+                rows.push((status, holder));
+            }
+            Look::Lock(..) => {}
+            Look::Refused(key, why) => {
+                tracing::warn!(
+                    "skipped the key {key:?}: it looks like a lock's, but is no lock of this \
+                     key layout ({why}); a leftover of an older layout or another client's key"
+                );
+                refused.push(key);
+            }
         }
     }
     if args.json {
@@ -147,6 +169,14 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<ExitCode> {
         print_table(&rows)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a look at one resource found.
+enum Look {
+    /// Its lock, and its holder's description if it is held.
+    Lock(Inspection, Option<Holder>),
+    /// Its key, which the library refuses as a lock's key, and why.
+    Refused(String, quorumlock::Error),
 }
 
 /// The lock keys on `master` that start with `start`: keys that are no lock's companion (see
