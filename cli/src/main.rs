@@ -33,6 +33,7 @@ mod nodes;
 mod output;
 mod setup;
 mod status;
+mod tls;
 mod unlock;
 
 use std::process::ExitCode;

@@ -4,10 +4,13 @@
 //!
 //! A voter is reached the way the library reaches it: a standalone master directly
 //! (`redis://`, `rediss://`, `unix://`); the master a Sentinel group names, asked of the
-//! Sentinels on every connection (`redis+sentinel://`); a Redis Cluster through a cluster
+//! Sentinels on every connection (`redis+sentinel://`, logged in to the Sentinels with the
+//! URL's `sentinel_username` and `sentinel_password`); a Redis Cluster through a cluster
 //! connection, which routes each key to the primary of its slot (`redis+cluster://`). Every key
 //! of one resource shares one hash tag, so one request per key is enough on a cluster too;
-//! only a listing ([`scan`]) asks every primary.
+//! only a listing ([`scan`]) asks every primary. Over TLS (`rediss://`, `rediss+cluster://`,
+//! `rediss+sentinel://`), every server is reached with the certificates of `--cacert`, `--cert`
+//! and `--key`, as the library reaches it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,12 +20,12 @@ use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
-use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{
-    Client, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisConnectionInfo,
-};
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use redis::{Client, Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisConnectionInfo};
 use redis::{RedisFuture, Value};
 use tokio::sync::OnceCell;
+
+use crate::tls::TlsArgs;
 
 /// How long one plain request to one master may take.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
@@ -49,9 +52,14 @@ enum Reach {
     Cluster(Box<ClusterClient>),
     /// The master a Sentinel group monitors under `master`.
     Sentinel {
-        sentinels: Vec<ConnectionInfo>,
+        sentinels: Vec<ConnectionAddr>,
         master: String,
+        /// The master's login.
         login: RedisConnectionInfo,
+        /// The Sentinels' own login: a username and a password.
+        sentinel_login: (Option<String>, Option<String>),
+        /// The certificates, for a group reached over TLS (`rediss+sentinel://`).
+        tls: Option<TlsArgs>,
     },
 }
 
@@ -66,11 +74,11 @@ impl fmt::Debug for Master {
 
 impl Master {
     /// `node` is the voter as the library names it (`host:port` for a master), `url` how to
-    /// reach it (a URL the library accepted).
-    pub(crate) fn new(node: &str, url: &str) -> Self {
+    /// reach it (a URL the library accepted), `tls` the certificates of TLS voters.
+    pub(crate) fn new(node: &str, url: &str, tls: &TlsArgs) -> Self {
         Master {
             node: node.to_owned(),
-            reach: Arc::new(Reach::parse(url)),
+            reach: Arc::new(Reach::parse(url, tls)),
             conn: Arc::default(),
         }
     }
@@ -130,10 +138,29 @@ impl Master {
                 }
                 client.get_connection_info().clone().set_addr(addr)
             }
-            Ok(Reach::Sentinel { login, .. }) => ConnectionAddr::Tcp(host.to_owned(), port)
-                .into_connection_info()
-                .map_err(|e| one_line(&e))?
-                .set_redis_settings(login.clone()),
+            Ok(Reach::Sentinel { login, tls, .. }) => {
+                let addr = match tls {
+                    Some(_) => ConnectionAddr::TcpTls {
+                        host: host.to_owned(),
+                        port,
+                        insecure: false,
+                        tls_params: None,
+                    },
+                    None => ConnectionAddr::Tcp(host.to_owned(), port),
+                };
+                let info = addr
+                    .into_connection_info()
+                    .map_err(|e| one_line(&e))?
+                    .set_redis_settings(login.clone());
+                match tls {
+                    #[cfg(feature = "tls")]
+                    Some(tls) => Client::build_with_tls(info, tls.certificates())
+                        .map_err(|e| one_line(&e))?
+                        .get_connection_info()
+                        .clone(),
+                    _ => info,
+                }
+            }
             _ => return Err("not a standalone master".to_owned()),
         };
         let client = Client::open(info).map_err(|e| one_line(&e))?;
@@ -147,14 +174,17 @@ impl Master {
 }
 
 impl Reach {
-    fn parse(url: &str) -> Result<Reach, String> {
+    fn parse(url: &str, tls: &TlsArgs) -> Result<Reach, String> {
         let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-        match scheme.to_ascii_lowercase().as_str() {
-            "redis+cluster" => {
-                let (login, hosts, _) = split(rest)?;
+        let scheme = scheme.to_ascii_lowercase();
+        let secure = scheme.starts_with("rediss");
+        let seed_scheme = if secure { "rediss" } else { "redis" };
+        match scheme.as_str() {
+            "redis+cluster" | "rediss+cluster" => {
+                let (login, hosts, _, _) = split(rest)?;
                 let seeds = hosts
                     .iter()
-                    .map(|host| format!("redis://{login}{host}").into_connection_info())
+                    .map(|host| format!("{seed_scheme}://{login}{host}").into_connection_info())
                     .collect::<redis::RedisResult<Vec<_>>>()
                     .map_err(|e| one_line(&e))?;
                 let mut builder = ClusterClientBuilder::new(seeds.clone())
@@ -170,13 +200,28 @@ impl Reach {
                         builder = builder.password(password);
                     }
                 }
+                #[cfg(feature = "tls")]
+                if secure {
+                    builder = builder.certs(tls.certificates());
+                }
                 builder
                     .build()
                     .map(|client| Reach::Cluster(Box::new(client)))
                     .map_err(|e| one_line(&e))
             }
-            "redis+sentinel" | "redis-sentinel" => {
-                let (login, hosts, path) = split(rest)?;
+            "redis+sentinel" | "redis-sentinel" | "rediss+sentinel" | "rediss-sentinel" => {
+                let (login, hosts, path, query) = split(rest)?;
+                let mut sentinel_login = (None, None);
+                for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+                    let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                    let value = percent_decode(value)
+                        .ok_or_else(|| format!("{name}: not valid percent-encoded UTF-8"))?;
+                    match name {
+                        "sentinel_username" => sentinel_login.0 = Some(value),
+                        "sentinel_password" => sentinel_login.1 = Some(value),
+                        other => return Err(format!("unknown query parameter {other:?}")),
+                    }
+                }
                 let mut parts = path.trim_matches('/').split('/');
                 let master = parts.next().unwrap_or_default().to_owned();
                 let db = parts.next().filter(|db| !db.is_empty());
@@ -187,7 +232,9 @@ impl Reach {
                             true => (*host).to_owned(),
                             false => format!("{host}:{SENTINEL_PORT}"),
                         };
-                        format!("redis://{host}").into_connection_info()
+                        format!("{seed_scheme}://{host}")
+                            .into_connection_info()
+                            .map(|info| info.addr().clone())
                     })
                     .collect::<redis::RedisResult<Vec<_>>>()
                     .map_err(|e| one_line(&e))?;
@@ -201,8 +248,14 @@ impl Reach {
                     sentinels,
                     master,
                     login,
+                    sentinel_login,
+                    tls: secure.then(|| tls.clone()),
                 })
             }
+            #[cfg(feature = "tls")]
+            "rediss" => Client::build_with_tls(url, tls.certificates())
+                .map(Reach::Direct)
+                .map_err(|e| one_line(&e)),
             _ => Client::open(url)
                 .map(Reach::Direct)
                 .map_err(|e| one_line(&e)),
@@ -220,12 +273,39 @@ impl Reach {
                 sentinels,
                 master,
                 login,
+                sentinel_login,
+                tls,
             } => {
-                let mut group = Sentinel::build(sentinels.clone())?;
-                let login =
-                    SentinelNodeConnectionInfo::default().set_redis_connection_info(login.clone());
+                let mut group = SentinelClientBuilder::new(
+                    sentinels.clone(),
+                    master,
+                    SentinelServerType::Master,
+                )?
+                .set_client_to_redis_db(login.db());
+                if let Some(user) = login.username() {
+                    group = group.set_client_to_redis_username(user);
+                }
+                if let Some(password) = login.password() {
+                    group = group.set_client_to_redis_password(password);
+                }
+                if let Some(user) = &sentinel_login.0 {
+                    group = group.set_client_to_sentinel_username(user);
+                }
+                if let Some(password) = &sentinel_login.1 {
+                    group = group.set_client_to_sentinel_password(password);
+                }
+                #[cfg(feature = "tls")]
+                if let Some(tls) = tls {
+                    group = group
+                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                        .set_client_to_redis_certificates(tls.certificates())
+                        .set_client_to_sentinel_certificates(tls.certificates());
+                }
+                #[cfg(not(feature = "tls"))]
+                let _ = tls;
                 group
-                    .async_master_for(master, Some(&login))
+                    .build()?
+                    .async_get_client()
                     .await?
                     .get_multiplexed_async_connection()
                     .await
@@ -235,15 +315,36 @@ impl Reach {
     }
 }
 
-/// Splits `[user:password@]host[:port][,host[:port]...][/path]` into the user-info part (with
-/// its `@`, or empty), the hosts, and the path: the spelling of `redis+cluster://` and
-/// `redis+sentinel://` URLs.
+/// `text` with its `%XX` escapes decoded; `None` when an escape is malformed or the result is
+/// not UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(decoded).ok()
+}
+
+/// Splits `[user:password@]host[:port][,host[:port]...][/path][?query]` into the user-info
+/// part (with its `@`, or empty), the hosts, the path and the query (without its `?`): the
+/// spelling of `redis+cluster://` and `redis+sentinel://` URLs.
 ///
 /// # Errors
 ///
 /// An empty host in the list.
-pub(crate) fn split(rest: &str) -> Result<(&str, Vec<&str>, &str), String> {
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+pub(crate) fn split(rest: &str) -> Result<(&str, Vec<&str>, &str, &str), String> {
+    let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let end = rest.find('/').unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
     let (login, hosts) = match authority.rfind('@') {
         Some(at) => authority.split_at(at + 1),
@@ -253,7 +354,7 @@ pub(crate) fn split(rest: &str) -> Result<(&str, Vec<&str>, &str), String> {
     if hosts.iter().any(|h| h.is_empty()) {
         return Err("an empty host in the list (host:port,host:port,...)".into());
     }
-    Ok((login, hosts, path))
+    Ok((login, hosts, path, query))
 }
 
 /// Whether `host` (`host[:port]`) names its port.

@@ -5,6 +5,7 @@ use quorumlock::{Durability, Redlock, RedlockBuilder};
 
 use crate::masters::Master;
 use crate::setup::{self, Voters};
+use crate::tls::TlsArgs;
 
 /// Where the masters are.
 #[derive(Debug, clap::Args)]
@@ -12,7 +13,9 @@ pub(crate) struct NodesArg {
     /// The independent voters, comma-separated, each in one of three spellings:
     /// `redis://[user:pass@]host:port[/db]` (a standalone master; `rediss://` for TLS),
     /// `redis+cluster://host:port[,host:port...]` (a Redis Cluster, one voter),
-    /// `redis+sentinel://host[:26379][,host...]/<master-name>[/db]` (a Sentinel-managed master).
+    /// `redis+sentinel://host[:26379][,host...]/<master-name>[/db]` (a Sentinel-managed master;
+    /// `?sentinel_username=U&sentinel_password=P` logs in to the Sentinels). Over TLS:
+    /// `rediss://`, `rediss+cluster://`, `rediss+sentinel://`, with --cacert, --cert and --key.
     #[arg(
         long,
         env = "QUORUMLOCK_NODES",
@@ -25,6 +28,8 @@ pub(crate) struct NodesArg {
     /// Prefix of every lock key (a resource's key is `<prefix><resource>`).
     #[arg(long, env = "QUORUMLOCK_KEY_PREFIX", default_value = "")]
     key_prefix: String,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 impl NodesArg {
@@ -49,14 +54,16 @@ impl NodesArg {
 
     /// A builder for these masters and key prefix.
     pub(crate) fn builder(&self) -> RedlockBuilder {
-        Redlock::builder(self.urls()).key_prefix(self.key_prefix.clone())
+        self.tls
+            .apply(Redlock::builder(self.urls()))
+            .key_prefix(self.key_prefix.clone())
     }
 
     /// Plain connections to the same masters, named as the client names them.
     pub(crate) fn masters(&self, rl: &Redlock) -> Vec<Master> {
         rl.nodes()
             .zip(self.urls())
-            .map(|(node, url)| Master::new(node, url))
+            .map(|(node, url)| Master::new(node, url, &self.tls))
             .collect()
     }
 
@@ -194,7 +201,7 @@ fn parse_url(text: &str) -> Result<String, String> {
                 redact(text)
             ));
         }
-        let (_, hosts, _) =
+        let (_, hosts, _, _) =
             crate::masters::split(rest).map_err(|e| format!("{}: {e}", redact(text)))?;
         for host in hosts {
             if let Some((_, port)) = host.rsplit_once(':').filter(|_| !host.ends_with(']')) {
@@ -244,17 +251,51 @@ fn parse_url(text: &str) -> Result<String, String> {
         .map_err(|e| format!("{shown}: {e}"))
 }
 
-/// The URL with any user and password replaced by `***`.
+/// The URL with any user and password replaced by `***`, and so is the value of a
+/// `sentinel_password` query parameter.
 fn redact(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
-        _ => url.to_owned(),
-    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let rest = match rest[..authority_end].rfind('@') {
+        Some(at) => format!("***{}", &rest[at..]),
+        None => rest.to_owned(),
+    };
+    let Some((before, query)) = rest.split_once('?') else {
+        return format!("{scheme}://{rest}");
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if name.eq_ignore_ascii_case("sentinel_password") => {
+                format!("{name}=***")
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{scheme}://{before}?{}", query.join("&"))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_list, parse_url, split_list};
+    use super::{parse_list, parse_url, redact, split_list};
+
+    #[test]
+    fn redact_hides_the_masters_and_the_sentinels_passwords() {
+        assert_eq!(redact("redis://:hunter2@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact("redis://h:1/0?x=@"), "redis://h:1/0?x=@");
+        assert_eq!(
+            redact("rediss+sentinel://:pw@h1,h2/m?sentinel_username=u&sentinel_password=hunter2"),
+            "rediss+sentinel://***@h1,h2/m?sentinel_username=u&sentinel_password=***"
+        );
+        assert_eq!(
+            redact("redis+sentinel://h/m?SENTINEL_PASSWORD=hunter2"),
+            "redis+sentinel://h/m?SENTINEL_PASSWORD=***"
+        );
+        let refused = parse_url("redis+sentinel://h1:0/m?sentinel_password=hunter2").unwrap_err();
+        assert!(!refused.contains("hunter2"), "{refused}");
+    }
 
     #[test]
     fn the_hosts_of_a_cluster_or_a_sentinel_group_stay_in_its_url() {

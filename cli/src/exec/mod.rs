@@ -60,6 +60,11 @@ Examples:
   # At most 4 exports at a time across every machine (a semaphore, like consul lock -n 4).
   quorumlock exec exports --permits 4 -w 10m -- ./export.sh
 
+  # Over TLS with a private CA and a client certificate (mutual TLS), on every voter; also
+  # QUORUMLOCK_CACERT, QUORUMLOCK_CERT and QUORUMLOCK_KEY.
+  quorumlock exec nightly-report --cacert ca.crt --cert client.crt --key client.key \\
+      --nodes rediss://a:6380,rediss+cluster://b:6380,c:6380,rediss://d:6380 -- ./report.sh
+
   # Many readers or one writer.
   quorumlock exec catalog --read -w 1m -- ./read-catalog.sh
   quorumlock exec catalog --write -w 1m -- ./rebuild-catalog.sh
