@@ -154,8 +154,9 @@ fn parse_list(text: &str) -> Result<String, String> {
 
 /// The schemes of a voter's URL, as every refusal of another one lists them.
 const SCHEMES: &str = "redis://host:port (a master; rediss:// for TLS), \
-    redis+cluster://host:port,... (a Redis Cluster), \
-    redis+sentinel://host,.../<master-name> (a Sentinel-managed master), unix:///path/to/socket";
+    redis+cluster://host:port,... (a Redis Cluster; rediss+cluster:// for TLS), \
+    redis+sentinel://host,.../<master-name> (a Sentinel-managed master; rediss+sentinel:// for \
+    TLS), unix:///path/to/socket";
 
 /// Whether `scheme` (without `://`) names a kind of voter the library reaches.
 fn is_known_scheme(scheme: &str) -> bool {
