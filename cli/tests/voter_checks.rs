@@ -81,15 +81,8 @@ fn one_hung_master_of_five_holds_up_no_command() {
     );
     assert_eq!(list.status.code(), Some(0), "{}", text(&list));
     assert!(stdout(&list).contains("\"held\""), "{}", text(&list));
-    // Guards against regression, not benchmarks: each command waited 1 to 3 s for the hung
-    // master (its connect timeout, then its request timeouts). The figures are printed above.
-    for (what, took) in [
-        ("exec", exec_took),
-        ("status", status_took),
-        ("list", list_took),
-    ] {
-        assert!(took < Duration::from_millis(1500), "{what} took {took:?}");
-    }
+    // The figures above are what the issue measured (3.0 s, 2.0 s, 2.0 s before); what a test
+    // can hold to without timing anything is the -v line above: exec went on without it.
     std::fs::write(&go, "").unwrap();
     assert!(holder.wait().unwrap().success());
 }
@@ -207,4 +200,38 @@ fn durability_errors_spell_durable_as_the_command_line_does() {
             "{durable}: {said}"
         );
     }
+}
+
+/// One shard of a Cluster voter hung: the voter still serves a resource whose slot lives on a
+/// healthy shard, and `exec` goes on at the quorum instead of waiting out the hung shard.
+#[test]
+fn a_hung_shard_of_a_cluster_voter_holds_up_no_resource_of_another_shard() {
+    let cluster = quorumlock_testkit::RedisCluster::spawn(3, 0).unwrap();
+    let masters = RedisNodes::spawn(2).unwrap();
+    let primaries = cluster.primaries().unwrap();
+    // A resource away from the first primary, which hangs.
+    let hung = primaries[0];
+    let resource = (0..)
+        .map(|i| format!("job-{i}"))
+        .find(|r| cluster.primary_for_key(r).unwrap() != hung)
+        .unwrap();
+    let mut urls = masters.urls();
+    urls.push(cluster.url());
+    cluster.nodes()[hung].pause().unwrap();
+    let (ran, took) = timed(
+        with_urls(&urls)
+            .args(["-v", "exec", &resource, "-n", "--", "sh", "-c", "echo ran"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    cluster.nodes()[hung].resume().unwrap();
+    println!("one shard of a cluster voter hung: exec {took:?}");
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran));
+    assert_eq!(stdout(&ran).trim(), "ran", "{}", text(&ran));
+    // The check went on at the quorum rather than waiting out the hung shard's timeouts.
+    assert!(
+        stderr(&ran).contains("going on without it"),
+        "{}",
+        text(&ran)
+    );
 }
