@@ -14,6 +14,7 @@
 //! cargo run --release --example explore -- --control jump      # every plan a clock-jump control
 //! cargo run --release --example explore -- --no-shrink --seconds 20
 //! cargo run --release --example explore -- --seed 0x1f2e3d4c --without pause,delay
+//! cargo run --release --example explore -- --seed 0x1f2e3d4c --plan-only  # the plan, no run
 //! ```
 //!
 //! The masters run `valkey-server` under libfaketime: `scripts/ensure-valkey-server.sh` and
@@ -36,6 +37,7 @@ struct Args {
     seed: Option<u64>,
     shrink: bool,
     until_failure: bool,
+    plan_only: bool,
     without: BTreeSet<FaultKind>,
     options: Options,
 }
@@ -54,6 +56,7 @@ fn parse() -> Result<Args, String> {
         seed: None,
         shrink: true,
         until_failure: false,
+        plan_only: false,
         without: BTreeSet::new(),
         options: Options::default(),
     };
@@ -98,6 +101,7 @@ fn parse() -> Result<Args, String> {
             "--no-controls" => args.options.controls = false,
             "--no-shrink" => args.shrink = false,
             "--until-failure" => args.until_failure = true,
+            "--plan-only" => args.plan_only = true,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -134,6 +138,10 @@ async fn main() -> ExitCode {
             began.elapsed().as_secs_f64()
         );
         print!("{plan}");
+        if args.plan_only {
+            println!("{}", plan.summary());
+            return ExitCode::SUCCESS;
+        }
         let explored = match explore::run(&plan, &server).await {
             Ok(explored) => explored,
             Err(e) => {
