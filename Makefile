@@ -73,7 +73,7 @@ bench: redis-server
 	$(CARGO) bench --bench cycle
 	$(CARGO) bench --bench compare
 	$(CARGO) bench --bench primitives
-	$(CARGO) bench --bench topology
+	$(CARGO) bench --bench topology --features tls
 	$(eval VALKEY := $(shell scripts/ensure-valkey-server.sh))
 	QUORUMLOCK_VALKEY_SERVER=$(VALKEY) $(CARGO) bench --bench durability
 

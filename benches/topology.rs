@@ -5,6 +5,13 @@
 //! |---|---|---|
 //! | A | 3 standalone masters (`redis://`) | 3 |
 //! | B | 3 Redis Clusters of 3 primaries, no replica (`redis+cluster://`) | 9 |
+//! | C | as B, on TLS only (`rediss+cluster://`), with the `tls` feature | 9 |
+//!
+//! C is what TLS costs a Cluster voter: its nodes have no plain port (`--port 0`), the cluster
+//! bus on TLS too (`--tls-cluster yes`), with a throw-away CA (`testkit::tls::TestCa`) the client
+//! trusts and no client certificate, the way managed cluster-mode services with encryption in
+//! transit run. The report compares C with B, within each run: cycles/s, and the client's and
+//! the servers' CPU per cycle. Without the `tls` feature the bench runs A and B alone.
 //!
 //! In both cases one `Redlock` over the three voters is shared by 64 workers (tokio tasks on a
 //! multi-threaded runtime), each cycling acquire (TTL 10 s) + release on a resource of its own,
@@ -32,14 +39,14 @@
 //! 2.0×, and 0.55× the cycles/s [0.68, 0.34, 0.55].
 //!
 //! ```text
-//! cargo bench --bench topology                            # the full run (about 40 s)
-//! QUORUMLOCK_BENCH_QUICK=1 cargo bench --bench topology   # a smoke run
+//! cargo bench --bench topology --features tls                            # the full run
+//! QUORUMLOCK_BENCH_QUICK=1 cargo bench --bench topology --features tls   # a smoke run
 //! ```
 //!
 //! Both topologies run side by side for the whole bench, on the `redis-server` the testkit finds
 //! (`QUORUMLOCK_REDIS_SERVER`, else `PATH`; the clusters are created with `redis-cli`). Runs are
-//! interleaved, A first in odd runs and B first in even ones. Figures are medians over runs; the
-//! ratios B/A are computed within each run, then their median taken. Before the runs, each
+//! interleaved, the first case of each run rotating (A B C, B C A, ...). Figures are medians over
+//! runs; the ratios (B/A, C/A, C/B) are computed within each run, then their median taken. Before the runs, each
 //! topology's servers are watched idle for one window: a cluster node's gossip and cron cost a
 //! little CPU of their own, which the per-cycle figures include.
 //!
@@ -59,6 +66,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{resource_key, Redlock};
 use quorumlock_testkit::figures::{group_digits, percentile};
+use quorumlock_testkit::tls::TestCa;
 use quorumlock_testkit::{RedisCluster, RedisServer};
 use redis::aio::MultiplexedConnection;
 
@@ -75,15 +83,22 @@ const WORKERS: usize = 64;
 enum Case {
     Standalone,
     Cluster,
+    TlsCluster,
 }
 
 impl Case {
-    const ALL: [Case; 2] = [Case::Standalone, Case::Cluster];
+    /// The cases this build runs: C needs the `tls` feature.
+    const ALL: &'static [Case] = if cfg!(feature = "tls") {
+        &[Case::Standalone, Case::Cluster, Case::TlsCluster]
+    } else {
+        &[Case::Standalone, Case::Cluster]
+    };
 
     fn letter(self) -> &'static str {
         match self {
             Case::Standalone => "A",
             Case::Cluster => "B",
+            Case::TlsCluster => "C",
         }
     }
 
@@ -91,6 +106,7 @@ impl Case {
         match self {
             Case::Standalone => format!("{VOTERS} standalone masters"),
             Case::Cluster => format!("{VOTERS} clusters of {PRIMARIES} primaries"),
+            Case::TlsCluster => format!("{VOTERS} TLS-only clusters of {PRIMARIES} primaries"),
         }
     }
 }
@@ -121,7 +137,7 @@ struct Server {
     /// "master", or "primary k" (k 1-based, in slot order) of a cluster.
     name: String,
     pid: u32,
-    /// `redis://127.0.0.1:PORT`, for `INFO stats`.
+    /// `redis://127.0.0.1:PORT` (a TLS-only node's Unix socket), for `INFO stats`.
     url: String,
     /// How many of the workers' resources it serves.
     resources: usize,
@@ -134,6 +150,9 @@ struct Topology {
     servers: Vec<Server>,
     masters: Vec<RedisServer>,
     clusters: Vec<RedisCluster>,
+    /// The CA whose certificates C's nodes present, which its client trusts.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    ca: Option<TestCa>,
 }
 
 impl Topology {
@@ -159,11 +178,21 @@ impl Topology {
                     servers,
                     masters,
                     clusters: Vec::new(),
+                    ca: None,
                 }
             }
-            Case::Cluster => {
+            Case::Cluster | Case::TlsCluster => {
+                let ca = (case == Case::TlsCluster).then(|| TestCa::generate().unwrap());
                 let clusters: Vec<RedisCluster> = (0..VOTERS)
-                    .map(|_| RedisCluster::spawn(PRIMARIES, 0).unwrap())
+                    .map(|_| {
+                        let mut builder = RedisCluster::builder()
+                            .primaries(PRIMARIES)
+                            .replicas_per_primary(0);
+                        if let Some(ca) = &ca {
+                            builder = builder.server(RedisServer::builder().tls(ca.server_tls()));
+                        }
+                        builder.spawn().unwrap()
+                    })
                     .collect();
                 let mut servers = Vec::new();
                 for (voter, cluster) in clusters.iter().enumerate() {
@@ -188,9 +217,23 @@ impl Topology {
                     servers,
                     masters: Vec::new(),
                     clusters,
+                    ca,
                 }
             }
         }
+    }
+
+    /// The client of this case, shared by its workers: C's trusts the CA.
+    fn client(&self) -> Redlock {
+        let builder = Redlock::builder(&self.urls);
+        #[cfg(feature = "tls")]
+        let builder = match &self.ca {
+            Some(ca) => {
+                builder.tls_root_certificate(ca.read(quorumlock_testkit::tls::CA_CERT).unwrap())
+            }
+            None => builder,
+        };
+        builder.build().unwrap()
     }
 
     fn pids(&self) -> Vec<u32> {
@@ -418,7 +461,7 @@ fn main() {
     let cfg = Config::from_env();
     let started = Instant::now();
     let load_before = loadavg();
-    let topologies: Vec<Topology> = Case::ALL.into_iter().map(Topology::spawn).collect();
+    let topologies: Vec<Topology> = Case::ALL.iter().map(|c| Topology::spawn(*c)).collect();
     let version = server_version(&topologies[0].masters[0]);
     for t in &topologies[1..] {
         let voters: Vec<String> = (0..VOTERS)
@@ -455,7 +498,7 @@ fn main() {
         .iter()
         .map(|t| {
             runtime.block_on(async {
-                let rl = Redlock::builder(&t.urls).build().unwrap();
+                let rl = t.client();
                 let health = rl.connect().await.unwrap();
                 assert!(health.unreachable.is_empty(), "{:?}", health.unreachable);
                 rl
@@ -521,6 +564,7 @@ fn main() {
     drop(topologies);
 
     let (a, b) = (&results[0], &results[1]);
+    let c = results.get(2);
     let mut out = String::new();
     let w = &mut out;
     writeln!(
@@ -541,23 +585,27 @@ fn main() {
     .unwrap();
     writeln!(
         w,
-        "Medians of {} interleaved run(s) (A first in odd runs, B in even ones), {} s windows after {} s warm-up; ratios B/A computed within each run (per-run values in brackets). One `Redlock` per case, shared by the {WORKERS} workers (tokio tasks on a multi-threaded runtime), each on its own resource (`r0`..`r{}`); TTL {TTL:?}, default settings otherwise. CPU from `/proc/<pid>/stat` (utime + stime, in 10 ms ticks) before and after each window; the client's is this whole process's. Idle, with no client: A's servers spend {:.1} ms of CPU per second, B's {:.1} ms.",
+        "Medians of {} interleaved run(s) (the first case rotating by run), {} s windows after {} s warm-up; ratios against A computed within each run (per-run values in brackets). One `Redlock` per case, shared by the {WORKERS} workers (tokio tasks on a multi-threaded runtime), each on its own resource (`r0`..`r{}`); TTL {TTL:?}, default settings otherwise. CPU from `/proc/<pid>/stat` (utime + stime, in 10 ms ticks) before and after each window; the client's is this whole process's. Idle, with no client, the servers spend (ms of CPU per second): {}.",
         cfg.runs,
         cfg.secs,
         cfg.warmup,
         WORKERS - 1,
-        idle[0],
-        idle[1],
+        Case::ALL
+            .iter()
+            .zip(&idle)
+            .map(|(case, ms)| format!("{} {ms:.1}", case.letter()))
+            .collect::<Vec<_>>()
+            .join(", "),
     )
     .unwrap();
     writeln!(w).unwrap();
-    writeln!(w, "| case | voters | redis-server processes | cycles/s | cycles/s B/A | acquire p50 | release p50 | server commands per cycle | server CPU per cycle | per voter | server CPU per cycle B/A | client CPU per cycle | errors |").unwrap();
+    writeln!(w, "| case | voters | redis-server processes | cycles/s | cycles/s vs A | acquire p50 | release p50 | server commands per cycle | server CPU per cycle | per voter | server CPU per cycle vs A | client CPU per cycle | errors |").unwrap();
     writeln!(
         w,
         "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|"
     )
     .unwrap();
-    for (c, case) in Case::ALL.into_iter().enumerate() {
+    for (c, &case) in Case::ALL.iter().enumerate() {
         let runs = &results[c];
         let of = |f: fn(&Measurement) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
         writeln!(
@@ -584,7 +632,7 @@ fn main() {
     writeln!(w).unwrap();
     writeln!(w, "| case | voter | server | resources | commands per cycle | commands per read | CPU per command | CPU per cycle | CPU per cycle vs a standalone master |").unwrap();
     writeln!(w, "|---|---:|---|---:|---:|---:|---:|---:|---|").unwrap();
-    for (c, case) in Case::ALL.into_iter().enumerate() {
+    for (c, &case) in Case::ALL.iter().enumerate() {
         let runs = &results[c];
         for (i, (voter, name, resources)) in servers[c].iter().enumerate() {
             let of = |f: fn(&Measurement, usize) -> f64| {
@@ -619,6 +667,21 @@ fn main() {
         ratios(b, a, Measurement::total_per_cycle),
     )
     .unwrap();
+    if let Some(c) = c {
+        writeln!(w).unwrap();
+        writeln!(
+            w,
+            "What TLS costs a Cluster voter, C against B within each run: cycles/s {}; client CPU per cycle {} ({} against {}); servers' CPU per cycle {} ({} against {}).",
+            ratios(c, b, Measurement::rate),
+            ratios(c, b, Measurement::client_per_cycle),
+            micros(median(&c.iter().map(Measurement::client_per_cycle).collect::<Vec<_>>())),
+            micros(median(&b.iter().map(Measurement::client_per_cycle).collect::<Vec<_>>())),
+            ratios(c, b, Measurement::total_per_cycle),
+            micros(median(&c.iter().map(Measurement::total_per_cycle).collect::<Vec<_>>())),
+            micros(median(&b.iter().map(Measurement::total_per_cycle).collect::<Vec<_>>())),
+        )
+        .unwrap();
+    }
     writeln!(w).unwrap();
     writeln!(w, "Each measurement, in the order taken (CPU and commands per cycle of each server in brackets, in the order of the table above; load average at its end):").unwrap();
     writeln!(w).unwrap();

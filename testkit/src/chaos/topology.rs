@@ -20,6 +20,10 @@
 //!
 //! After every fault a prober, a client of its own, asks for every resource once, as a
 //! newcomer would right after a failover.
+//!
+//! [`Scenario::run_over_tls`] runs the same scenarios on TLS-only servers (`rediss+cluster://`,
+//! `rediss+sentinel://`, `rediss://`), their cluster bus, replication and Sentinel links on TLS
+//! too, the way managed services with encryption in transit run them.
 
 use std::collections::HashMap;
 use std::io;
@@ -27,7 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorumlock::Redlock;
+use quorumlock::{Redlock, RedlockBuilder};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -36,6 +40,7 @@ use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::cluster::{key_slot, RedisClusterBuilder};
 use crate::failover::blocking;
 use crate::sentinel::SentinelGroupBuilder;
+use crate::server::{RedisServerBuilder, ServerTls};
 use crate::{History, Op, RedisCluster, RedisServer, Releasing, SentinelGroup};
 
 const VOTERS: usize = 3;
@@ -77,10 +82,16 @@ enum Voter {
 }
 
 impl Voter {
-    fn start(kind: Kind) -> io::Result<Voter> {
+    /// Starts a voter of `kind`; with `tls`, every server of it on TLS only.
+    fn start(kind: Kind, tls: Option<&ServerTls>) -> io::Result<Voter> {
+        let server = || match tls {
+            Some(tls) => RedisServerBuilder::new().tls(tls.clone().plain_port(false)),
+            None => RedisServerBuilder::new(),
+        };
         Ok(match kind {
             Kind::Cluster => Voter::Cluster(
                 RedisClusterBuilder::new()
+                    .server(server())
                     .primaries(3)
                     .replicas_per_primary(1)
                     .node_timeout(Duration::from_millis(1_000))
@@ -88,12 +99,13 @@ impl Voter {
             ),
             Kind::Sentinel => Voter::Sentinel(
                 SentinelGroupBuilder::new()
+                    .server(server())
                     .replicas(1)
                     .sentinels(3)
                     .down_after(Duration::from_millis(1_000))
                     .spawn()?,
             ),
-            Kind::Master => Voter::Master(RedisServer::spawn()?),
+            Kind::Master => Voter::Master(server().spawn()?),
         })
     }
 
@@ -123,8 +135,18 @@ impl Voter {
         match self {
             Voter::Cluster(c) => c.url(),
             Voter::Sentinel(g) => g.url(),
-            Voter::Master(m) => m.url(),
+            Voter::Master(m) => m.tls_url().unwrap_or_else(|| m.url()),
         }
+    }
+
+    /// Whether every server of this voter listens on TLS alone (no plain port).
+    fn tls_only(&self) -> bool {
+        let servers: Vec<&RedisServer> = match self {
+            Voter::Cluster(c) => c.nodes().iter().collect(),
+            Voter::Sentinel(g) => g.servers().iter().chain(g.sentinels()).collect(),
+            Voter::Master(m) => vec![m],
+        };
+        servers.iter().all(|s| s.tls_port() == Some(s.port()))
     }
 
     /// The fault this voter takes next, for the resource `resource` (in the negative control,
@@ -325,12 +347,83 @@ fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Re
     Ok(lost(&group[replica].url(), &fresh))
 }
 
+/// A run's TLS: how its servers are started, and what each client's builder is given (the CA,
+/// a client certificate) before it is built.
+struct Tls<'a> {
+    server: ServerTls,
+    client: &'a (dyn Fn(RedlockBuilder) -> RedlockBuilder + Sync),
+}
+
+impl Scenario {
+    /// Runs scenario 24, 25, 26 or 27 as [`chaos::run`](super::run) does, on TLS-only servers:
+    /// every node of its clusters and Sentinel groups, every Sentinel and the standalone master
+    /// is started with `server` and its plain port off, so that the cluster bus, replication and
+    /// the Sentinels' links run over TLS too, and the clients reach the voters through
+    /// `rediss+cluster://`, `rediss+sentinel://` and `rediss://`. Each client's builder goes
+    /// through `client` last, before it is built: give it the CA there (and a client
+    /// certificate, when `server` requires one), with quorumlock's `tls` feature, and any
+    /// setting of the scenario's (its node timeout, ...) to override. The fault steps reach the
+    /// servers through their Unix sockets. The run's checks include that every voter ran on
+    /// TLS only.
+    ///
+    /// ```no_run
+    /// # async fn f() -> std::io::Result<()> {
+    /// use quorumlock_testkit::chaos::{Length, Scenario};
+    /// use quorumlock_testkit::tls::{TestCa, CA_CERT};
+    ///
+    /// let ca = TestCa::generate()?;
+    /// let _root = ca.read(CA_CERT)?;
+    /// // With quorumlock's `tls` feature, the builder takes the CA:
+    /// // `&|builder| builder.tls_root_certificate(_root.clone())`.
+    /// let run = Scenario::MixedVoters
+    ///     .run_over_tls(Length::Short, 42, ca.server_tls(), &|builder| builder)
+    ///     .await?;
+    /// assert_eq!(run.violations, 0);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] for a scenario other than 24–27; else as
+    /// [`chaos::run`](super::run).
+    pub async fn run_over_tls(
+        self,
+        length: Length,
+        seed: u64,
+        server: ServerTls,
+        client: &(dyn Fn(RedlockBuilder) -> RedlockBuilder + Sync),
+    ) -> io::Result<ChaosRun> {
+        match self {
+            Scenario::ClusterVoters
+            | Scenario::SentinelVoters
+            | Scenario::MixedVoters
+            | Scenario::ClusterVotersOneWindow => {
+                run_on(self, length, seed, Some(Tls { server, client })).await
+            }
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("scenario {self} has no TLS version: only 24-27 have"),
+            )),
+        }
+    }
+}
+
 /// Runs scenario 24, 25, 26 or 27 (see the module docs) for `length` with `seed`.
 ///
 /// # Errors
 ///
 /// When a server cannot be started, or a fault step fails.
 pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Result<ChaosRun> {
+    run_on(scenario, length, seed, None).await
+}
+
+/// [`run`], on TLS-only servers with `tls`.
+async fn run_on(
+    scenario: Scenario,
+    length: Length,
+    seed: u64,
+    tls: Option<Tls<'_>>,
+) -> io::Result<ChaosRun> {
     let started = Instant::now();
     let kinds = match scenario {
         Scenario::SentinelVoters => [Kind::Sentinel; VOTERS],
@@ -339,9 +432,26 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     };
     let control = scenario == Scenario::ClusterVotersOneWindow;
     // Started one after another: on two cores, three clusters coming up at once time out.
-    let voters = blocking(move || kinds.iter().map(|k| Voter::start(*k)).collect()).await?;
+    let server_tls = tls.as_ref().map(|tls| tls.server.clone());
+    let voters = blocking(move || {
+        kinds
+            .iter()
+            .map(|k| Voter::start(*k, server_tls.as_ref()))
+            .collect()
+    })
+    .await?;
     let voters: Vec<Voter> = voters;
     let urls: Vec<String> = voters.iter().map(Voter::url).collect();
+    let tls_only = voters.iter().all(Voter::tls_only);
+    // Each client, given the run's TLS settings last when it has them.
+    let build = |builder: RedlockBuilder| {
+        match &tls {
+            Some(tls) => (tls.client)(builder),
+            None => builder,
+        }
+        .build()
+        .map_err(io::Error::other)
+    };
     let history = Arc::new(History::new());
     let shared = Arc::new(Shared::default());
     let holds = Holds {
@@ -362,14 +472,14 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
 
     let mut clients = Vec::new();
     for client in 0..CLIENTS {
-        let rl = Redlock::builder(urls.clone())
-            .node_timeout(NODE_TIMEOUT)
-            .connect_timeout(Duration::from_millis(500))
-            .retry_delay(Duration::from_millis(10))
-            .retry_jitter(Duration::from_millis(10))
-            .acquire_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(io::Error::other)?;
+        let rl = build(
+            Redlock::builder(urls.clone())
+                .node_timeout(NODE_TIMEOUT)
+                .connect_timeout(Duration::from_millis(500))
+                .retry_delay(Duration::from_millis(10))
+                .retry_jitter(Duration::from_millis(10))
+                .acquire_timeout(Duration::from_secs(5)),
+        )?;
         let rng = StdRng::seed_from_u64(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9));
         clients.push(tokio::spawn(contend(
             rl,
@@ -381,11 +491,11 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
         )));
     }
 
-    let prober = Redlock::builder(urls.clone())
-        .node_timeout(NODE_TIMEOUT)
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .map_err(io::Error::other)?;
+    let prober = build(
+        Redlock::builder(urls.clone())
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(Duration::from_millis(500)),
+    )?;
     let driver = tokio::spawn(strike(
         voters,
         prober,
@@ -416,7 +526,7 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
     let mut kinds_struck: Vec<&str> = log.iter().map(|f| f.kind).collect();
     kinds_struck.sort_unstable();
     kinds_struck.dedup();
-    let checks = vec![
+    let mut checks = vec![
         Check::new(
             "faults struck held resources",
             log.len() >= min_faults,
@@ -441,6 +551,13 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             kinds_struck.join("; "),
         ),
     ];
+    if tls.is_some() {
+        checks.push(Check::new(
+            "every server on TLS only, every client over TLS",
+            tls_only && urls.iter().all(|url| url.starts_with("rediss")),
+            urls.join(", "),
+        ));
+    }
     Ok(ChaosRun {
         scenario,
         seed,
