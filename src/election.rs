@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
@@ -140,35 +140,52 @@ impl Redlock {
     /// where it still holds the lock's token: only a marked key is reported by
     /// [`leader`](Redlock::leader).
     /// Returns once a quorum has marked it or every master has answered; the marks still in
-    /// flight then go on in the background. A mark that reaches no quorum (masters unreachable
+    /// flight then go on in the background, and a master whose grant had not landed yet is
+    /// marked again a few times. A mark that reaches no quorum (masters unreachable
     /// at that moment) costs nothing but visibility: the leader leads, unseen by `leader()`,
     /// and the holder's scripts accept its token in either form.
     async fn mark_elected(&self, key: &str, lock: &Lock) {
-        let (token, timeout) = (lock.token(), lock.lease.node_timeout);
-        let nodes = self.inner().nodes();
-        let mut marks: FuturesUnordered<_> = (0..nodes.len())
-            .map(|i| {
-                let (nodes, key, token) = (nodes.clone(), key.to_owned(), token.clone());
-                async move {
-                    let mut call = scripts::CONFIRM_LEADER.prepare_invoke();
-                    call.key(&key)
-                        .arg(token.expose())
-                        .arg(scripts::elected_channel(&key));
-                    nodes[i].invoke::<i64>(call, timeout).await
-                }
-            })
-            .collect();
-        let mut marked = 0;
-        while let Some(reply) = marks.next().await {
+        let (token, timeout) = (lock.token().clone(), lock.lease.node_timeout);
+        let nodes = self.inner().nodes().clone();
+        let count = nodes.len();
+        let key = key.to_owned();
+        let mark = move |i: usize, wait: Duration| {
+            let (nodes, key, token) = (nodes.clone(), key.clone(), token.clone());
+            async move {
+                tokio::time::sleep(wait).await;
+                let mut call = scripts::CONFIRM_LEADER.prepare_invoke();
+                call.key(&key)
+                    .arg(token.expose())
+                    .arg(scripts::elected_channel(&key));
+                (i, nodes[i].invoke::<i64>(call, timeout).await)
+            }
+        };
+        let mut marks: FuturesUnordered<_> = (0..count).map(|i| mark(i, Duration::ZERO)).collect();
+        let (mut marked, quorum) = (0, self.quorum());
+        while let Some((_, reply)) = marks.next().await {
             marked += usize::from(matches!(reply, Ok(1)));
-            if marked >= self.quorum() {
+            if marked >= quorum {
                 break;
             }
         }
-        if !marks.is_empty() {
-            crate::sync::spawn(async move { while marks.next().await.is_some() {} });
-        }
-        if marked < self.quorum() {
+        // The rest go on in the background. A master whose grant lands after its mark (the grant
+        // sent again once the master had to load the script) answers 0 at first: it is marked
+        // again a little later, a few times, while the term lasts. Marking only ever marks this
+        // token, so a mark that comes late marks nothing else.
+        let deadline = lock.deadline();
+        crate::sync::spawn(async move {
+            let mut tries = vec![0_u32; count];
+            while let Some((i, reply)) = marks.next().await {
+                let again = tries.get(i).copied().unwrap_or(MARK_TRIES);
+                if matches!(reply, Ok(0)) && again < MARK_TRIES && Instant::now() < deadline {
+                    if let Some(t) = tries.get_mut(i) {
+                        *t += 1;
+                    }
+                    marks.push(mark(i, MARK_AGAIN_AFTER * 2_u32.pow(again)));
+                }
+            }
+        });
+        if marked < quorum {
             tracing::debug!(marked, "elected, but the key is marked on no quorum yet");
         }
     }
@@ -316,6 +333,11 @@ impl Redlock {
 
 /// The longest an observer's first reading waits for its subscriptions, so that no change
 /// after that reading goes unannounced.
+/// How often a mark that found the key not yet granted (see `mark_elected`) is sent again,
+/// and after how long at first (doubling each time: 50, 100, 200, 400 ms).
+const MARK_TRIES: u32 = 4;
+const MARK_AGAIN_AFTER: Duration = Duration::from_millis(50);
+
 const FIRST_SUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
 /// Bound on one `SUBSCRIBE` round trip of an observer.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
