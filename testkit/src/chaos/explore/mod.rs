@@ -199,7 +199,7 @@ impl Explored {
     /// The header of the table [`row`](Explored::row) prints.
     pub fn header() -> String {
         format!(
-            "{:<20} {:<72} {:>6} {:<46} {:<16} {}",
+            "{:<20} {:<92} {:>6} {:<46} {:<16} {}",
             "seed", "configuration", "acq", "faults by kind", "violations", "verdict"
         )
     }
@@ -233,7 +233,7 @@ impl Explored {
             "beyond bounds"
         };
         format!(
-            "{:<20} {:<72} {:>6} {:<46} {:<16} {} ({bounds})",
+            "{:<20} {:<92} {:>6} {:<46} {:<16} {} ({bounds})",
             format!("{:#x}", self.seed),
             self.summary,
             self.acquisitions,
