@@ -296,6 +296,11 @@ async fn a_dead_owner_process_with_a_clock_ahead_never_deletes_its_successors_lo
         .acquire_as("shard:6", "worker-7", Duration::from_secs(10))
         .await
         .unwrap();
+    // (acquire returns at a quorum: the last master's grant may still be on its way, and a late
+    // attempt would then find the key free there, as any late SET NX would.)
+    let token = lock.token().expose().to_owned();
+    let everywhere = || holders(&nodes, "shard:6", &token) == 3;
+    assert!(eventually(Duration::from_secs(2), everywhere).await);
     let late = owner_value(now_us() - 60_000_000, "worker-7");
     for server in nodes.iter() {
         assert_eq!(
@@ -310,6 +315,9 @@ async fn a_dead_owner_process_with_a_clock_ahead_never_deletes_its_successors_lo
         .acquire_as("shard:7", "worker-7", Duration::from_secs(10))
         .await
         .unwrap();
+    let token = lock.token().expose().to_owned();
+    let everywhere = || holders(&nodes, "shard:7", &token) == 3;
+    assert!(eventually(Duration::from_secs(2), everywhere).await);
     let late = owner_value(now_us() + 60_000_000, "worker-7");
     let landed: Vec<(i64, i64)> = nodes
         .iter()
