@@ -184,7 +184,7 @@ impl Fleet {
         Fleet {
             aof,
             grace,
-            sparse: rng.random_bool(0.35),
+            sparse: rng.random_bool(0.45),
         }
     }
 }

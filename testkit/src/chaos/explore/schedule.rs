@@ -26,6 +26,21 @@ fn pick(rng: &mut StdRng, n: usize, k: usize) -> Vec<usize> {
     picked
 }
 
+/// `k` distinct masters of `n`, sorted; half of the time `favoured` among them, when there is
+/// one.
+fn pick_near(rng: &mut StdRng, n: usize, k: usize, favoured: Option<usize>) -> Vec<usize> {
+    let mut picked = pick(rng, n, k);
+    if let Some(f) = favoured.filter(|_| rng.random_bool(0.5)) {
+        if !picked.contains(&f) {
+            if let Some(slot) = picked.first_mut() {
+                *slot = f;
+            }
+            picked.sort_unstable();
+        }
+    }
+    picked
+}
+
 /// Where each master's clock may go, so that the plan stays within the bounds: apart by less
 /// than `SKEW_SHARE` of the least grace, stepping back by less than it, forward by no more
 /// than half the least drift allowance.
@@ -98,16 +113,25 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
     let mut faults = Vec::new();
     // A master restarted empty is down for a TTL or more: one at a time.
     let mut empty_until = Duration::ZERO;
+    // The master whose clock is furthest ahead: the other faults strike it more often, so
+    // that clock faults meet the faults that leave a master out of a quorum.
+    let mut favoured = None;
     if kinds.contains(&FaultKind::Skew) {
         if rng.random_bool(0.6) {
-            // One master ahead of the others.
+            // One master ahead of the others, half of the time just under the bound.
             let m = rng.random_range(0..n);
-            room.offsets[m] = (rng.random_range(0.3..1.0) * apart).floor();
+            let share = if rng.random_bool(0.5) {
+                rng.random_range(0.9..1.0)
+            } else {
+                rng.random_range(0.3..0.9)
+            };
+            room.offsets[m] = (share * apart).floor();
         } else {
             for offset in room.offsets.iter_mut() {
                 *offset = (rng.random_range(-0.5..0.5) * apart).round();
             }
         }
+        favoured = (0..n).max_by(|a, b| room.offsets[*a].total_cmp(&room.offsets[*b]));
         faults.push(Planned {
             at: Duration::ZERO,
             kind: FaultKind::Skew,
@@ -132,7 +156,7 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
             FaultKind::Kill => {
                 let k = rng.random_range(1..=minority.max(1));
                 Some(Action::Kill {
-                    masters: pick(rng, n, k),
+                    masters: pick_near(rng, n, k, favoured),
                     down: uniform(rng, Duration::from_millis(100), Duration::from_secs(3)),
                 })
             }
@@ -157,7 +181,7 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
             FaultKind::Pause => {
                 let k = rng.random_range(1..=minority.max(1));
                 Some(Action::Pause {
-                    masters: pick(rng, n, k),
+                    masters: pick_near(rng, n, k, favoured),
                     lasts: log_uniform(rng, Duration::from_millis(50), Duration::from_secs(2)),
                 })
             }
@@ -168,7 +192,7 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
                     rng.random_range(1..=minority.max(1))
                 };
                 Some(Action::Partition {
-                    masters: pick(rng, n, k),
+                    masters: pick_near(rng, n, k, favoured),
                     lasts: log_uniform(rng, Duration::from_millis(50), Duration::from_secs(3)),
                 })
             }
@@ -176,7 +200,7 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
                 let k = rng.random_range(1..=n);
                 let most = if rng.random_bool(0.7) { 20 } else { 400 };
                 Some(Action::Delay {
-                    masters: pick(rng, n, k),
+                    masters: pick_near(rng, n, k, favoured),
                     up: Duration::from_millis(rng.random_range(1..=most)),
                     down: Duration::from_millis(rng.random_range(1..=most)),
                     jitter: Duration::from_millis(rng.random_range(0..=most / 4)),
