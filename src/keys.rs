@@ -250,20 +250,34 @@ impl Keys {
                 fences_or_refusal(node, reply)
             }
             (_, Some((ticket, entry_lease))) => {
-                let mut call = scripts::ACQUIRE_QUEUED.prepare_invoke();
-                self.line_keys(&mut call);
-                if fenced.is_some() {
-                    self.fence_keys(&mut call);
+                // Under an owner id, a key holding another attempt of the owner is taken over
+                // as by a plain attempt: named by the master, then compared and swapped.
+                let mut expected: Vec<u8> = Vec::new();
+                for takeover in [false, true] {
+                    let mut call = scripts::ACQUIRE_QUEUED.prepare_invoke();
+                    self.line_keys(&mut call);
+                    if fenced.is_some() {
+                        self.fence_keys(&mut call);
+                    }
+                    call.arg(token)
+                        .arg(ttl_ms)
+                        .arg(self.len())
+                        .arg(&ticket.id)
+                        .arg(ticket.order)
+                        .arg(millis(entry_lease))
+                        .arg(fenced.unwrap_or(0));
+                    if let Keys::Owned { owner, .. } = self {
+                        call.arg(&**owner).arg(&expected[..]);
+                    }
+                    let reply: redis::Value = node.invoke_granting(call, timeout, is_grant).await?;
+                    match owned_value(&reply) {
+                        Some((_, value)) if !takeover => expected = value,
+                        // It changed hands between the two requests: held, as by anyone else.
+                        Some((now, _)) => return Ok(Acquired::Held(now)),
+                        None => return fences_or_refusal(node, reply),
+                    }
                 }
-                call.arg(token)
-                    .arg(ttl_ms)
-                    .arg(self.len())
-                    .arg(&ticket.id)
-                    .arg(ticket.order)
-                    .arg(millis(entry_lease))
-                    .arg(fenced.unwrap_or(0));
-                let reply: redis::Value = node.invoke_granting(call, timeout, is_grant).await?;
-                fences_or_refusal(node, reply)
+                Ok(Acquired::Held(None))
             }
         }
     }
@@ -638,6 +652,21 @@ fn plain_grant(grant: i64, fenced: Option<u64>) -> Acquired {
         Ok(0) => Acquired::Held(None),
         Ok(fence) if fenced.is_some() => Acquired::Granted(vec![fence]),
         Ok(_) => Acquired::Granted(Vec::new()),
+    }
+}
+
+/// The value a waiter's attempt under an owner id was refused for, with the master's time:
+/// another attempt of the same owner, `{-3, t, value}` (`lua/acquire_queued.lua`), which it may
+/// take over by naming it.
+fn owned_value(reply: &redis::Value) -> Option<(Option<u64>, Vec<u8>)> {
+    match reply {
+        redis::Value::Array(items) => match items.as_slice() {
+            [redis::Value::Int(-3), redis::Value::Int(now), redis::Value::BulkString(value)] => {
+                Some((u64::try_from(*now).ok(), value.clone()))
+            }
+            _ => None,
+        },
+        _ => None,
     }
 }
 

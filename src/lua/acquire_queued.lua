@@ -5,10 +5,13 @@
 -- master's time in ms at which the entry lapses), then (with fencing) their n fence counters.
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] n; ARGV[4] waiter id; ARGV[5] the waiter's order;
 -- ARGV[6] entry lease in ms; ARGV[7] how long a fence counter lasts after its last grant, in ms
--- (ignored without fencing). A waiter takes no key over, not even one of its owner id's: only a
--- plain attempt does, by compare-and-swap (acquire_owned.lua), so that a waiter's attempt that
--- runs late can never replace a later grant.
--- Returns, when refused, {-2, now} while another token holds a key, {-1, now} when refused only
+-- (ignored without fencing); ARGV[8] (under an owner id only, one key) the owner; ARGV[9] the value
+-- of an earlier attempt of the owner to take over, or '' for none. A key holding another attempt
+-- of the owner is taken over only when named exactly (compare-and-swap, as in acquire_owned.lua),
+-- so that a waiter's attempt that runs late never replaces a later grant; unnamed, it is refused
+-- with {-3, now, value}, and the client may name it in its next request.
+-- Returns, when refused, {-3, now, value} for a key of the owner's (see ARGV[9]), {-2, now} while
+-- another token holds a key, {-1, now} when refused only
 -- for the line (a key free or handed to another waiter), `now` being the master's time in ms
 -- (the entry is in place and renewed either way: the waiter learns when its entry lapses, in
 -- its own clock, to bound a lock handed to it, see wakeup/handed.rs); else the new fence
@@ -21,24 +24,32 @@ local n = tonumber(ARGV[3])
 local me = ARGV[4]
 local reserved = '~queued:' .. me
 local now = now_ms()
-local granted, held = true, false
+local owner, expected = ARGV[8], ARGV[9]
+local granted, held, yours = true, false, nil
 local mine = {}
 for i = 1, n do
   local key, line, leases = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
   drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
-  if value == reserved or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
+  if value == reserved or (value and expected and expected ~= '' and value == expected)
+      or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
     mine[#mine + 1] = i
   else
     granted = false
     held = held or (value and string.sub(value, 1, 8) ~= '~queued:')
+    if value and owned_by(value, owner) then
+      yours = value
+    end
   end
 end
 if not granted then
   local reserve = math.min(tonumber(ARGV[6]), tonumber(ARGV[2]))
   for _, i in ipairs(mine) do
     hand_over(KEYS[i], KEYS[n + i], KEYS[2 * n + i], reserve, now, nil, me)
+  end
+  if yours and n == 1 then
+    return {-3, now, yours}
   end
   if held then
     return {-2, now}
