@@ -19,7 +19,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use super::ran::Ran;
-use super::shared::{extend_ttl, Shared};
+use super::shared::{extend_ttl, long_hold_until, Shared};
 use super::workload::Workload;
 use super::Check;
 use crate::history::{peak_readers, readers_of, Access, ReadWriteWitness};
@@ -216,8 +216,7 @@ async fn section(
         extend(shared, client, access, lock, ttl).await;
     }
     if long {
-        let left = margin + margin / 2;
-        let until = lock.deadline().checked_sub(left).unwrap_or(lock.deadline());
+        let until = long_hold_until(lock.deadline(), margin, rng);
         shared.sleep_until(until).await;
     }
     if access == Access::Write && lock.remaining() > margin {

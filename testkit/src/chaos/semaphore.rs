@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use super::ran::Ran;
-use super::shared::{extend_ttl, Shared};
+use super::shared::{extend_ttl, long_hold_until, Shared};
 use super::workload::Workload;
 use super::Check;
 use crate::history::peak_holders;
@@ -234,11 +234,7 @@ impl Shared {
             let _ = self.extend_permit(client, permit, ttl).await;
         }
         if long {
-            let left = margin + margin / 2;
-            let until = permit
-                .deadline()
-                .checked_sub(left)
-                .unwrap_or(permit.deadline());
+            let until = long_hold_until(permit.deadline(), margin, rng);
             self.sleep_until(until).await;
         }
         if permit.remaining() > margin {

@@ -270,10 +270,7 @@ impl Shared {
             let _ = self.extend(client, lock, ttl).await;
         }
         if long {
-            // Until little more than the margin is left, whatever the extend did to the
-            // deadline, and the write below still goes in.
-            let left = margin + margin / 2;
-            let until = lock.deadline().checked_sub(left).unwrap_or(lock.deadline());
+            let until = long_hold_until(lock.deadline(), margin, rng);
             self.sleep_until(until).await;
         }
         if lock.remaining() > margin {
@@ -292,6 +289,20 @@ impl Shared {
             self.sleep_until(Instant::now() + pause).await;
         }
     }
+}
+
+/// Until when a long hold goes on, once it has extended or not: half of the time until little
+/// more than the `margin` is left before `deadline` (whatever an extend did to it, and the
+/// write at the end still goes in), else to a random point before that.
+pub(super) fn long_hold_until(deadline: Instant, margin: Duration, rng: &mut StdRng) -> Instant {
+    let last = deadline
+        .checked_sub(margin + margin / 2)
+        .unwrap_or(deadline);
+    let now = Instant::now();
+    if last <= now || rng.random_bool(0.5) {
+        return last;
+    }
+    now + rng.random_range(Duration::ZERO..=last - now)
 }
 
 /// The TTL an extend of `tuning`'s client asks for: drawn in its range, else its TTL.

@@ -121,7 +121,11 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
         let n = rng.random_range(permits as usize + 1..=permits as usize + 3);
         if total + n <= MAX_CLIENTS {
             let clients = (0..n)
-                .map(|_| (Role::Semaphore, draw_tuning(rng, &fleet)))
+                .map(|_| {
+                    let mut t = draw_tuning(rng, &fleet);
+                    t.fencing = rng.random_bool(0.5);
+                    (Role::Semaphore, t)
+                })
                 .collect();
             total += n;
             groups.push(GroupPlan {
@@ -135,7 +139,11 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
         let n = rng.random_range(3..=5);
         if total + n <= MAX_CLIENTS {
             let clients = (0..n)
-                .map(|_| (Role::RwLock, draw_tuning(rng, &fleet)))
+                .map(|_| {
+                    let mut t = draw_tuning(rng, &fleet);
+                    t.fencing = rng.random_bool(0.5);
+                    (Role::RwLock, t)
+                })
                 .collect();
             total += n;
             groups.push(GroupPlan {
@@ -180,7 +188,7 @@ struct Fleet {
 
 impl Fleet {
     fn draw(rng: &mut StdRng, aof: bool) -> Fleet {
-        let grace = rng.random_bool(0.5).then(|| draw_grace(rng, aof));
+        let grace = rng.random_bool(0.6).then(|| draw_grace(rng, aof));
         Fleet {
             aof,
             grace,

@@ -15,7 +15,7 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 use super::super::setup::{lock_key, Setup};
-use super::super::shared::Shared;
+use super::super::shared::{long_hold_until, Shared};
 use super::super::workload::Workload;
 use crate::mutex;
 use crate::{Op, OpKind, Outcome};
@@ -113,9 +113,7 @@ async fn run_client(shared: Arc<Shared>, client: usize, mut rng: StdRng) {
         let guard = shared.witnesses[r].enter(client);
         let value = shared.registers[r].read();
         let until = if long {
-            valid_until
-                .checked_sub(margin + margin / 2)
-                .unwrap_or(valid_until)
+            long_hold_until(valid_until, margin, &mut rng)
         } else {
             Instant::now() + rng.random_range(Duration::ZERO..=tuning.critical_section)
         };

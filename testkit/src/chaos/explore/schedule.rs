@@ -100,7 +100,7 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
         .collect();
     kinds.extend(
         [
-            (FaultKind::Skew, 0.55),
+            (FaultKind::Skew, 0.65),
             (FaultKind::Bump, 0.45),
             (FaultKind::Strobe, 0.45),
             (FaultKind::Rate, 0.45),
@@ -118,9 +118,9 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
     let mut favoured = None;
     if kinds.contains(&FaultKind::Skew) {
         if rng.random_bool(0.6) {
-            // One master ahead of the others, half of the time just under the bound.
+            // One master ahead of the others, most of the time just under the bound.
             let m = rng.random_range(0..n);
-            let share = if rng.random_bool(0.5) {
+            let share = if rng.random_bool(0.7) {
                 rng.random_range(0.9..1.0)
             } else {
                 rng.random_range(0.3..0.9)
@@ -178,13 +178,36 @@ pub(super) fn draw_schedule(rng: &mut StdRng, plan: &Plan) -> Vec<Planned> {
                     }
                 })
             }
-            FaultKind::Pause => {
-                let k = rng.random_range(1..=minority.max(1));
-                Some(Action::Pause {
-                    masters: pick_near(rng, n, k, favoured),
-                    lasts: log_uniform(rng, Duration::from_millis(50), Duration::from_secs(2)),
-                })
-            }
+            FaultKind::Pause => match favoured.filter(|_| rng.random_bool(0.4)) {
+                // A flapping master: the one furthest ahead, paused and resumed again and
+                // again, so that quorums form now with it, now without it.
+                Some(m) => {
+                    let until = at + uniform(rng, Duration::from_secs(2), Duration::from_secs(6));
+                    let mut from = at;
+                    while from < until.min(end) {
+                        let lasts =
+                            uniform(rng, Duration::from_millis(200), Duration::from_secs(1));
+                        faults.push(Planned {
+                            at: from,
+                            kind,
+                            action: Action::Pause {
+                                masters: vec![m],
+                                lasts,
+                            },
+                        });
+                        from += lasts
+                            + uniform(rng, Duration::from_millis(200), Duration::from_secs(1));
+                    }
+                    None
+                }
+                None => {
+                    let k = rng.random_range(1..=minority.max(1));
+                    Some(Action::Pause {
+                        masters: pick_near(rng, n, k, favoured),
+                        lasts: log_uniform(rng, Duration::from_millis(50), Duration::from_secs(2)),
+                    })
+                }
+            },
             FaultKind::Partition => {
                 let k = if rng.random_bool(0.25) {
                     plan.quorum()
