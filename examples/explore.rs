@@ -150,6 +150,9 @@ async fn main() -> ExitCode {
             }
         };
         println!("{}\n{}", Explored::header(), explored.row());
+        if let Some(line) = explored.liveness.first() {
+            println!("  {line}");
+        }
         for (guarantee, why) in explored.beyond() {
             println!("  beyond the bounds of {guarantee}: {why}");
         }

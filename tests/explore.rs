@@ -55,6 +55,14 @@ async fn stays_clean(seed: u64, seconds: u64) -> Explored {
 async fn seed_0xc_rslock_an_election_and_every_clock_fault_within_bounds_find_no_violation() {
     let explored = stays_clean(0xc, 25).await;
     assert!(explored.foreign > 0, "rslock took no lock: {explored}");
+    // The line's liveness was checked (its summary comes first), and held.
+    assert!(
+        explored
+            .liveness
+            .first()
+            .is_some_and(|l| l.ends_with("0 over their bound")),
+        "{explored}"
+    );
     assert!(
         explored.faults.keys().filter(|k| k.is_clock()).count() >= 3,
         "{explored}"

@@ -3,6 +3,7 @@
 //! go stale holding it, die holding it, or die waiting at the head of its line. What they saw
 //! beside the history is the run's [`Observed`].
 
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -50,7 +51,8 @@ pub(super) struct Locks {
     following: Mutex<Vec<JoinHandle<HeadKill>>>,
     /// ... and what they saw, once [`finish`](Workload::finish) awaited them.
     head_kills: Mutex<Vec<HeadKill>>,
-    counted: Mutex<ClientCounts>,
+    /// The library's counts, by client.
+    counted: Mutex<BTreeMap<usize, ClientCounts>>,
 }
 
 /// What a stale holder (one that kept its lock past the lease) saw when it finally extended and
@@ -91,8 +93,10 @@ pub(super) struct Observed {
     pub(super) watched_waiters: usize,
     /// ... and each one killed there.
     pub(super) head_kills: Vec<HeadKill>,
-    /// The library's own counts, summed over the clients.
+    /// The library's own counts, summed over the clients ...
     pub(super) counted: ClientCounts,
+    /// ... and by client.
+    pub(super) counted_by_client: BTreeMap<usize, ClientCounts>,
 }
 
 impl Locks {
@@ -105,13 +109,28 @@ impl Locks {
 
     /// What the clients observed; once the run is over.
     pub(super) fn observed(&self) -> Observed {
+        let counted = mutex::lock(&self.counted).clone();
         Observed {
             stale: *mutex::lock(&self.stale),
             kills: std::mem::take(&mut *mutex::lock(&self.kills)),
             watched_waiters: self.watched_waiters.load(Ordering::SeqCst),
             head_kills: std::mem::take(&mut *mutex::lock(&self.head_kills)),
-            counted: *mutex::lock(&self.counted),
+            counted: counted
+                .values()
+                .fold(ClientCounts::default(), |sum, c| ClientCounts {
+                    attempts: sum.attempts + c.attempts,
+                    wakeups: sum.wakeups + c.wakeups,
+                }),
+            counted_by_client: counted,
         }
+    }
+
+    /// Adds what `rl`, one of `client`'s clients, counted.
+    fn count(&self, client: usize, rl: &Redlock) {
+        mutex::lock(&self.counted)
+            .entry(client)
+            .or_default()
+            .add(rl);
     }
 
     fn probe(&self, shared: &Shared) -> Arc<Probe> {
@@ -157,7 +176,7 @@ impl Locks {
                         .record(Releasing::start(&lock).finished(client, &died));
                 }
                 std::mem::forget(lock);
-                mutex::lock(&self.counted).add(&rl);
+                self.count(client, &rl);
                 let Some(new) = redlock(&shared, client) else {
                     return;
                 };
@@ -199,7 +218,7 @@ impl Locks {
             let _ = shared.release(client, lock).await;
             shared.think(client, &mut rng).await;
         }
-        mutex::lock(&self.counted).add(&rl);
+        self.count(client, &rl);
     }
 
     /// Acquires `resource` like [`Shared::acquire`], in a task of its own that is aborted (the

@@ -32,6 +32,8 @@ pub enum Guarantee {
     Exclusion,
     /// Fences and terms strictly increase.
     Fencing,
+    /// Waiters in line do not spin (see `liveness`): no fault is beyond its bounds.
+    Liveness,
 }
 
 impl Guarantee {
@@ -51,6 +53,7 @@ impl fmt::Display for Guarantee {
         f.write_str(match self {
             Guarantee::Exclusion => "exclusion",
             Guarantee::Fencing => "fencing",
+            Guarantee::Liveness => "liveness",
         })
     }
 }

@@ -17,7 +17,9 @@
 //! through a [`Mix`](super::mix), and everything goes into one history, checked by the one
 //! checker ([`History::check`](crate::History::check)): no two validity windows overlap,
 //! foreign holders' counted; fences and terms strictly increase; a semaphore never exceeds its
-//! permits; no writer beside anyone; never two leaders; and the witnesses and registers.
+//! permits; no writer beside anyone; never two leaders; and the witnesses and registers. Beside
+//! it, the line's liveness ([`liveness`]): quorumlock's mutex clients wait in line without
+//! spinning, each attempt counted against the calls, wake-ups and polls that allow it.
 //!
 //! Every fault is judged against the bounds the README states ([`bounds`]): a plan that is
 //! not a negative control stays within them, and must end with 0 violations; a
@@ -35,12 +37,14 @@
 //!   violation;
 //! * `driver` — the fault driver that runs a schedule through the engine's `Ctl`;
 //! * `foreign` — rslock's workload;
+//! * `liveness` — the line's no-spinning check, client by client;
 //! * this module — [`run`], [`Explored`] and its [`Verdict`], [`shrink`].
 
 mod bounds;
 mod config;
 mod driver;
 mod foreign;
+mod liveness;
 mod plan;
 mod schedule;
 
@@ -60,7 +64,7 @@ use super::locks::{self, Locks};
 use super::mix::{Group, Mix, Part};
 use super::rwlock::{SharedRwLock, RW_LOCK};
 use super::semaphore::{slot_name, SharedSemaphore};
-use super::setup::Setup;
+use super::setup::{Setup, Tuning};
 use super::workload::Workload;
 use crate::{mutex, OpKind, Report};
 use driver::Struck;
@@ -171,6 +175,9 @@ pub struct Explored {
     pub verdict: Verdict,
     /// The checker's report.
     pub report: Report,
+    /// The line's liveness: a summary, then each count past its bound (empty without
+    /// quorumlock mutex clients).
+    pub liveness: Vec<String>,
     /// Lock keys seen without any TTL.
     pub immortal_keys: Vec<String>,
     /// Wall time, servers included.
@@ -260,6 +267,9 @@ impl fmt::Display for Explored {
         for (g, why) in self.beyond() {
             writeln!(f, "  beyond the bounds of {g}: {why}")?;
         }
+        for line in &self.liveness {
+            writeln!(f, "  {line}")?;
+        }
         if !self.immortal_keys.is_empty() {
             writeln!(f, "  keys without a TTL: {}", self.immortal_keys.join("; "))?;
         }
@@ -274,7 +284,7 @@ impl fmt::Display for Explored {
 /// When a server, a proxy or a fault cannot be started; never for what the clients observe.
 pub async fn run(plan: &Plan, server: &Path) -> io::Result<Explored> {
     let plan = Arc::new(plan.clone());
-    let (groups, parts, foreign_clients) = workloads(&plan);
+    let (groups, parts, foreign_clients, waiting) = workloads(&plan);
     let mix = Arc::new(Mix::new(groups, parts));
     let setup = Setup {
         masters: plan.masters,
@@ -310,6 +320,13 @@ pub async fn run(plan: &Plan, server: &Path) -> io::Result<Explored> {
     for v in &report.violations {
         *violations.entry(Guarantee::of(v)).or_default() += 1;
     }
+    let spinning = waiting.map(|(locks, clients)| {
+        let counted = locks.observed().counted_by_client;
+        liveness::waiters_do_not_spin(&ops, is_mutex_name, &clients, &counted)
+    });
+    if let Some(spinning) = spinning.as_ref().filter(|s| !s.violations.is_empty()) {
+        violations.insert(Guarantee::Liveness, spinning.violations.len());
+    }
     let verdict = verdict(&plan, &judged, &violations);
     let struck = std::mem::take(&mut *mutex::lock(&struck));
     Ok(Explored {
@@ -335,6 +352,9 @@ pub async fn run(plan: &Plan, server: &Path) -> io::Result<Explored> {
             .cloned()
             .collect(),
         report,
+        liveness: spinning
+            .map(|s| std::iter::once(s.summary).chain(s.violations).collect())
+            .unwrap_or_default(),
         elapsed: ran.elapsed,
     })
 }
@@ -365,12 +385,17 @@ fn verdict(plan: &Plan, judged: &[Judged], violations: &BTreeMap<Guarantee, usiz
     }
 }
 
-/// The engine's groups and parts for `plan`'s clients, and the rslock clients' numbers within
-/// the mutex group.
-fn workloads(plan: &Plan) -> (Vec<Group>, Vec<Part>, BTreeSet<usize>) {
+/// quorumlock's mutex workload, and its clients' numbers within the mutex group with their
+/// tunings: for the line's liveness.
+type Waiting = (Arc<Locks>, Vec<(usize, Tuning)>);
+
+/// The engine's groups and parts for `plan`'s clients, the rslock clients' numbers within the
+/// mutex group, and quorumlock's mutex workload with its clients.
+fn workloads(plan: &Plan) -> (Vec<Group>, Vec<Part>, BTreeSet<usize>, Option<Waiting>) {
     let mut groups = Vec::new();
     let mut parts = Vec::new();
     let mut foreign = BTreeSet::new();
+    let mut waiting = None;
     for (g, group) in plan.groups.iter().enumerate() {
         let tunings: Vec<_> = group.clients.iter().map(|(_, t)| t.clone()).collect();
         let setup = Setup {
@@ -400,11 +425,18 @@ fn workloads(plan: &Plan) -> (Vec<Group>, Vec<Part>, BTreeSet<usize>) {
         let (lock_name, workloads): (Box<dyn Fn(usize) -> String + Send + Sync>, Vec<_>) =
             match group.primitive {
                 Primitive::Mutex => {
-                    let ours: Arc<dyn Workload> = Arc::new(Locks::new(locks::Config {
+                    let locks = Arc::new(Locks::new(locks::Config {
                         stale_chance: 0.01,
                         crash_chance: 0.01,
                         ..locks::Config::default()
                     }));
+                    let clients = group.clients.iter().enumerate();
+                    let ours_tuned = clients
+                        .filter(|(_, (role, _))| *role == Role::Mutex)
+                        .map(|(c, (_, tuning))| (c, tuning.clone()))
+                        .collect();
+                    waiting = Some((Arc::clone(&locks), ours_tuned));
+                    let ours: Arc<dyn Workload> = locks;
                     let theirs: Arc<dyn Workload> = Arc::new(foreign::Rslock);
                     let rslock = role_range(Role::Rslock);
                     foreign.extend(rslock.clone());
@@ -443,7 +475,7 @@ fn workloads(plan: &Plan) -> (Vec<Group>, Vec<Part>, BTreeSet<usize>) {
         }
         groups.push(Group { setup, lock_name });
     }
-    (groups, parts, foreign)
+    (groups, parts, foreign, waiting)
 }
 
 /// One step of [`shrink`]: the kinds taken away, and what the run found.
@@ -575,6 +607,7 @@ mod tests {
                 Verdict::Clean
             },
             report: Report::new(std::time::Instant::now(), &[], Vec::new()),
+            liveness: Vec::new(),
             immortal_keys: Vec::new(),
             elapsed: Duration::ZERO,
         }
