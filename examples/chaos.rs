@@ -11,8 +11,9 @@
 //! ```
 //!
 //! Exits with status 1 if any scenario found a violation or failed a check (its details are
-//! printed under the table), or a negative control (22: two voters failing over in one window
-//! without durable votes) found none; 2 if a scenario could not be run at all.
+//! printed under the table), or a negative control (22 and 28: two voters failing over in one
+//! window without durable votes; 27: two Cluster voters losing a held key in one window) found
+//! none; 2 if a scenario could not be run at all.
 
 use std::process::ExitCode;
 
@@ -39,7 +40,7 @@ async fn main() -> ExitCode {
     }
 
     println!(
-        "quorumlock chaos suite, {} version ({}+ acquisitions per safety scenario), 5 masters (22-23: 3 primaries with a replica each; 24-27: 3 Cluster, Sentinel or mixed voters)",
+        "quorumlock chaos suite, {} version ({}+ acquisitions per safety scenario), 5 masters (22-23: 3 primaries with a replica each; 24-27: 3 Cluster, Sentinel or mixed voters; 28-29: 3 Cluster voters, two shards failing over at a time)",
         if length == Length::Short {
             "short"
         } else {

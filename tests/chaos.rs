@@ -199,6 +199,27 @@ async fn s27_two_cluster_voters_losing_a_held_key_in_one_window_let_a_second_hol
     assert!(run.passed(), "{run}");
 }
 
+/// Scenario 28, the negative control of 29: scenario 22's double failovers on Cluster voters
+/// (the shards of one slot on two voters, their replication cut first), votes counted once
+/// answered. The rule `f >= q - N + k` is broken, and the checker must find second holders.
+#[tokio::test(flavor = "multi_thread")]
+async fn s28_cluster_votes_counted_once_answered_lose_locks_to_two_shard_failovers_in_one_window() {
+    let run = run_short(Scenario::ClusterFailoverNotDurable).await;
+    let overlaps = run
+        .report
+        .violations
+        .iter()
+        .filter(|v| matches!(v, Violation::Overlap { .. }))
+        .count();
+    assert!(overlaps > 0, "the checker found no second holder:\n{run}");
+    assert!(run.passed(), "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s29_durable_votes_on_cluster_voters_survive_two_shards_failing_over_in_one_window() {
+    survives(Scenario::ClusterFailoverDurable).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Negative controls: the checker must see a violation where the documented assumptions are broken,
 // and none where they hold. The interleaving is driven step by step, not left to chance.

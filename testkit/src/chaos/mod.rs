@@ -22,8 +22,10 @@
 //! * the engine (`engine`), which runs any `Workload` under any fault driver;
 //! * the workloads (`locks`, `simultaneous`, `semaphore`, `rwlock`, `election`, `reentrant`),
 //!   several of them as one (`mix`), the fault drivers and checks (`line`, `mixed`), and
-//!   `scenarios`, which gives each [`Scenario`] its workload, driver and checks. Scenarios 22
-//!   and 23 (`durable`) run voters with replicas, outside the engine;
+//!   `scenarios`, which gives each [`Scenario`] its workload, driver and checks. Scenarios
+//!   22–29 run voters of their own, outside the engine: primaries with replicas, two failing
+//!   over at a time (`durable`: 22, 23, and on Cluster voters 28, 29), and Clusters, Sentinel
+//!   groups and a mix of kinds (`topology`: 24–27);
 //! * the [`explore`]r, which draws a configuration per client and a fault schedule (clock
 //!   faults included) from a seed, and runs the workloads above side by side, with rslock's
 //!   clients beside them, through the same engine and checker.
@@ -180,11 +182,19 @@ pub enum Scenario {
     ///     one window (both shards failed over to frozen replicas at once). The checker must
     ///     find two holders.
     ClusterVotersOneWindow,
+    /// 28. The negative control of 29: three Redis Cluster voters of 3 primaries with a replica
+    ///     each; the shards of one resource's slot on two of them failed over in the same window
+    ///     again and again (their replication cut first), votes counted once answered. The
+    ///     checker must find two holders.
+    ClusterFailoverNotDurable,
+    /// 29. As 28, with durable votes ([`quorumlock::Durability::Replicas`]`(1)`): a grant
+    ///     counts only once the replica of the shard that took it has it. Never two holders.
+    ClusterFailoverDurable,
 }
 
 impl Scenario {
     /// Every scenario, in the issue's order.
-    pub const ALL: [Scenario; 27] = [
+    pub const ALL: [Scenario; 29] = [
         Scenario::Baseline,
         Scenario::MinorityKilled,
         Scenario::MajorityKilled,
@@ -212,6 +222,8 @@ impl Scenario {
         Scenario::SentinelVoters,
         Scenario::MixedVoters,
         Scenario::ClusterVotersOneWindow,
+        Scenario::ClusterFailoverNotDurable,
+        Scenario::ClusterFailoverDurable,
     ];
 
     /// The scenario's number in the issue (14: the fencing figure; 15–17: the wait line; 18–21:
@@ -245,6 +257,8 @@ impl Scenario {
             Scenario::SentinelVoters => 25,
             Scenario::MixedVoters => 26,
             Scenario::ClusterVotersOneWindow => 27,
+            Scenario::ClusterFailoverNotDurable => 28,
+            Scenario::ClusterFailoverDurable => 29,
         }
     }
 
@@ -278,6 +292,8 @@ impl Scenario {
             Scenario::SentinelVoters => "sentinel-voters",
             Scenario::MixedVoters => "mixed-voters",
             Scenario::ClusterVotersOneWindow => "cluster-voters-one-window",
+            Scenario::ClusterFailoverNotDurable => "cluster-failover-not-durable",
+            Scenario::ClusterFailoverDurable => "cluster-failover-durable",
         }
     }
 
@@ -292,7 +308,9 @@ impl Scenario {
     pub fn is_negative_control(self) -> bool {
         matches!(
             self,
-            Scenario::FailoverNotDurable | Scenario::ClusterVotersOneWindow
+            Scenario::FailoverNotDurable
+                | Scenario::ClusterVotersOneWindow
+                | Scenario::ClusterFailoverNotDurable
         )
     }
 

@@ -354,8 +354,12 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             checks.push(no_success_inside_majority_faults(&ran));
             (ran, checks)
         }
-        // Voters of a primary and a replica each, not the five masters of the engine.
-        Scenario::FailoverNotDurable | Scenario::FailoverDurable => {
+        // Voters of a primary and a replica each, or Clusters of them, not the five masters of
+        // the engine; two failing over at a time (see `durable`).
+        Scenario::FailoverNotDurable
+        | Scenario::FailoverDurable
+        | Scenario::ClusterFailoverNotDurable
+        | Scenario::ClusterFailoverDurable => {
             return super::durable::run(scenario, length, seed).await;
         }
         // Clusters, Sentinel groups and a mix of kinds as voters (see `topology`).
