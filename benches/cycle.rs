@@ -72,6 +72,7 @@ fn id(kind: Kind) -> &'static str {
         Kind::Quorumlock => "quorumlock",
         Kind::Rslock => "rslock",
         Kind::Raw => "raw_floor",
+        Kind::Bare => "bare_early_quorum",
     }
 }
 

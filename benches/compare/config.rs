@@ -76,6 +76,17 @@ impl Config {
         [1, self.workers]
     }
 
+    /// [`worker_counts`](Config::worker_counts) without a repeat: with
+    /// `QUORUMLOCK_BENCH_WORKERS=1` the report shows one worker once.
+    pub fn distinct_worker_counts(&self) -> Vec<usize> {
+        let [one, many] = self.worker_counts();
+        if one == many {
+            vec![one]
+        } else {
+            vec![one, many]
+        }
+    }
+
     /// The measurements of one run: what the chosen cases need, each once, in the order of
     /// [`Case::ALL`] (which keeps a case's own no-fault baseline ahead of it).
     pub fn plan(&self) -> Vec<Point> {
@@ -227,6 +238,8 @@ impl Setup {
     pub fn kinds(self) -> &'static [Kind] {
         match self {
             Setup::Contended | Setup::Separate { .. } => &[Kind::Quorumlock, Kind::Rslock],
+            // The bare early-quorum client is the reference of the healthy cases only.
+            Setup::Healthy => &Kind::WITH_BARE,
             _ => &Kind::ALL,
         }
     }

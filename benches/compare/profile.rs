@@ -5,7 +5,7 @@
 //! cycle, and the commands the masters ran per cycle (`INFO commandstats`).
 //!
 //! ```text
-//! QUORUMLOCK_BENCH_PROFILE=quorumlock|rslock|raw QUORUMLOCK_BENCH_CYCLES=5000 \
+//! QUORUMLOCK_BENCH_PROFILE=quorumlock|rslock|raw|bare QUORUMLOCK_BENCH_CYCLES=5000 \
 //!   QUORUMLOCK_BENCH_NODES=5 QUORUMLOCK_BENCH_WORKERS=1 \
 //!   valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*profile_cycles*' \
 //!   target/release/deps/compare-…
@@ -25,7 +25,8 @@ pub fn profile(kind: &str) {
         "quorumlock" => Kind::Quorumlock,
         "rslock" => Kind::Rslock,
         "raw" => Kind::Raw,
-        other => panic!("QUORUMLOCK_BENCH_PROFILE={other:?}: quorumlock, rslock or raw"),
+        "bare" => Kind::Bare,
+        other => panic!("QUORUMLOCK_BENCH_PROFILE={other:?}: quorumlock, rslock, raw or bare"),
     };
     let cycles: usize = env_or("QUORUMLOCK_BENCH_CYCLES", 5000);
     let workers: usize = env_or("QUORUMLOCK_BENCH_WORKERS", 1);

@@ -182,8 +182,8 @@ fn fault_case(out: &mut String, r: &Results, cfg: &Config, case: Case) {
         "### {}. {title}\n\n| workers | client | cycles/s | acquire p50 | acquire p99 | release p50 | release p99 | CPU/cycle | failed acq. | stalled |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         case.number()
     );
-    for workers in cfg.worker_counts() {
-        for kind in Kind::ALL {
+    for workers in cfg.distinct_worker_counts() {
+        for kind in Kind::WITH_BARE {
             let k = key(workers, kind);
             if r.runs(k).is_empty() {
                 continue;
@@ -221,7 +221,7 @@ fn fault_case(out: &mut String, r: &Results, cfg: &Config, case: Case) {
             100.0 * kth(2) / kth(4),
         );
     }
-    for workers in cfg.worker_counts() {
+    for workers in cfg.distinct_worker_counts() {
         let q = key(workers, Kind::Quorumlock);
         let vs_rs = r.ratio(q, key(workers, Kind::Rslock), rate_of);
         let vs_raw = r.ratio(q, key(workers, Kind::Raw), rate_of);
@@ -257,6 +257,19 @@ fn fault_case(out: &mut String, r: &Results, cfg: &Config, case: Case) {
                     runs_list(&own.per_run),
                     rs_own.median * 100.0,
                     runs_list(&rs_own.per_run)
+                );
+            }
+            Case::Uncontended => {
+                let bare = key(workers, Kind::Bare);
+                let rate = r.ratio(q, bare, rate_of);
+                let acquire = r.ratio(q, bare, p50);
+                let _ = write!(
+                    out,
+                    "; = {} the bare early-quorum client [{}], acquire p50 = {} its p50 [{}]",
+                    x(rate.median),
+                    runs_list(&rate.per_run),
+                    x(acquire.median),
+                    runs_list(&acquire.per_run)
                 );
             }
             _ => {}
@@ -316,7 +329,7 @@ fn scaling(out: &mut String, r: &Results, cfg: &Config) {
         Case::Scaling.number()
     );
     let _ = writeln!(out, "| masters | workers | quorumlock cycles/s | rslock | raw floor | quorumlock acquire p50 | rslock | raw floor | quorumlock / rslock | quorumlock / raw |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for workers in cfg.worker_counts() {
+    for workers in cfg.distinct_worker_counts() {
         for n in SCALING {
             let k = |kind| Key::new(Setup::Healthy, n, workers, kind);
             let _ = writeln!(
@@ -345,7 +358,7 @@ fn client_cpu(out: &mut String, r: &Results, cfg: &Config) {
         Case::ClientCpu.number()
     );
     let _ = writeln!(out, "| workers | quorumlock | rslock | raw floor | quorumlock / raw | masters' CPU/cycle: quorumlock | rslock | raw floor | quorumlock / raw |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for workers in cfg.worker_counts() {
+    for workers in cfg.distinct_worker_counts() {
         let k = |kind| Key::new(Setup::Healthy, NODES, workers, kind);
         let client = r.ratio(k(Kind::Quorumlock), k(Kind::Raw), Measurement::cpu_us);
         let masters = r.ratio(
@@ -415,6 +428,13 @@ fn targets(out: &mut String, r: &Results, cfg: &Config) {
         r.ratio(q(Setup::Healthy, 1), rs(Setup::Healthy, 1), rate_of),
         |v| v >= 1.3,
     );
+    let bare = Key::new(Setup::Healthy, NODES, 1, Kind::Bare);
+    target(
+        out,
+        "1 worker: acquire p50 ≤ 1.1× the bare early-quorum client's",
+        r.ratio(q(Setup::Healthy, 1), bare, p50),
+        |v| v <= 1.1,
+    );
     target(
         out,
         &format!("{w} workers: cycles/s ≥ 1.2× rslock"),
@@ -437,7 +457,7 @@ fn targets(out: &mut String, r: &Results, cfg: &Config) {
         ),
         |v| v <= 1.1,
     );
-    for workers in cfg.worker_counts() {
+    for workers in cfg.distinct_worker_counts() {
         target(
             out,
             &format!("slowed master, {workers} worker(s): acquire p50 ≤ 1.25× own no-fault"),
@@ -445,7 +465,7 @@ fn targets(out: &mut String, r: &Results, cfg: &Config) {
             |v| v <= 1.25,
         );
     }
-    for workers in cfg.worker_counts() {
+    for workers in cfg.distinct_worker_counts() {
         target(
             out,
             &format!("paused master, {workers} worker(s): cycles/s ≥ 0.80× own no-fault"),

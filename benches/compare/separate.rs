@@ -81,6 +81,7 @@ impl ChildSpec {
             Kind::Quorumlock => "quorumlock",
             Kind::Rslock => "rslock",
             Kind::Raw => "raw",
+            Kind::Bare => "bare",
         };
         [
             format!("kind={kind}"),
@@ -113,6 +114,7 @@ impl ChildSpec {
                 "quorumlock" => Kind::Quorumlock,
                 "rslock" => Kind::Rslock,
                 "raw" => Kind::Raw,
+                "bare" => Kind::Bare,
                 other => panic!("{CHILD_ENV}: unknown kind {other:?}"),
             },
             urls: field("urls").split(',').map(str::to_owned).collect(),

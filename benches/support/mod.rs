@@ -6,6 +6,10 @@
 //! * [`Kind::Raw`] — the floor: the same `SET NX PX` fan-out and compare-and-delete `EVALSHA`,
 //!   sent with the `redis` crate directly on one multiplexed connection per master, waiting for
 //!   every reply. No timeouts of its own, no early decision, no background work.
+//! * [`Kind::Bare`] — the bare early-quorum client: the same `SET NX PX` and compare-and-delete
+//!   `EVALSHA` on the same connections, but it returns at the quorum's reply and lets the other
+//!   requests finish in a spawned task, as quorumlock does. What quorumlock's own path (and its
+//!   acquire script) costs beyond the wire, measured in the same run.
 
 #![allow(dead_code)] // each bench binary uses its own subset
 
@@ -29,16 +33,21 @@ pub enum Kind {
     Quorumlock,
     Rslock,
     Raw,
+    Bare,
 }
 
 impl Kind {
     pub const ALL: [Kind; 3] = [Kind::Quorumlock, Kind::Rslock, Kind::Raw];
+    /// [`ALL`](Kind::ALL) and the bare early-quorum client, the reference of the healthy
+    /// cases.
+    pub const WITH_BARE: [Kind; 4] = [Kind::Quorumlock, Kind::Rslock, Kind::Raw, Kind::Bare];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Quorumlock => "quorumlock",
             Kind::Rslock => "rslock 0.10.0",
             Kind::Raw => "raw floor",
+            Kind::Bare => "bare early-quorum",
         }
     }
 }
@@ -54,6 +63,7 @@ pub enum Client {
     Quorumlock(quorumlock::Redlock),
     Rslock(rslock::LockManager),
     Raw(Raw),
+    Bare(Raw),
 }
 
 /// A lock held by a [`Client`].
@@ -61,6 +71,7 @@ pub enum Held {
     Quorumlock(quorumlock::Lock),
     Rslock(rslock::Lock),
     Raw { key: String, token: String },
+    Bare { key: String, token: String },
 }
 
 impl Client {
@@ -80,6 +91,7 @@ impl Client {
                 Client::Rslock(manager)
             }
             Kind::Raw => Client::Raw(Raw::connect(urls).await),
+            Kind::Bare => Client::Bare(Raw::connect(urls).await),
         }
     }
 
@@ -104,6 +116,14 @@ impl Client {
                     token,
                 })
                 .ok_or_else(|| "no quorum".to_owned()),
+            Client::Bare(raw) => raw
+                .acquire_early(resource, TTL)
+                .await
+                .map(|token| Held::Bare {
+                    key: resource.to_owned(),
+                    token,
+                })
+                .ok_or_else(|| "no quorum".to_owned()),
         }
     }
 
@@ -119,6 +139,10 @@ impl Client {
             }
             (Client::Raw(raw), Held::Raw { key, token }) => {
                 raw.release(&key, &token).await;
+                Ok(())
+            }
+            (Client::Bare(raw), Held::Bare { key, token }) => {
+                raw.release_early(&key, &token).await;
                 Ok(())
             }
             _ => unreachable!("a lock is released by the client that took it"),
@@ -173,6 +197,61 @@ impl Raw {
         } else {
             self.release(key, &token).await;
             None
+        }
+    }
+
+    /// The bare early-quorum acquire: `SET key token NX PX ttl` on every master, the token as
+    /// soon as a quorum granted; the other requests finish in a spawned task. Without a quorum,
+    /// after hearing from all, it releases everywhere and returns `None`.
+    pub async fn acquire_early(&self, key: &str, ttl: Duration) -> Option<String> {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let ttl_ms = ttl.as_millis() as u64;
+        let mut replies: FuturesUnordered<_> = self
+            .connections
+            .iter()
+            .map(|connection| {
+                let mut connection = connection.clone();
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(key).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
+                async move { cmd.query_async::<Option<String>>(&mut connection).await }
+            })
+            .collect();
+        let mut granted = 0;
+        while let Some(reply) = replies.next().await {
+            if matches!(reply, Ok(Some(_))) {
+                granted += 1;
+                if granted >= self.quorum {
+                    tokio::spawn(replies.for_each(|_| async {}));
+                    return Some(token);
+                }
+            }
+        }
+        self.release(key, &token).await;
+        None
+    }
+
+    /// Compare-and-delete by `EVALSHA` on every master, returning at the quorum's reply (any
+    /// reply); the other requests finish in a spawned task.
+    pub async fn release_early(&self, key: &str, token: &str) {
+        use futures::stream::{FuturesUnordered, StreamExt};
+        let mut replies: FuturesUnordered<_> = self
+            .connections
+            .iter()
+            .map(|connection| {
+                let mut connection = connection.clone();
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(&self.release_sha).arg(1).arg(key).arg(token);
+                async move { cmd.query_async::<i64>(&mut connection).await }
+            })
+            .collect();
+        let mut answered = 0;
+        while replies.next().await.is_some() {
+            answered += 1;
+            if answered >= self.quorum {
+                tokio::spawn(replies.for_each(|_| async {}));
+                return;
+            }
         }
     }
 
