@@ -1,34 +1,67 @@
-//! What a durable vote costs: quorumlock's acquire + release cycle on three local masters, with
-//! grants confirmed or not, at 1 worker and at 32 (each worker on its own resource).
+//! What a durable vote costs: quorumlock's acquire + release cycle on three voters, with grants
+//! confirmed or not, at 1 worker and at 32 (each worker on its own resource), on two kinds of
+//! voter: three standalone masters, and three Redis Cluster voters.
 //!
-//! | case | masters | durability |
+//! | case | masters (each Cluster primary alike) | durability |
 //! |---|---|---|
 //! | off | plain (no AOF, no replica) | `Answered`, the default |
 //! | replica | each with one replica | `Replicas(1)`: `WAIT 1` behind every grant |
 //! | AOF | `appendonly yes`, `appendfsync everysec` | `Aof { local: true, replicas: 0 }`: `WAITAOF 1 0` |
 //! | fsync always | `appendonly yes`, `appendfsync always` | `Answered`: the server fsyncs before it answers |
 //!
-//! In every case the workers share one client, hence one multiplexed connection per master; on
-//! it a `WAIT` blocks the connection on the server (a blocked client's next commands are not read
-//! until it is unblocked), so the workers queue behind each other's `WAIT`s. At 32 workers, off
-//! and replica run a second time with a `Redlock` per worker (its own connection per master), to
-//! see whether separate connections serve a durable vote better. On 2026-11-25 (2 cores, the
-//! bench alone): the blocked `WAIT`s are most of the cost on a shared connection (`Replicas(1)`
-//! at 0.28× shared off, against 0.73× per-worker off on connections of their own), but 96
-//! connections cost the plain cycle about half (per-worker off at 0.49× shared off), so
-//! per-worker `Replicas(1)` gains only 1.13× over the shared client's. A run on a machine loaded
-//! by other jobs saw 0.95×.
+//! A Cluster voter has 3 primaries (the fewest `redis-cli --cluster create` accepts), each with a
+//! replica of its own in the replica case: 3 voters × 3 primaries, 9 more replicas for that case,
+//! so 45 cluster nodes beside the 15 standalone servers, 60 processes for the whole bench (each
+//! case's three clusters start one after another, about 6 s a case on this machine). On a Cluster
+//! voter the `WAIT`/`WAITAOF` goes to the primary of the resource's slot, on the connection that
+//! carried the script. The report has one table per kind of voter, measured in the same runs,
+//! each row's ratios against "off" on the same kind of voter; the Cluster table also compares each
+//! row with the standalone row of the same case.
+//!
+//! In every case the workers share one client, hence one multiplexed connection per master (per
+//! shard primary on a Cluster voter); on it a `WAIT` blocks the connection on the server (a
+//! blocked client's next commands are not read until it is unblocked), so the workers queue
+//! behind each other's `WAIT`s. At 32 workers, off and replica on the standalone masters run a
+//! second time with a `Redlock` per worker (its own connection per master), to see whether
+//! separate connections serve a durable vote better. On 2026-11-25 (2 cores, the bench alone):
+//! the blocked `WAIT`s are most of the cost on a shared connection (`Replicas(1)` at 0.28× shared
+//! off, against 0.73× per-worker off on connections of their own), but 96 connections cost the
+//! plain cycle about half (per-worker off at 0.49× shared off), so per-worker `Replicas(1)` gains
+//! only 1.13× over the shared client's. A run on a machine loaded by other jobs saw 0.95×.
+//!
+//! On 2026-11-26, 5 runs with both kinds (`QUORUMLOCK_BENCH_RUNS=5`; 2 cores shared with other
+//! jobs, load average 4.8 before and up to 21 during the run, so every figure is noisy;
+//! `benches/results/durability-2026-11-26-cluster.md`), ratios against "off" of the same kind:
+//!
+//! | workers | durability | 3 standalone masters | 3 Cluster voters |
+//! |---:|---|---|---|
+//! | 1 | `Replicas(1)` | 0.47× | 0.55× |
+//! | 1 | `Aof { local: true, replicas: 0 }` (everysec) | 0.0015× | 0.0028× |
+//! | 1 | off, `appendfsync always` | 0.18× | 0.20× |
+//! | 32 | `Replicas(1)` | 0.19× | 0.46× |
+//! | 32 | `Aof { local: true, replicas: 0 }` (everysec) | 0.32× | 0.58× |
+//! | 32 | off, `appendfsync always` | 0.34× | 0.48× |
+//!
+//! "Off" itself: 6,603 cycles/s on the masters and 5,771 on the Cluster voters at 1 worker
+//! (0.87× per run's median), 30,955 and 16,244 at 32 (0.56×). A durable vote costs a Cluster voter
+//! about what it costs a master at 1 worker; at 32 workers its ratios read higher, partly because
+//! its "off" is lower, partly, presumably, because the workers' `WAIT`s block three primaries'
+//! connections per voter rather than one: `Replicas(1)` ran at 1.35× the masters' cycles/s on the
+//! Cluster voters (per run 1.62, 0.32, 1.36, 1.35, 1.29). An earlier full run the same day (3
+//! runs, load 2.8 to 12.8) saw, at 32 workers, 0.33× for `Replicas(1)` on the Cluster voters
+//! against 0.37× on the masters, and 1.06× the masters' cycles/s, so that difference is within
+//! this machine's noise.
 //!
 //! ```text
-//! cargo bench --bench durability                            # the full run (about 2 minutes)
+//! cargo bench --bench durability                            # the full run (about 4 minutes)
 //! QUORUMLOCK_BENCH_QUICK=1 cargo bench --bench durability   # a smoke run
 //! ```
 //!
 //! Every case runs valkey-server (Valkey 9, the path printed by `scripts/ensure-valkey-server.sh`,
-//! which honours `QUORUMLOCK_VALKEY_SERVER`): all four run the same server, and it has
-//! `WAITAOF`. The four sets of masters run side by side for the whole bench. Runs are
-//! interleaved: each run measures every case at 1 worker, then at 32 (the per-worker clients
-//! included), starting from a different case each run. Figures are medians over runs; ratios
+//! which honours `QUORUMLOCK_VALKEY_SERVER`): all eight (four cases, two kinds of voter) run the
+//! same server, and it has `WAITAOF`. The eight sets of voters run side by side for the whole
+//! bench. Runs are interleaved: each run measures every case of both kinds at 1 worker, then at
+//! 32 (the per-worker clients included), starting from a different row each run. Figures are medians over runs; ratios
 //! against "off" are computed within each run, then their median taken.
 //!
 //! At one worker the AOF case is bound by the server's clock, not its disk: with `appendfsync
@@ -54,13 +87,36 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{Durability, Redlock};
 use quorumlock_testkit::figures::{group_digits, percentile};
-use quorumlock_testkit::{RedisServer, RedisServerBuilder};
+use quorumlock_testkit::{RedisCluster, RedisServer, RedisServerBuilder};
 
 use support::{env_or, median, TTL};
 
-const MASTERS: usize = 3;
+/// Voters of each kind, in every case.
+const VOTERS: usize = 3;
+/// Primaries of each Cluster voter: the fewest `redis-cli --cluster create` accepts.
+const PRIMARIES: usize = 3;
 const MANY: usize = 32;
 const WORKERS: [usize; 2] = [1, MANY];
+
+/// What each of the three voters is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    /// A standalone master (`redis://`).
+    Standalone,
+    /// A Redis Cluster of [`PRIMARIES`] primaries (`redis+cluster://`).
+    Cluster,
+}
+
+impl Kind {
+    const ALL: [Kind; 2] = [Kind::Standalone, Kind::Cluster];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Standalone => "standalone",
+            Kind::Cluster => "Cluster",
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Case {
@@ -94,32 +150,47 @@ impl Case {
     }
 }
 
-/// One row of the table: a case at a worker count, its workers sharing one client or each with
-/// its own (hence its own connection to each master).
+/// One row of the tables: a case at a worker count on voters of one kind, its workers sharing
+/// one client or each with its own (hence its own connection to each master).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Row {
+    kind: Kind,
     workers: usize,
     case: Case,
     own_clients: bool,
 }
 
 impl Row {
-    /// Every case at each worker count on one shared client, then off and `Replicas(1)` at
-    /// [`MANY`] workers with a client per worker.
+    /// Per kind of voter, every case at each worker count on one shared client; then, on the
+    /// standalone masters, off and `Replicas(1)` at [`MANY`] workers with a client per worker.
     fn all() -> Vec<Row> {
-        let shared = WORKERS.into_iter().flat_map(|workers| {
-            Case::ALL.map(|case| Row {
-                workers,
-                case,
-                own_clients: false,
+        let shared = Kind::ALL.into_iter().flat_map(|kind| {
+            WORKERS.into_iter().flat_map(move |workers| {
+                Case::ALL.map(|case| Row {
+                    kind,
+                    workers,
+                    case,
+                    own_clients: false,
+                })
             })
         });
         let own = [Case::Off, Case::Replica].map(|case| Row {
+            kind: Kind::Standalone,
             workers: MANY,
             case,
             own_clients: true,
         });
         shared.chain(own).collect()
+    }
+
+    /// "Off" on the same voters, at the same worker count, on a shared client (or on a client
+    /// per worker, with `own_clients`).
+    fn off(self, own_clients: bool) -> Row {
+        Row {
+            case: Case::Off,
+            own_clients,
+            ..self
+        }
     }
 
     fn clients(self) -> &'static str {
@@ -150,27 +221,36 @@ impl Config {
     }
 }
 
-/// One case's masters, and the replicas behind them, running until dropped.
-struct Masters {
+/// One case's voters, and the replicas behind them, running until dropped.
+struct Voters {
     urls: Vec<String>,
     servers: Vec<RedisServer>,
+    clusters: Vec<RedisCluster>,
 }
 
-fn spawn(case: Case, valkey: &Path) -> Masters {
+/// The server every node of `case` starts from.
+fn server(case: Case, valkey: &Path) -> RedisServerBuilder {
     let server = RedisServerBuilder::new().binary(valkey);
-    let master = match case {
-        Case::Off => server.clone(),
+    match case {
+        Case::Off => server,
         // Start the replica's full sync at once (the server waits 5 s for more replicas).
-        Case::Replica => server.clone().arg("--repl-diskless-sync-delay").arg("0"),
+        Case::Replica => server.arg("--repl-diskless-sync-delay").arg("0"),
         // `aof(true)` is `--appendonly yes --appendfsync always`; a later argument overrides.
-        Case::Aof => server
-            .clone()
-            .aof(true)
-            .arg("--appendfsync")
-            .arg("everysec"),
-        Case::FsyncAlways => server.clone().aof(true),
-    };
-    let mut servers: Vec<RedisServer> = (0..MASTERS)
+        Case::Aof => server.aof(true).arg("--appendfsync").arg("everysec"),
+        Case::FsyncAlways => server.aof(true),
+    }
+}
+
+fn spawn(kind: Kind, case: Case, valkey: &Path) -> Voters {
+    match kind {
+        Kind::Standalone => spawn_masters(case, valkey),
+        Kind::Cluster => spawn_clusters(case, valkey),
+    }
+}
+
+fn spawn_masters(case: Case, valkey: &Path) -> Voters {
+    let master = server(case, valkey);
+    let mut servers: Vec<RedisServer> = (0..VOTERS)
         .map(|_| master.clone().spawn().unwrap())
         .collect();
     let urls = servers.iter().map(RedisServer::url).collect();
@@ -178,8 +258,8 @@ fn spawn(case: Case, valkey: &Path) -> Masters {
         let replicas: Vec<RedisServer> = servers
             .iter()
             .map(|m| {
-                server
-                    .clone()
+                RedisServerBuilder::new()
+                    .binary(valkey)
                     .arg("--replicaof")
                     .arg("127.0.0.1")
                     .arg(m.port().to_string())
@@ -200,7 +280,33 @@ fn spawn(case: Case, valkey: &Path) -> Masters {
         }
         servers.extend(replicas);
     }
-    Masters { urls, servers }
+    Voters {
+        urls,
+        servers,
+        clusters: Vec::new(),
+    }
+}
+
+/// Three clusters of [`PRIMARIES`] primaries, each primary with a replica in the replica case,
+/// started one after another (on two cores, clusters created at once time out). The cluster
+/// builder returns once every replica's link is up.
+fn spawn_clusters(case: Case, valkey: &Path) -> Voters {
+    let replicas = usize::from(case == Case::Replica);
+    let clusters: Vec<RedisCluster> = (0..VOTERS)
+        .map(|_| {
+            RedisCluster::builder()
+                .primaries(PRIMARIES)
+                .replicas_per_primary(replicas)
+                .server(server(case, valkey))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    Voters {
+        urls: clusters.iter().map(RedisCluster::url).collect(),
+        servers: Vec::new(),
+        clusters,
+    }
 }
 
 fn info(server: &RedisServer, section: &str) -> String {
@@ -312,11 +418,26 @@ fn main() {
     let started = Instant::now();
     let load_before = loadavg();
     let valkey = valkey_server();
-    let masters: HashMap<Case, Masters> = Case::ALL
+    let voters: HashMap<(Kind, Case), Voters> = Kind::ALL
         .into_iter()
-        .map(|case| (case, spawn(case, &valkey)))
+        .flat_map(|kind| Case::ALL.map(|case| (kind, case)))
+        .map(|(kind, case)| {
+            let spawning = Instant::now();
+            let voters = spawn(kind, case, &valkey);
+            eprintln!(
+                "{} voters, {}: started in {:.1} s",
+                kind.name(),
+                case.masters(),
+                spawning.elapsed().as_secs_f64()
+            );
+            ((kind, case), voters)
+        })
         .collect();
-    let version = server_version(&masters[&Case::Off]);
+    let processes: usize = voters
+        .values()
+        .map(|v| v.servers.len() + v.clusters.iter().map(RedisCluster::len).sum::<usize>())
+        .sum();
+    let version = server_version(&voters[&(Kind::Standalone, Case::Off)].servers[0]);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     // Per row, one measurement per run, in run order.
     let mut results: HashMap<Row, Vec<Measurement>> = HashMap::new();
@@ -330,11 +451,13 @@ fn main() {
             for k in 0..rows.len() {
                 let row = rows[(k + run) % rows.len()];
                 let tag = format!("{run}:{workers}:{k}");
-                let m = runtime.block_on(measure(&masters[&row.case].urls, row, &tag, &cfg));
+                let urls = &voters[&(row.kind, row.case)].urls;
+                let m = runtime.block_on(measure(urls, row, &tag, &cfg));
                 let line = format!(
-                    "run {}/{} w={workers:<2} {:<14} {:<20} {:>6.0} cycles/s, acquire p50 {}, p99 {}, errors {}{}",
+                    "run {}/{} w={workers:<2} {:<10} {:<14} {:<20} {:>6.0} cycles/s, acquire p50 {}, p99 {}, errors {}{}; load {}",
                     run + 1,
                     cfg.runs,
+                    row.kind.name(),
                     row.clients(),
                     row.case.masters(),
                     m.rate(),
@@ -342,6 +465,7 @@ fn main() {
                     latency(m.acquire_p(0.99)),
                     m.errors,
                     m.last_error.as_deref().map(|e| format!(" (last: {e})")).unwrap_or_default(),
+                    loadavg(),
                 );
                 eprintln!("{line}");
                 log.push(line);
@@ -350,19 +474,19 @@ fn main() {
         }
     }
     drop(runtime);
-    drop(masters);
+    drop(voters);
 
     let mut out = String::new();
     let w = &mut out;
     writeln!(
         w,
-        "## What a durable vote costs: {MASTERS} masters, {version}"
+        "## What a durable vote costs: {VOTERS} standalone masters, and {VOTERS} Cluster voters of {PRIMARIES} primaries; {version}"
     )
     .unwrap();
     writeln!(w).unwrap();
     writeln!(
         w,
-        "`cargo bench --bench durability` on commit {}, {}. {} CPU(s), load average {load_before} before, {} after; server directories on {} ({}); {:.0} s.",
+        "`cargo bench --bench durability` on commit {}, {}. {} CPU(s), load average {load_before} before, {} after (see the load after each measurement below); {processes} server processes, all running for the whole bench; server directories on {} ({}); {:.0} s.",
         sh("git", &["describe", "--always", "--dirty"]),
         sh("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -374,27 +498,31 @@ fn main() {
     .unwrap();
     writeln!(
         w,
-        "Medians of {} interleaved run(s), {} s windows after {} s warm-up; ratios against shared-client \"off\" at the same worker count, computed within each run (per-run values in brackets), and for `Replicas(1)` on one client per worker also against \"off\" on one client per worker. One client per measurement, shared by its workers (one multiplexed connection per master, on which a blocked `WAIT` holds up every command behind it), except the rows \"one per worker\": a `Redlock` per worker, hence a connection per worker and master. Each worker on its own resource; TTL {TTL:?}, default settings otherwise (node timeout TTL / 20 = 500 ms).",
+        "Medians of {} interleaved run(s) (both kinds of voter in each run), {} s windows after {} s warm-up; ratios against shared-client \"off\" on the same kind of voter at the same worker count, computed within each run (per-run values in brackets), and for `Replicas(1)` on one client per worker also against \"off\" on one client per worker. One client per measurement, shared by its workers (one multiplexed connection per master or shard primary, on which a blocked `WAIT` holds up every command behind it), except the rows \"one per worker\": a `Redlock` per worker, hence a connection per worker and master. Each worker on its own resource; TTL {TTL:?}, default settings otherwise (node timeout TTL / 20 = 500 ms).",
         cfg.runs, cfg.secs, cfg.warmup,
     )
     .unwrap();
+    let p50 = |m: &Measurement| m.acquire_p(0.5).as_secs_f64();
+    let p99 = |m: &Measurement| m.acquire_p(0.99).as_secs_f64();
+    let durability = |case: Case| match case.durability() {
+        Durability::Answered => "off".to_owned(),
+        d => format!("`{d:?}`"),
+    };
+
+    writeln!(w).unwrap();
+    writeln!(w, "### {VOTERS} standalone masters").unwrap();
     writeln!(w).unwrap();
     writeln!(w, "| workers | clients | masters | durability | cycles/s | cycles/s vs off | acquire p50 | acquire p99 | p50 vs off | errors |").unwrap();
     writeln!(w, "|---:|---|---|---|---:|---|---:|---:|---|---:|").unwrap();
-    let p50 = |m: &Measurement| m.acquire_p(0.5).as_secs_f64();
-    for row in Row::all() {
+    for row in Row::all()
+        .into_iter()
+        .filter(|r| r.kind == Kind::Standalone)
+    {
         let runs = &results[&row];
         let of = |f: fn(&Measurement) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
         // Against shared-client off; a durable row on its own clients also against off on its own.
         let vs = |f: fn(&Measurement) -> f64| {
-            let off = |own_clients| {
-                let off = Row {
-                    case: Case::Off,
-                    own_clients,
-                    ..row
-                };
-                ratios(runs, &results[&off], f)
-            };
+            let off = |own_clients| ratios(runs, &results[&row.off(own_clients)], f);
             if row.own_clients && row.case != Case::Off {
                 format!("{} (vs off, one per worker: {})", off(false), off(true))
             } else {
@@ -407,16 +535,11 @@ fn main() {
             row.workers,
             row.clients(),
             row.case.masters(),
-            match row.case.durability() {
-                Durability::Answered => "off".to_owned(),
-                d => format!("`{d:?}`"),
-            },
+            durability(row.case),
             group_digits(of(Measurement::rate).round() as u64),
             vs(Measurement::rate),
             latency(Duration::from_secs_f64(of(p50))),
-            latency(Duration::from_secs_f64(of(|m| m
-                .acquire_p(0.99)
-                .as_secs_f64()))),
+            latency(Duration::from_secs_f64(of(p99))),
             vs(p50),
             runs.iter().map(|m| m.errors).sum::<usize>(),
         )
@@ -424,6 +547,7 @@ fn main() {
     }
     let replica = |own_clients| {
         &results[&Row {
+            kind: Kind::Standalone,
             workers: MANY,
             case: Case::Replica,
             own_clients,
@@ -437,6 +561,38 @@ fn main() {
         ratios(replica(true), replica(false), p50),
     )
     .unwrap();
+
+    writeln!(w).unwrap();
+    writeln!(w, "### {VOTERS} Cluster voters of {PRIMARIES} primaries").unwrap();
+    writeln!(w).unwrap();
+    writeln!(w, "Every primary of a voter as the standalone masters of the same case (with a replica of its own in the replica case); a resource's keys live on one primary of each voter. \"vs standalone\": against the standalone masters' row of the same case and worker count, within each run.").unwrap();
+    writeln!(w).unwrap();
+    writeln!(w, "| workers | primaries | durability | cycles/s | cycles/s vs off | cycles/s vs standalone | acquire p50 | acquire p99 | p50 vs off | errors |").unwrap();
+    writeln!(w, "|---:|---|---|---:|---|---|---:|---:|---|---:|").unwrap();
+    for row in Row::all().into_iter().filter(|r| r.kind == Kind::Cluster) {
+        let runs = &results[&row];
+        let of = |f: fn(&Measurement) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+        let off = &results[&row.off(false)];
+        let standalone = &results[&Row {
+            kind: Kind::Standalone,
+            ..row
+        }];
+        writeln!(
+            w,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            row.workers,
+            row.case.masters(),
+            durability(row.case),
+            group_digits(of(Measurement::rate).round() as u64),
+            ratios(runs, off, Measurement::rate),
+            ratios(runs, standalone, Measurement::rate),
+            latency(Duration::from_secs_f64(of(p50))),
+            latency(Duration::from_secs_f64(of(p99))),
+            ratios(runs, off, p50),
+            runs.iter().map(|m| m.errors).sum::<usize>(),
+        )
+        .unwrap();
+    }
     writeln!(w).unwrap();
     writeln!(w, "Each measurement, in the order taken:").unwrap();
     writeln!(w).unwrap();
@@ -491,9 +647,9 @@ fn valkey_server() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-/// "valkey 9.1.2" (or "redis 7.2.4" for a server that is not Valkey).
-fn server_version(masters: &Masters) -> String {
-    let info = info(&masters.servers[0], "server");
+/// "valkey-server 9.1.2" (or "redis-server 7.2.4" for a server that is not Valkey).
+fn server_version(server: &RedisServer) -> String {
+    let info = info(server, "server");
     let field = |name: &str| {
         info.lines()
             .find_map(|l| l.strip_prefix(name))
