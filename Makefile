@@ -66,9 +66,9 @@ explore:
 ## Criterion benchmarks, the side-by-side comparison (quorumlock, rslock, the raw floor), then
 ## the primitives (semaphore, read-write lock, leader failover) against the mutex, on five local
 ## masters; whether a Cluster voter spreads the work (3 clusters of 3 primaries against 3
-## masters, 64 workers: cycles/s and each server's CPU per cycle); then what a durable vote costs (replica, AOF) on three Valkey 9 masters (its
-## valkey-server fetched as for test-valkey); prints the tables. QUORUMLOCK_BENCH_QUICK=1 for a
-## short smoke run.
+## masters, 64 workers: cycles/s and each server's CPU per cycle); then what a durable vote
+## costs (replica, AOF) on three Valkey 9 masters and on three Cluster voters (its valkey-server
+## fetched as for test-valkey); prints the tables. QUORUMLOCK_BENCH_QUICK=1 for a short smoke run.
 bench: redis-server
 	$(CARGO) bench --bench cycle
 	$(CARGO) bench --bench compare

@@ -106,7 +106,7 @@ impl Shape {
     fn min_rounds(&self, length: Length) -> usize {
         match (length, self.clusters) {
             (Length::Short, false) => 30,
-            (Length::Short, true) => 12,
+            (Length::Short, true) => 8,
             (Length::Long, false) => 100,
             (Length::Long, true) => 60,
         }

@@ -319,7 +319,12 @@ impl Scenario {
     /// groups and to their faults, and whose negative control needs faults, not throughput.
     pub fn target(self, length: Length) -> usize {
         match (self, length) {
-            (Scenario::ClusterVotersOneWindow, Length::Short) => length.target() / 4,
+            (
+                Scenario::ClusterVotersOneWindow
+                | Scenario::ClusterFailoverNotDurable
+                | Scenario::ClusterFailoverDurable,
+                Length::Short,
+            ) => length.target() / 4,
             (
                 Scenario::ClusterVoters | Scenario::SentinelVoters | Scenario::MixedVoters,
                 Length::Short,
