@@ -1,7 +1,8 @@
 //! The explorer's fixed seeds (`make explore` runs fresh ones): plans drawn from a seed — the
 //! clients' configurations (TTLs of 1–30 s mixed on one name, node timeouts, retries, drift
-//! factors, fencing graces down to 1 s, the primitive each uses, rslock beside quorumlock on
-//! the same names) and a schedule of overlapping faults, clock faults on the masters included.
+//! factors, fencing graces down to 1 s, grants counted once fsynced, the primitive each uses,
+//! reentrant holds and rslock beside quorumlock on the same names) and a schedule of
+//! overlapping faults, clock faults on the masters included.
 //! Within the README's bounds, no violation; each negative control — master clocks jumping
 //! forward by more than the TTL (Kleppmann's scenario), a master clock ahead by more than the
 //! fencing grace — must be caught.
@@ -48,9 +49,9 @@ async fn stays_clean(seed: u64, seconds: u64) -> Explored {
     explored
 }
 
-/// Three masters, quorumlock's mutex (plain, fenced) and rslock on the same names, an
-/// election, TTLs of 1.4–29 s; pauses, latency, and every kind of clock fault: skew, bumps,
-/// strobes, rates.
+/// Three masters, quorumlock's mutex (plain, fenced), a reentrant client and rslock on the
+/// same names, an election, TTLs of 1.4–29 s; pauses, latency, and every kind of clock fault:
+/// skew, bumps, strobes, rates.
 #[tokio::test(flavor = "multi_thread")]
 async fn seed_0xc_rslock_an_election_and_every_clock_fault_within_bounds_find_no_violation() {
     let explored = stays_clean(0xc, 25).await;

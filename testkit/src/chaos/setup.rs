@@ -82,6 +82,8 @@ pub(super) struct Tuning {
     pub(super) acquire_timeout: Option<Duration>,
     /// The owner id its locks are taken under (`acquire_as`), if any.
     pub(super) owner: Option<String>,
+    /// When its grants count (`None`: the library's default, once answered).
+    pub(super) durability: Option<quorumlock::Durability>,
     /// Longest sleep inside an ordinary critical section.
     pub(super) critical_section: Duration,
     /// Chance that a holder extends its lock once inside the critical section.
@@ -110,6 +112,9 @@ impl Tuning {
         }
         if let Some(timeout) = self.acquire_timeout {
             builder = builder.acquire_timeout(timeout);
+        }
+        if let Some(durability) = self.durability {
+            builder = builder.durability(durability);
         }
         builder.build()
     }
@@ -171,6 +176,7 @@ impl Setup {
                 fence_grace: None,
                 acquire_timeout: self.acquire_timeout,
                 owner: None,
+                durability: None,
                 critical_section: self.critical_section,
                 extend_chance: self.extend_chance,
                 long_hold_chance: 0.0,

@@ -36,8 +36,15 @@ pub(super) fn uniform(rng: &mut StdRng, lo: Duration, hi: Duration) -> Duration 
     Duration::from_millis(rng.random_range(lo.as_millis() as u64..=hi.as_millis() as u64))
 }
 
-/// The groups of clients: always the mutex group, the other primitives now and then.
-pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>) -> Vec<GroupPlan> {
+/// The groups of clients: always the mutex group, the other primitives now and then. `extra`
+/// draws what came after the first plans (durable votes, reentrant clients), so that a seed
+/// draws the rest as it did before.
+pub(super) fn draw_groups(
+    rng: &mut StdRng,
+    extra: &mut StdRng,
+    aof: bool,
+    control: Option<Control>,
+) -> Vec<GroupPlan> {
     let fleet = Fleet::draw(rng, aof);
     let mut groups = Vec::new();
 
@@ -108,6 +115,23 @@ pub(super) fn draw_groups(rng: &mut StdRng, aof: bool, control: Option<Control>)
             }
         }
         None => {}
+    }
+    // On masters with an AOF, some of quorumlock's clients count a grant once it is fsynced
+    // there (`WAITAOF 1 0`).
+    for (role, t) in clients.iter_mut() {
+        if aof && *role == Role::Mutex && extra.random_bool(0.3) {
+            t.durability = Some(quorumlock::Durability::Aof {
+                local: true,
+                replicas: 0,
+            });
+        }
+    }
+    // Reentrant clients on the same names: each lock nested into holds that tasks of their own
+    // extend and end (scenario 21's workload), beside the plain holders.
+    if control.is_none() && extra.random_bool(0.35) {
+        for _ in 0..extra.random_range(1..=2) {
+            clients.push((Role::Reentrant, draw_tuning(extra, &fleet)));
+        }
     }
     groups.push(GroupPlan {
         primitive: Primitive::Mutex,
@@ -271,6 +295,7 @@ fn draw_tuning(rng: &mut StdRng, fleet: &Fleet) -> Tuning {
             Duration::from_secs(3),
         )),
         owner: None,
+        durability: None,
         critical_section: Duration::from_millis(rng.random_range(1..=20)),
         extend_chance,
         long_hold_chance,

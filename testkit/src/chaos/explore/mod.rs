@@ -62,6 +62,7 @@ use super::election::{Board, ELECTION};
 use super::engine;
 use super::locks::{self, Locks};
 use super::mix::{Group, Mix, Part};
+use super::reentrant::Ledger;
 use super::rwlock::{SharedRwLock, RW_LOCK};
 use super::semaphore::{slot_name, SharedSemaphore};
 use super::setup::{Setup, Tuning};
@@ -440,9 +441,14 @@ fn workloads(plan: &Plan) -> (Vec<Group>, Vec<Part>, BTreeSet<usize>, Option<Wai
                     let theirs: Arc<dyn Workload> = Arc::new(foreign::Rslock);
                     let rslock = role_range(Role::Rslock);
                     foreign.extend(rslock.clone());
+                    let nested: Arc<dyn Workload> = Arc::new(Ledger::default());
                     (
                         Box::new(Setup::resource),
-                        vec![(role_range(Role::Mutex), ours), (rslock, theirs)],
+                        vec![
+                            (role_range(Role::Mutex), ours),
+                            (rslock, theirs),
+                            (role_range(Role::Reentrant), nested),
+                        ],
                     )
                 }
                 Primitive::Semaphore { permits } => {

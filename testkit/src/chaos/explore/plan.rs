@@ -20,6 +20,7 @@ use super::schedule::draw_schedule;
 /// the clients' (which the engine derives from the seed itself).
 const CONFIG_SALT: u64 = 0x0C0F_1600_5A17_0001;
 const SCHEDULE_SALT: u64 = 0x5C4E_D01E_5A17_0002;
+const EXTRA_SALT: u64 = 0xE874_A5A1_5A17_0003;
 
 /// The shortest and longest TTL a client asks for.
 pub(super) const TTL_RANGE: (Duration, Duration) =
@@ -159,6 +160,8 @@ pub(super) enum Role {
     Mutex,
     /// rslock's lock, on the same names.
     Rslock,
+    /// quorumlock's mutex turned into nested holds (`ReentrantLock`), on the same names.
+    Reentrant,
     /// A semaphore's client.
     Semaphore,
     /// A read-write lock's client (reads and writes).
@@ -320,7 +323,8 @@ impl Plan {
         let control = options
             .control
             .or(drawn_control.filter(|_| options.controls));
-        let groups = draw_groups(&mut rng, aof, control);
+        let mut extra = StdRng::seed_from_u64(seed ^ EXTRA_SALT);
+        let groups = draw_groups(&mut rng, &mut extra, aof, control);
         let mut plan = Plan {
             seed,
             duration: options.duration,
@@ -455,6 +459,8 @@ impl Plan {
             count(&|r, t| r == Role::Mutex && t.owner.is_some()),
         );
         add("rslock", count(&|r, _| r == Role::Rslock));
+        add("reent", count(&|r, _| r == Role::Reentrant));
+        add("aof-votes", count(&|_, t| t.durability.is_some()));
         add("sem", count(&|r, _| r == Role::Semaphore));
         add("rw", count(&|r, _| r == Role::RwLock));
         add(
@@ -543,13 +549,20 @@ impl fmt::Display for Plan {
 /// One client's role and settings, on one line.
 fn describe(role: Role, t: &Tuning) -> String {
     let what = match role {
-        Role::Mutex => match (&t.owner, t.fencing) {
-            (Some(owner), true) => format!("owner {owner} fenced"),
-            (Some(owner), false) => format!("owner {owner}"),
-            (None, true) => "mutex fenced".to_owned(),
-            (None, false) => "mutex".to_owned(),
-        },
+        Role::Mutex => {
+            let kind = match (&t.owner, t.fencing) {
+                (Some(owner), true) => format!("owner {owner} fenced"),
+                (Some(owner), false) => format!("owner {owner}"),
+                (None, true) => "mutex fenced".to_owned(),
+                (None, false) => "mutex".to_owned(),
+            };
+            match t.durability {
+                Some(_) => format!("{kind} waitaof"),
+                None => kind,
+            }
+        }
         Role::Rslock => "rslock".to_owned(),
+        Role::Reentrant => "reentrant".to_owned(),
         Role::Semaphore if t.fencing => "semaphore fenced".to_owned(),
         Role::Semaphore => "semaphore".to_owned(),
         Role::RwLock if t.fencing => "rw fenced".to_owned(),
