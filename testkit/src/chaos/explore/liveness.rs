@@ -43,13 +43,30 @@ pub(super) struct Spinning {
 
 /// Checks quorumlock's mutex clients `clients` (their numbers in the history, and tunings)
 /// against what their libraries `counted`, over `ops` on the resources `is_resource` names.
+/// `others` wait in the same lines uncounted (reentrant clients): their polls and the calls
+/// they gave up may wake a waiter too.
 pub(super) fn waiters_do_not_spin(
     ops: &[Op],
     is_resource: impl Fn(&str) -> bool,
     clients: &[(usize, Tuning)],
+    others: &[(usize, Tuning)],
     counted: &BTreeMap<usize, ClientCounts>,
 ) -> Spinning {
-    let ours = |op: &Op| is_resource(&op.resource) && clients.iter().any(|(c, _)| *c == op.client);
+    let calls_of = |client: usize| -> Vec<&Op> {
+        ops.iter()
+            .filter(|op| {
+                is_resource(&op.resource) && op.client == client && op.kind == OpKind::Acquire
+            })
+            .collect()
+    };
+    let polls_of = |calls: &[&Op], tuning: &Tuning| -> u64 {
+        let poll = poll_interval(tuning).as_micros().max(1);
+        calls
+            .iter()
+            .map(|op| ((op.end - op.start).as_micros() / poll) as u64)
+            .sum()
+    };
+    let failed_of = |calls: &[&Op]| calls.iter().filter(|op| !op.succeeded()).count() as u64;
     // Every release of these names may hand a key to one of the waiters (a reentrant client's
     // too; an rslock release hands nothing, and only loosens the bound).
     let releases = ops
@@ -59,17 +76,16 @@ pub(super) fn waiters_do_not_spin(
     let mut violations = Vec::new();
     let (mut all_polls, mut all_failed, mut all_attempts, mut all_wakeups) = (0, 0, 0, 0);
     let (mut all_bounds, mut checked) = (0, 0);
+    for (client, tuning) in others {
+        let calls = calls_of(*client);
+        all_polls += polls_of(&calls, tuning);
+        all_failed += failed_of(&calls);
+    }
     for (client, tuning) in clients {
         let poll = poll_interval(tuning);
-        let calls: Vec<&Op> = ops
-            .iter()
-            .filter(|op| ours(op) && op.client == *client && op.kind == OpKind::Acquire)
-            .collect();
-        let polls: u64 = calls
-            .iter()
-            .map(|op| ((op.end - op.start).as_micros() / poll.as_micros().max(1)) as u64)
-            .sum();
-        let failed = calls.iter().filter(|op| !op.succeeded()).count() as u64;
+        let calls = calls_of(*client);
+        let polls = polls_of(&calls, tuning);
+        let failed = failed_of(&calls);
         let ClientCounts { attempts, wakeups } = counted.get(client).copied().unwrap_or_default();
         all_polls += polls;
         all_failed += failed;
@@ -162,10 +178,10 @@ mod tests {
             },
         )]);
         let names = |r: &str| r == "r0";
-        assert!(waiters_do_not_spin(&ops, names, &clients, &within)
+        assert!(waiters_do_not_spin(&ops, names, &clients, &[], &within)
             .violations
             .is_empty());
-        let found = waiters_do_not_spin(&ops, names, &clients, &spun);
+        let found = waiters_do_not_spin(&ops, names, &clients, &[], &spun);
         assert_eq!(found.violations.len(), 1, "{found:?}");
         assert!(found.violations[0].contains("client 0 spun"), "{found:?}");
     }

@@ -321,9 +321,9 @@ pub async fn run(plan: &Plan, server: &Path) -> io::Result<Explored> {
     for v in &report.violations {
         *violations.entry(Guarantee::of(v)).or_default() += 1;
     }
-    let spinning = waiting.map(|(locks, clients)| {
+    let spinning = waiting.map(|(locks, clients, others)| {
         let counted = locks.observed().counted_by_client;
-        liveness::waiters_do_not_spin(&ops, is_mutex_name, &clients, &counted)
+        liveness::waiters_do_not_spin(&ops, is_mutex_name, &clients, &others, &counted)
     });
     if let Some(spinning) = spinning.as_ref().filter(|s| !s.violations.is_empty()) {
         violations.insert(Guarantee::Liveness, spinning.violations.len());
@@ -386,9 +386,9 @@ fn verdict(plan: &Plan, judged: &[Judged], violations: &BTreeMap<Guarantee, usiz
     }
 }
 
-/// quorumlock's mutex workload, and its clients' numbers within the mutex group with their
-/// tunings: for the line's liveness.
-type Waiting = (Arc<Locks>, Vec<(usize, Tuning)>);
+/// quorumlock's mutex workload, its clients' numbers within the mutex group with their
+/// tunings, and the reentrant clients' (who wait in the same lines): for the line's liveness.
+type Waiting = (Arc<Locks>, Vec<(usize, Tuning)>, Vec<(usize, Tuning)>);
 
 /// The engine's groups and parts for `plan`'s clients, the rslock clients' numbers within the
 /// mutex group, and quorumlock's mutex workload with its clients.
@@ -431,12 +431,18 @@ fn workloads(plan: &Plan) -> (Vec<Group>, Vec<Part>, BTreeSet<usize>, Option<Wai
                         crash_chance: 0.01,
                         ..locks::Config::default()
                     }));
-                    let clients = group.clients.iter().enumerate();
-                    let ours_tuned = clients
-                        .filter(|(_, (role, _))| *role == Role::Mutex)
-                        .map(|(c, (_, tuning))| (c, tuning.clone()))
-                        .collect();
-                    waiting = Some((Arc::clone(&locks), ours_tuned));
+                    let tuned = |want: Role| {
+                        let clients = group.clients.iter().enumerate();
+                        clients
+                            .filter(|(_, (role, _))| *role == want)
+                            .map(|(c, (_, tuning))| (c, tuning.clone()))
+                            .collect()
+                    };
+                    waiting = Some((
+                        Arc::clone(&locks),
+                        tuned(Role::Mutex),
+                        tuned(Role::Reentrant),
+                    ));
                     let ours: Arc<dyn Workload> = locks;
                     let theirs: Arc<dyn Workload> = Arc::new(foreign::Rslock);
                     let rslock = role_range(Role::Rslock);
