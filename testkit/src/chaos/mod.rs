@@ -315,8 +315,8 @@ impl Scenario {
     }
 
     /// Acquisitions a run of this scenario must reach: [`Length::target`], but for the short
-    /// runs of the topology scenarios (24–27), whose time goes to starting clusters and Sentinel
-    /// groups and to their faults, and whose negative control needs faults, not throughput.
+    /// runs of the topology scenarios (24–29), whose time goes to starting clusters and Sentinel
+    /// groups and to their faults, and whose negative controls need faults, not throughput.
     pub fn target(self, length: Length) -> usize {
         match (self, length) {
             (
