@@ -44,6 +44,20 @@ async fn survives(scenario: Scenario) {
     }
 }
 
+/// A negative control: where its fault breaks a documented assumption, the checker must find a
+/// second holder, and the scenario's own checks hold.
+async fn lets_a_second_holder_in(scenario: Scenario) {
+    let run = run_short(scenario).await;
+    let overlaps = run
+        .report
+        .violations
+        .iter()
+        .filter(|v| matches!(v, Violation::Overlap { .. }))
+        .count();
+    assert!(overlaps > 0, "the checker found no second holder:\n{run}");
+    assert!(run.passed(), "{run}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn s01_no_faults_baseline() {
     survives(Scenario::Baseline).await;
@@ -158,15 +172,7 @@ async fn s23_durable_votes_survive_two_voters_failing_over_in_one_window() {
 /// answered. The rule `f >= q - N + k` is broken, and the checker must find second holders.
 #[tokio::test(flavor = "multi_thread")]
 async fn s22_votes_counted_once_answered_lose_locks_to_two_failovers_in_one_window() {
-    let run = run_short(Scenario::FailoverNotDurable).await;
-    let overlaps = run
-        .report
-        .violations
-        .iter()
-        .filter(|v| matches!(v, Violation::Overlap { .. }))
-        .count();
-    assert!(overlaps > 0, "the checker found no second holder:\n{run}");
-    assert!(run.passed(), "{run}");
+    lets_a_second_holder_in(Scenario::FailoverNotDurable).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -188,15 +194,7 @@ async fn s26_a_cluster_a_sentinel_group_and_a_master_as_voters_under_their_fault
 /// key in one window, which breaks the rule per voter; the checker must find second holders.
 #[tokio::test(flavor = "multi_thread")]
 async fn s27_two_cluster_voters_losing_a_held_key_in_one_window_let_a_second_holder_in() {
-    let run = run_short(Scenario::ClusterVotersOneWindow).await;
-    let overlaps = run
-        .report
-        .violations
-        .iter()
-        .filter(|v| matches!(v, Violation::Overlap { .. }))
-        .count();
-    assert!(overlaps > 0, "the checker found no second holder:\n{run}");
-    assert!(run.passed(), "{run}");
+    lets_a_second_holder_in(Scenario::ClusterVotersOneWindow).await;
 }
 
 /// Scenario 28, the negative control of 29: scenario 22's double failovers on Cluster voters
@@ -204,15 +202,7 @@ async fn s27_two_cluster_voters_losing_a_held_key_in_one_window_let_a_second_hol
 /// answered. The rule `f >= q - N + k` is broken, and the checker must find second holders.
 #[tokio::test(flavor = "multi_thread")]
 async fn s28_cluster_votes_counted_once_answered_lose_locks_to_two_shard_failovers_in_one_window() {
-    let run = run_short(Scenario::ClusterFailoverNotDurable).await;
-    let overlaps = run
-        .report
-        .violations
-        .iter()
-        .filter(|v| matches!(v, Violation::Overlap { .. }))
-        .count();
-    assert!(overlaps > 0, "the checker found no second holder:\n{run}");
-    assert!(run.passed(), "{run}");
+    lets_a_second_holder_in(Scenario::ClusterFailoverNotDurable).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

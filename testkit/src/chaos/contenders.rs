@@ -97,3 +97,44 @@ pub(super) async fn contend(
         }
     }
 }
+
+/// Asks for each of `resources` once, as a newcomer would, recording as client `prober`: where
+/// a fault took a held lock's key from too many voters, the prober gets the lock beside its
+/// holder, and the history shows it. What it gets it releases at once.
+pub(super) async fn probe(
+    rl: &Redlock,
+    ttl: Duration,
+    resources: usize,
+    prober: usize,
+    history: &History,
+) {
+    for r in 0..resources {
+        let resource = Holds::resource(r);
+        let start = Instant::now();
+        match rl.try_acquire(&resource, ttl).await {
+            Ok(lock) => {
+                history.record(Op::acquired(prober, start, Instant::now(), &lock));
+                let releasing = Releasing::start(&lock);
+                let result = lock.release().await;
+                history.record(releasing.finished(prober, &result));
+            }
+            Err(e) => history.record(Op::acquire_failed(
+                prober,
+                &resource,
+                start,
+                Instant::now(),
+                &e,
+            )),
+        }
+    }
+}
+
+/// The resource for a fault to strike: one held long right now, or else any of `resources`.
+pub(super) fn victim(clients: &Contention, resources: usize, rng: &mut StdRng) -> String {
+    let long = crate::mutex::lock(&clients.long_holds);
+    let held: Vec<&String> = long.values().collect();
+    match held.is_empty() {
+        false => held[rng.random_range(0..held.len())].clone(),
+        true => Holds::resource(rng.random_range(0..resources)),
+    }
+}

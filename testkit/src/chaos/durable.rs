@@ -40,12 +40,12 @@ use quorumlock::{Durability, Redlock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::contenders::{contend, Contention, Holds};
+use super::contenders::{contend, probe, victim, Contention, Holds};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::cluster::{key_slot, RedisClusterBuilder};
 use crate::failover::{blocking, Pair};
 use crate::server::RedisServerBuilder;
-use crate::{History, Op, RedisCluster, Releasing, Violation};
+use crate::{History, RedisCluster, Violation};
 
 const VOTERS: usize = 3;
 const CLIENTS: usize = 16;
@@ -191,10 +191,8 @@ pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Re
             let prober = client().build().map_err(io::Error::other)?;
             tokio::spawn(fail_over_shards_in_pairs(
                 clusters,
-                Probe {
-                    rl: prober,
-                    ttl: shape.ttl,
-                },
+                prober,
+                shape.ttl,
                 shape.longest_freeze,
                 rng,
                 Arc::clone(&history),
@@ -417,54 +415,13 @@ fn tokens_only_on_the_primary(pair: &Pair) -> Vec<String> {
         .collect()
 }
 
-/// A prober of 28 and 29: a client of its own that asks for every resource once right after
-/// the failovers, as a newcomer would.
-struct Probe {
-    rl: Redlock,
-    ttl: Duration,
-}
-
-impl Probe {
-    async fn run(&self, history: &History) {
-        const PROBER: usize = CLIENTS;
-        for r in 0..RESOURCES {
-            let resource = Holds::resource(r);
-            let start = Instant::now();
-            match self.rl.try_acquire(&resource, self.ttl).await {
-                Ok(lock) => {
-                    history.record(Op::acquired(PROBER, start, Instant::now(), &lock));
-                    let releasing = Releasing::start(&lock);
-                    let result = lock.release().await;
-                    history.record(releasing.finished(PROBER, &result));
-                }
-                Err(e) => history.record(Op::acquire_failed(
-                    PROBER,
-                    &resource,
-                    start,
-                    Instant::now(),
-                    &e,
-                )),
-            }
-        }
-    }
-}
-
-/// The resource to strike: one held long right now, or else any.
-fn victim(shared: &Shared, rng: &mut StdRng) -> String {
-    let long = crate::mutex::lock(&shared.clients.long_holds);
-    let held: Vec<&String> = long.values().collect();
-    match held.is_empty() {
-        false => held[rng.random_range(0..held.len())].clone(),
-        true => Holds::resource(rng.random_range(0..RESOURCES)),
-    }
-}
-
 /// 28 and 29, until the clients stop: pick a resource (one held long, when there is one), cut
-/// the replication of its shard on two voters, wait, fail both shards over, probe, rebuild
-/// them, rest.
+/// the replication of its shard on two voters, wait, fail both shards over, let `prober` (a
+/// client of its own) ask for every resource once, rebuild them, rest.
 async fn fail_over_shards_in_pairs(
     clusters: Vec<RedisCluster>,
-    probe: Probe,
+    prober: Redlock,
+    ttl: Duration,
     longest_freeze: Duration,
     mut rng: StdRng,
     history: Arc<History>,
@@ -485,7 +442,7 @@ async fn fail_over_shards_in_pairs(
         if shared.clients.stop.load(Ordering::Relaxed) {
             break;
         }
-        let resource = victim(&shared, &mut rng);
+        let resource = victim(&shared.clients, RESOURCES, &mut rng);
         let slot = key_slot(quorumlock::resource_key("", &resource));
         let first = rng.random_range(0..VOTERS);
         let second = (first + rng.random_range(1..VOTERS)) % VOTERS;
@@ -551,7 +508,7 @@ async fn fail_over_shards_in_pairs(
         })
         .await?;
         clusters = back;
-        probe.run(&history).await;
+        probe(&prober, ttl, RESOURCES, CLIENTS, &history).await;
         // Both at once: a shard without a replica cannot confirm a durable grant.
         clusters = blocking(move || {
             let mut clusters = clusters;

@@ -35,13 +35,13 @@ use quorumlock::{Redlock, RedlockBuilder};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::contenders::{contend, Contention, Holds};
+use super::contenders::{contend, probe, victim, Contention, Holds};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::cluster::{key_slot, RedisClusterBuilder};
 use crate::failover::blocking;
 use crate::sentinel::SentinelGroupBuilder;
 use crate::server::{RedisServerBuilder, ServerTls};
-use crate::{History, Op, RedisCluster, RedisServer, Releasing, SentinelGroup};
+use crate::{History, RedisCluster, RedisServer, SentinelGroup};
 
 const VOTERS: usize = 3;
 const CLIENTS: usize = 16;
@@ -611,42 +611,6 @@ struct Struck {
     lost: usize,
 }
 
-/// Right after a fault, a client of its own asks for every resource once, as a newcomer
-/// would: where the fault took a held lock's key from too many voters, it gets the lock beside
-/// its holder, and the history shows it.
-async fn probe(rl: &Redlock, history: &History) {
-    const PROBER: usize = CLIENTS;
-    for r in 0..RESOURCES {
-        let resource = Holds::resource(r);
-        let start = Instant::now();
-        match rl.try_acquire(&resource, TTL).await {
-            Ok(lock) => {
-                history.record(Op::acquired(PROBER, start, Instant::now(), &lock));
-                let releasing = Releasing::start(&lock);
-                let result = lock.release().await;
-                history.record(releasing.finished(PROBER, &result));
-            }
-            Err(e) => history.record(Op::acquire_failed(
-                PROBER,
-                &resource,
-                start,
-                Instant::now(),
-                &e,
-            )),
-        }
-    }
-}
-
-/// The resource to strike: one held long right now, or else any.
-fn victim(shared: &Shared, rng: &mut StdRng) -> String {
-    let long = crate::mutex::lock(&shared.clients.long_holds);
-    let held: Vec<&String> = long.values().collect();
-    match held.is_empty() {
-        false => held[rng.random_range(0..held.len())].clone(),
-        true => Holds::resource(rng.random_range(0..RESOURCES)),
-    }
-}
-
 /// The fault driver, until the clients stop. 24–26: one voter at a time, a rest after each
 /// (see [`REST`]). 27: two cluster voters at once, the same held resource on both.
 async fn strike(
@@ -674,7 +638,7 @@ async fn strike(
         if shared.clients.stop.load(Ordering::Relaxed) {
             break;
         }
-        let resource = victim(&shared, &mut rng);
+        let resource = victim(&shared.clients, RESOURCES, &mut rng);
         let first = rng.random_range(0..VOTERS);
         let struck: Vec<usize> = match control {
             true => vec![first, (first + rng.random_range(1..VOTERS)) % VOTERS],
@@ -710,7 +674,7 @@ async fn strike(
         }
         history.heal(fault);
         shared.faults.fetch_add(1, Ordering::Relaxed);
-        probe(&prober, &history).await;
+        probe(&prober, TTL, RESOURCES, CLIENTS, &history).await;
         if !control {
             tokio::time::sleep(REST).await;
         }
