@@ -15,7 +15,7 @@ use redis::Cmd;
 use crate::node::{Companion, Node, ScriptInput};
 use crate::quorum::Lease;
 use crate::scripts;
-use crate::token::LockToken;
+use crate::token::{later_attempt_here, LockToken};
 use crate::wakeup::hub::Ticket;
 
 /// The keys of one lock.
@@ -271,8 +271,11 @@ impl Keys {
                     }
                     let reply: redis::Value = node.invoke_granting(call, timeout, is_grant).await?;
                     match owned_value(&reply) {
-                        Some((_, value)) if !takeover => expected = value,
-                        // It changed hands between the two requests: held, as by anyone else.
+                        Some((_, value)) if !takeover && !later_attempt_here(token, &value) => {
+                            expected = value
+                        }
+                        // A later attempt of this process holds it (this one runs late), or it
+                        // changed hands between the two requests: held, as by anyone else.
                         Some((now, _)) => return Ok(Acquired::Held(now)),
                         None => return fences_or_refusal(node, reply),
                     }
@@ -284,10 +287,11 @@ impl Keys {
 
     /// An attempt under the owner id `owner` (`lua/acquire_owned.lua`): where the key holds an
     /// attempt of the same owner, the node names that value, and a second request takes the key
-    /// over if it still holds exactly that value: a compare-and-swap, so that an attempt that
-    /// runs late never replaces a value it did not see (a later attempt's grant), whatever the
-    /// clocks of the processes sharing the id. Two round trips on that node, then; one
-    /// otherwise.
+    /// over if it still holds exactly that value: a compare-and-swap, so that it replaces only
+    /// what it named, whatever the clocks of the processes sharing the id. It never names a
+    /// later attempt's value of this process (see [`later_attempt_here`]): an attempt that runs
+    /// late would take that grant over and its rollback then delete it. Two round trips on that
+    /// node, then; one otherwise.
     async fn acquire_owned_on(
         &self,
         node: &Node,
@@ -312,10 +316,17 @@ impl Keys {
             let reply: redis::Value = node.invoke_granting(call, timeout, granted).await?;
             match reply {
                 redis::Value::Int(grant) => return Ok(plain_grant(grant, fenced)),
-                // Another attempt of the owner holds it: take it over by naming it.
-                redis::Value::BulkString(value) if !takeover => expected = value,
-                // It changed hands between the two requests, to yet another attempt of the
-                // owner: held, as by anyone else.
+                // An earlier attempt of the owner holds it, or another process's: take it over
+                // by naming it.
+                redis::Value::BulkString(value)
+                    if !takeover && !later_attempt_here(token, &value) =>
+                {
+                    expected = value
+                }
+                // A later attempt of this process holds it (this one runs late: taking it over,
+                // its rollback would then delete the later lock's key), or it changed hands
+                // between the two requests, to yet another attempt of the owner: held, as by
+                // anyone else.
                 redis::Value::BulkString(_) => return Ok(Acquired::Held(None)),
                 other => return Err(unexpected(node, &other)),
             }

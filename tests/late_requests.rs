@@ -188,3 +188,62 @@ async fn an_owners_attempt_that_runs_late_never_takes_over_a_later_grant() {
     );
     lock.release().await.unwrap();
 }
+
+/// Defect: an owner id's attempt that lost while its request to one master was still on its
+/// way read there the grant of a later attempt of the same owner (another task's), took it over,
+/// and its rollback then deleted it: the later lock, won on that master and one other, was left
+/// with one master of three, and a third client took the resource from under it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owners_lost_attempt_still_on_its_way_never_takes_over_a_later_grant() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let ttl = Duration::from_secs(10);
+    // The first client's route to master 2 is slow; its node timeout waits it out, and it
+    // makes one attempt.
+    let route = FaultProxy::start(nodes[2].addr()).unwrap();
+    let urls = vec![nodes[0].url(), nodes[1].url(), route.url()];
+    let first = Redlock::builder(urls)
+        .node_timeout(Duration::from_secs(3))
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    assert_eq!(first.connect().await.unwrap().reachable, 3);
+    let second = Redlock::builder(nodes.urls())
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    // Someone else holds masters 0 and 1: the first attempt loses there at once, while its
+    // request to master 2 is still on its way.
+    set(&nodes[0], &key, "someone-else", ttl);
+    set(&nodes[1], &key, "someone-else", ttl);
+    route.delay(Duration::from_millis(400), Duration::ZERO, Duration::ZERO);
+    let lost = tokio::spawn(async move { first.acquire_as("r", "worker-7", ttl).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Master 1 falls free; another task's attempt under the same owner wins masters 1 and 2
+    // before the first attempt's request reaches master 2.
+    del(&nodes[1], &key);
+    let lock = second.acquire_as("r", "worker-7", ttl).await.unwrap();
+    let token = lock.token().expose().to_owned();
+    assert_eq!(holders(&nodes, &key, &token), 2);
+    assert!(lost.await.unwrap().is_err());
+    // The first attempt's requests land (each 400 ms late), and whatever it does after: the
+    // lock keeps both masters throughout.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let values: Vec<Option<String>> = nodes.iter().map(|s| get(s, &key)).collect();
+        assert_eq!(
+            holders(&nodes, &key, &token),
+            2,
+            "the lock keeps its quorum: {values:?} (token {token})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // So nobody else takes the resource while the lock holds, master 0 free or not.
+    del(&nodes[0], &key);
+    let third = Redlock::builder(nodes.urls())
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    assert!(third.try_acquire("r", ttl).await.is_err());
+    lock.release().await.unwrap();
+}

@@ -2,10 +2,12 @@
 -- nobody waits in its line, or take it over where it holds exactly the value `expected`, a value
 -- of the same owner this attempt's client read from the key a moment before (see keys.rs,
 -- `Keys::acquire_on`); advance the fencing counter on every grant when fencing is on. A takeover
--- is a compare-and-swap, so that an attempt that runs late (after a later attempt of its owner
--- won here, or after the value it read was released) replaces nothing it did not see, whatever
--- the clocks; and each attempt writes its own value, so a cleanup of an attempt (a
--- compare-and-delete of that attempt's value) leaves every other grant alone.
+-- is a compare-and-swap, so that a takeover replaces only the value it was named, whatever the
+-- clocks; the client never names a value of a later attempt of its own process (token.rs,
+-- `later_attempt_here`): an attempt that runs late (its request still on its way after a later
+-- attempt won here) would take that grant over and then roll it back, deleting the later lock's
+-- key. Each attempt writes its own value, so a cleanup of an attempt (a compare-and-delete of
+-- that attempt's value) leaves every other grant alone.
 -- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] (fencing only) its
 -- fence counter. ARGV[1] this attempt's token; ARGV[2] TTL in ms; ARGV[3] the owner id; ARGV[4]
 -- the value to take over, or '' for none; ARGV[5] (fencing only) how long the counter lasts

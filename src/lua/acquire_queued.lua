@@ -8,6 +8,7 @@
 -- (ignored without fencing); ARGV[8] (under an owner id only, one key) the owner; ARGV[9] the value
 -- of an earlier attempt of the owner to take over, or '' for none. A key holding another attempt
 -- of the owner is taken over only when named exactly (compare-and-swap, as in acquire_owned.lua),
+-- and the client never names a later attempt's value of its own process (see acquire_owned.lua),
 -- so that a waiter's attempt that runs late never replaces a later grant; unnamed, it is refused
 -- with {-3, now, value}, and the client may name it in its next request.
 -- Returns, when refused, {-3, now, value} for a key of the owner's (see ARGV[9]), {-2, now} while
