@@ -252,8 +252,11 @@ impl Keys {
             (_, Some((ticket, entry_lease))) => {
                 // Under an owner id, a key holding another attempt of the owner is taken over
                 // as by a plain attempt: named by the master, then compared and swapped.
-                let mut expected: Vec<u8> = Vec::new();
-                for takeover in [false, true] {
+                let owner = match self {
+                    Keys::Owned { owner, .. } => Some(owner),
+                    _ => None,
+                };
+                owner_attempt(token, |expected| {
                     let mut call = scripts::ACQUIRE_QUEUED.prepare_invoke();
                     self.line_keys(&mut call);
                     if fenced.is_some() {
@@ -266,32 +269,25 @@ impl Keys {
                         .arg(ticket.order)
                         .arg(millis(entry_lease))
                         .arg(fenced.unwrap_or(0));
-                    if let Keys::Owned { owner, .. } = self {
-                        call.arg(&**owner).arg(&expected[..]);
+                    if let Some(owner) = owner {
+                        call.arg(&**owner).arg(expected);
                     }
-                    let reply: redis::Value = node.invoke_granting(call, timeout, is_grant).await?;
-                    match owned_value(&reply) {
-                        Some((_, value)) if !takeover && !later_attempt_here(token, &value) => {
-                            expected = value
-                        }
-                        // A later attempt of this process holds it (this one runs late), or it
-                        // changed hands between the two requests: held, as by anyone else.
-                        Some((now, _)) => return Ok(Acquired::Held(now)),
-                        None => return fences_or_refusal(node, reply),
+                    async move {
+                        let reply: redis::Value =
+                            node.invoke_granting(call, timeout, is_grant).await?;
+                        Ok(match owned_value(&reply) {
+                            Some((now, value)) => OwnerReply::Owned(now, value),
+                            None => OwnerReply::Answer(fences_or_refusal(node, reply)?),
+                        })
                     }
-                }
-                Ok(Acquired::Held(None))
+                })
+                .await
             }
         }
     }
 
-    /// An attempt under the owner id `owner` (`lua/acquire_owned.lua`): where the key holds an
-    /// attempt of the same owner, the node names that value, and a second request takes the key
-    /// over if it still holds exactly that value: a compare-and-swap, so that it replaces only
-    /// what it named, whatever the clocks of the processes sharing the id. It never names a
-    /// later attempt's value of this process (see [`later_attempt_here`]): an attempt that runs
-    /// late would take that grant over and its rollback then delete it. Two round trips on that
-    /// node, then; one otherwise.
+    /// An attempt under the owner id `owner` (`lua/acquire_owned.lua`), in one request or two
+    /// (see [`owner_attempt`]).
     async fn acquire_owned_on(
         &self,
         node: &Node,
@@ -301,37 +297,27 @@ impl Keys {
         ttl_ms: u64,
         timeout: Duration,
     ) -> Result<Acquired, NodeError> {
-        let mut expected: Vec<u8> = Vec::new();
-        for takeover in [false, true] {
+        owner_attempt(token, |expected| {
             let mut call = scripts::ACQUIRE_OWNED.prepare_invoke();
             self.line_keys(&mut call);
             if fenced.is_some() {
                 self.fence_keys(&mut call);
             }
-            call.arg(token).arg(ttl_ms).arg(owner).arg(&expected[..]);
+            call.arg(token).arg(ttl_ms).arg(owner).arg(expected);
             if let Some(grace) = fenced {
                 call.arg(grace);
             }
-            let granted = |reply: &redis::Value| matches!(reply, redis::Value::Int(1..));
-            let reply: redis::Value = node.invoke_granting(call, timeout, granted).await?;
-            match reply {
-                redis::Value::Int(grant) => return Ok(plain_grant(grant, fenced)),
-                // An earlier attempt of the owner holds it, or another process's: take it over
-                // by naming it.
-                redis::Value::BulkString(value)
-                    if !takeover && !later_attempt_here(token, &value) =>
-                {
-                    expected = value
+            async move {
+                let granted = |reply: &redis::Value| matches!(reply, redis::Value::Int(1..));
+                let reply: redis::Value = node.invoke_granting(call, timeout, granted).await?;
+                match reply {
+                    redis::Value::Int(grant) => Ok(OwnerReply::Answer(plain_grant(grant, fenced))),
+                    redis::Value::BulkString(value) => Ok(OwnerReply::Owned(None, value)),
+                    other => Err(unexpected(node, &other)),
                 }
-                // A later attempt of this process holds it (this one runs late: taking it over,
-                // its rollback would then delete the later lock's key), or it changed hands
-                // between the two requests, to yet another attempt of the owner: held, as by
-                // anyone else.
-                redis::Value::BulkString(_) => return Ok(Acquired::Held(None)),
-                other => return Err(unexpected(node, &other)),
             }
-        }
-        Ok(Acquired::Held(None))
+        })
+        .await
     }
 
     /// Adds the keys, their lines and their lines' leases, the first keys of the line scripts.
@@ -664,6 +650,43 @@ fn plain_grant(grant: i64, fenced: Option<u64>) -> Acquired {
         Ok(fence) if fenced.is_some() => Acquired::Granted(vec![fence]),
         Ok(_) => Acquired::Granted(Vec::new()),
     }
+}
+
+/// What one request of an attempt under an owner id came to: the node's answer, or the value
+/// of another attempt of the owner that holds the key (with the master's time, when the script
+/// tells it), which the next request may name to take the key over.
+enum OwnerReply {
+    Answer(Acquired),
+    Owned(Option<u64>, Vec<u8>),
+}
+
+/// An attempt under an owner id on one node, `request(expected)` sending one request that names
+/// `expected` (empty for none): where the key holds another attempt of the owner, the node names
+/// that value and a second request takes the key over if it still holds exactly that value. A
+/// compare-and-swap, so that it replaces only what it named, whatever the clocks of the
+/// processes sharing the id. Two round trips on that node, then; one otherwise.
+///
+/// It never names a later attempt's value of this process ([`later_attempt_here`]): that value
+/// means this attempt runs late (its request was still on its way while a later attempt won
+/// here), and taking it over, its rollback would then delete the key the later lock counts on.
+async fn owner_attempt<F, Fut>(token: &str, mut request: F) -> Result<Acquired, NodeError>
+where
+    F: FnMut(&[u8]) -> Fut,
+    Fut: std::future::Future<Output = Result<OwnerReply, NodeError>>,
+{
+    let mut expected: Vec<u8> = Vec::new();
+    for takeover in [false, true] {
+        match request(&expected).await? {
+            OwnerReply::Answer(answer) => return Ok(answer),
+            OwnerReply::Owned(_, value) if !takeover && !later_attempt_here(token, &value) => {
+                expected = value;
+            }
+            // A later attempt of this process holds it, or it changed hands between the two
+            // requests, to yet another attempt of the owner: held, as by anyone else.
+            OwnerReply::Owned(now, _) => return Ok(Acquired::Held(now)),
+        }
+    }
+    Ok(Acquired::Held(None))
 }
 
 /// The value a waiter's attempt under an owner id was refused for, with the master's time:
