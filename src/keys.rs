@@ -15,7 +15,8 @@ use redis::Cmd;
 use crate::node::{Companion, Node, ScriptInput};
 use crate::quorum::Lease;
 use crate::scripts;
-use crate::token::{later_attempt_here, LockToken};
+use crate::sync;
+use crate::token::LockToken;
 use crate::wakeup::hub::Ticket;
 
 /// The keys of one lock.
@@ -159,22 +160,26 @@ impl Keys {
         }
     }
 
-    /// Sets every key (or none) to `token` for `ttl_ms`, advancing the fencing counters (each
-    /// lasting `fenced` ms after it) when fenced. With a place in the line, the attempt is a waiter's (see `wakeup`): it renews
-    /// the waiter's entry, and takes the keys only if they are free and the waiter heads each
-    /// line, or they are reserved for it.
+    /// Sets every key (or none) to the attempt's token for its TTL, advancing the fencing
+    /// counters (each lasting `fenced` ms after it) when fenced. With a place in the line, the
+    /// attempt is a waiter's (see `wakeup`): it renews the waiter's entry, and takes the keys
+    /// only if they are free and the waiter heads each line, or they are reserved for it.
     pub(crate) async fn acquire_on(
         &self,
         node: &Node,
-        fenced: Option<u64>,
-        token: &str,
-        ttl_ms: u64,
-        in_line: Option<(&Ticket, Duration)>,
+        attempt: &AttemptInput<'_>,
         timeout: Duration,
     ) -> Result<Acquired, NodeError> {
         if let Some(groups) = by_slot::groups(self, node) {
-            return by_slot::acquire(groups, node, fenced, token, ttl_ms, in_line, timeout).await;
+            return by_slot::acquire(groups, node, attempt, timeout).await;
         }
+        let AttemptInput {
+            fenced,
+            token,
+            ttl_ms,
+            in_line,
+            takeovers,
+        } = *attempt;
         match (self, in_line) {
             (Keys::One(key) | Keys::Slot(key) | Keys::Term { key, .. }, None)
                 if !node.confirms_grants() =>
@@ -203,8 +208,7 @@ impl Keys {
                 Ok(plain_grant(grant, fenced))
             }
             (Keys::Owned { owner, .. }, None) => {
-                self.acquire_owned_on(node, owner, fenced, token, ttl_ms, timeout)
-                    .await
+                self.acquire_owned_on(node, owner, attempt, timeout).await
             }
             (Keys::Read(key), _) => {
                 let mut call = scripts::ACQUIRE_READ.prepare_invoke();
@@ -256,7 +260,7 @@ impl Keys {
                     Keys::Owned { owner, .. } => Some(owner),
                     _ => None,
                 };
-                owner_attempt(token, |expected| {
+                owner_attempt(node, takeovers, |expected| {
                     let mut call = scripts::ACQUIRE_QUEUED.prepare_invoke();
                     self.line_keys(&mut call);
                     if fenced.is_some() {
@@ -292,12 +296,17 @@ impl Keys {
         &self,
         node: &Node,
         owner: &str,
-        fenced: Option<u64>,
-        token: &str,
-        ttl_ms: u64,
+        attempt: &AttemptInput<'_>,
         timeout: Duration,
     ) -> Result<Acquired, NodeError> {
-        owner_attempt(token, |expected| {
+        let AttemptInput {
+            fenced,
+            token,
+            ttl_ms,
+            takeovers,
+            ..
+        } = *attempt;
+        owner_attempt(node, takeovers, |expected| {
             let mut call = scripts::ACQUIRE_OWNED.prepare_invoke();
             self.line_keys(&mut call);
             if fenced.is_some() {
@@ -397,6 +406,20 @@ impl Keys {
                 return Ok(released == 1);
             }
             _ => {}
+        }
+        let named = hand_off
+            .takeovers
+            .as_ref()
+            .and_then(|t| t.named_on(node.id()));
+        if let (Keys::Owned { key, .. }, Some(value)) = (self, named) {
+            // The rollback of an owner's takeover here: what it took goes back.
+            let input = RestoreInput {
+                key,
+                token,
+                value: &value,
+                hand_off,
+            };
+            return node.restore(&input, timeout).await;
         }
         let input = ReleaseInput {
             keys: self,
@@ -525,6 +548,9 @@ pub(crate) struct HandOff {
     /// for a cleanup that may run after the waiter left the line (a retried rollback, a
     /// straggler's): that would put it back in line.
     pub(crate) requeue: Option<Duration>,
+    /// For the rollback of an attempt under an owner id: the values it named for takeovers,
+    /// which go back where it took them (`lua/restore.lua`) instead of being released.
+    pub(crate) takeovers: Option<Arc<Takeovers>>,
 }
 
 impl HandOff {
@@ -540,6 +566,7 @@ impl HandOff {
             reserve,
             waiter: None,
             requeue: None,
+            takeovers: None,
         }
     }
 
@@ -602,6 +629,57 @@ impl ScriptInput for ReleaseInput<'_> {
     }
 }
 
+/// What one attempt sends every node: its token and TTL in ms, how long the fence counters last
+/// after a grant when fenced, the waiter's place in line with its entry lease, and, under an
+/// owner id, its takeovers.
+#[derive(Clone, Copy)]
+pub(crate) struct AttemptInput<'a> {
+    pub(crate) fenced: Option<u64>,
+    pub(crate) token: &'a str,
+    pub(crate) ttl_ms: u64,
+    pub(crate) in_line: Option<(&'a Ticket, Duration)>,
+    pub(crate) takeovers: Option<&'a Takeovers>,
+}
+
+/// The input of `lua/restore.lua`, the rollback of an owner's takeover on one key: the key, its
+/// line and its line's leases; the token, the value named, and the waiter put back in line.
+struct RestoreInput<'a> {
+    key: &'a str,
+    token: &'a str,
+    value: &'a [u8],
+    hand_off: &'a HandOff,
+}
+
+impl RestoreInput<'_> {
+    fn requeued(&self) -> Option<(&Ticket, Duration)> {
+        self.hand_off.waiter.as_ref().zip(self.hand_off.requeue)
+    }
+}
+
+impl ScriptInput for RestoreInput<'_> {
+    fn args(&self) -> usize {
+        1 + 3 + 2 + if self.requeued().is_some() { 3 } else { 0 }
+    }
+
+    fn bytes(&self) -> usize {
+        3 * self.key.len() + self.token.len() + self.value.len() + 96
+    }
+
+    fn write(&self, cmd: &mut Cmd) {
+        let key = self.key;
+        cmd.arg(3)
+            .arg(key)
+            .arg(Companion(key, LINE_SUFFIX))
+            .arg(Companion(key, LEASES_SUFFIX));
+        cmd.arg(self.token).arg(self.value);
+        if let Some((ticket, entry_lease)) = self.requeued() {
+            cmd.arg(&ticket.id)
+                .arg(ticket.order)
+                .arg(millis(entry_lease));
+        }
+    }
+}
+
 /// The input of `lua/acquire.lua`, the plain attempt on one key: the key, its line, its
 /// line's leases and (fenced) its fence counter; the token, the TTL and (fenced) the counter's
 /// grace.
@@ -660,16 +738,22 @@ enum OwnerReply {
     Owned(Option<u64>, Vec<u8>),
 }
 
-/// An attempt under an owner id on one node, `request(expected)` sending one request that names
+/// An attempt under an owner id on `node`, `request(expected)` sending one request that names
 /// `expected` (empty for none): where the key holds another attempt of the owner, the node names
-/// that value and a second request takes the key over if it still holds exactly that value. A
-/// compare-and-swap, so that it replaces only what it named, whatever the clocks of the
-/// processes sharing the id. Two round trips on that node, then; one otherwise.
+/// that value and a second request takes the key over if it still holds exactly that value (a
+/// compare-and-swap, whatever the clocks of the processes sharing the id). Two round trips on
+/// that node, then; one otherwise.
 ///
-/// It never names a later attempt's value of this process ([`later_attempt_here`]): that value
-/// means this attempt runs late (its request was still on its way while a later attempt won
-/// here), and taking it over, its rollback would then delete the key the later lock counts on.
-async fn owner_attempt<F, Fut>(token: &str, mut request: F) -> Result<Acquired, NodeError>
+/// The value named is noted in `takeovers` before the request that names it goes out, so that
+/// the attempt's rollback, even of an attempt dropped mid-way, puts it back (`lua/restore.lua`):
+/// the lock it belongs to, perhaps still held, keeps its key. And once the attempt has lost,
+/// its requests still out take nothing over: such a request runs late (another attempt may
+/// have won the key since), and the attempt has no use for the key.
+async fn owner_attempt<F, Fut>(
+    node: &Node,
+    takeovers: Option<&Takeovers>,
+    mut request: F,
+) -> Result<Acquired, NodeError>
 where
     F: FnMut(&[u8]) -> Fut,
     Fut: std::future::Future<Output = Result<OwnerReply, NodeError>>,
@@ -678,15 +762,57 @@ where
     for takeover in [false, true] {
         match request(&expected).await? {
             OwnerReply::Answer(answer) => return Ok(answer),
-            OwnerReply::Owned(_, value) if !takeover && !later_attempt_here(token, &value) => {
-                expected = value;
-            }
-            // A later attempt of this process holds it, or it changed hands between the two
-            // requests, to yet another attempt of the owner: held, as by anyone else.
+            OwnerReply::Owned(now, value) if !takeover => match takeovers {
+                Some(takeovers) if takeovers.note(node.id(), &value) => expected = value,
+                // Lost already, or no rollback would know to put the value back: held.
+                _ => return Ok(Acquired::Held(now)),
+            },
+            // It changed hands between the two requests, to yet another attempt of the owner:
+            // held, as by anyone else.
             OwnerReply::Owned(now, _) => return Ok(Acquired::Held(now)),
         }
     }
     Ok(Acquired::Held(None))
+}
+
+/// The takeovers of one attempt under an owner id: the value it named on each node, which its
+/// rollback puts back there (see [`owner_attempt`]), and whether the attempt has lost.
+#[derive(Debug, Default)]
+pub(crate) struct Takeovers(std::sync::Mutex<Named>);
+
+#[derive(Debug, Default)]
+struct Named {
+    lost: bool,
+    /// By node id.
+    values: Vec<(String, Vec<u8>)>,
+}
+
+impl Takeovers {
+    /// Notes that the attempt names `value` on node `node`; `false` (nothing noted, nothing to
+    /// name) once the attempt has lost.
+    fn note(&self, node: &str, value: &[u8]) -> bool {
+        let mut named = sync::lock(&self.0);
+        if named.lost {
+            return false;
+        }
+        named.values.retain(|(n, _)| n != node);
+        named.values.push((node.to_owned(), value.to_vec()));
+        true
+    }
+
+    /// The attempt has lost: its requests still out take nothing over.
+    pub(crate) fn lose(&self) {
+        sync::lock(&self.0).lost = true;
+    }
+
+    /// The value the attempt named on `node`, if it named one.
+    fn named_on(&self, node: &str) -> Option<Vec<u8>> {
+        sync::lock(&self.0)
+            .values
+            .iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, value)| value.clone())
+    }
 }
 
 /// The value a waiter's attempt under an owner id was refused for, with the master's time:

@@ -176,6 +176,22 @@ impl Node {
         deleted.map(|deleted| deleted.map(|deleted| deleted > 0))
     }
 
+    /// The rollback of an owner's takeover (`lua/restore.lua`) with the key count, keys and
+    /// arguments `input` writes: sent by its source, and behind a retired connection too, as a
+    /// cleanup's release is (see [`Node::release`]). `Ok(true)` when the value went back.
+    pub(crate) fn restore<'a>(
+        &'a self,
+        input: &'a (impl ScriptInput + Sync + ?Sized),
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + 'a {
+        let by_source = move || script_call("EVAL", &scripts::RESTORE_SOURCE, input);
+        self.also_behind_retired(by_source, timeout);
+        let restored = self.bounded(timeout, move |mut conn| async move {
+            by_source().query_async::<i64>(&mut conn).await
+        });
+        restored.map(|restored| restored.map(|restored| restored > 0))
+    }
+
     /// The plain attempt (`lua/acquire.lua`) with the key count, keys and arguments `input`
     /// writes, on a node whose grants need no confirmation (see
     /// [`confirms_grants`](Node::confirms_grants)): the script's reply.

@@ -8,7 +8,7 @@ use tracing::Instrument;
 use crate::error::{ConfigError, Error, NodeError, NodeErrorKind};
 use crate::fanout::Cleanup;
 use crate::inner::Inner;
-use crate::keys::{Acquired, HandOff, Keys};
+use crate::keys::{Acquired, AttemptInput, HandOff, Keys, Takeovers};
 use crate::lock::Lock;
 use crate::node::Node;
 use crate::quorum::{self, Decision, Lease};
@@ -442,9 +442,13 @@ impl Redlock {
         Counters::bump(&self.inner.counters().attempts);
         let start = Instant::now();
         let entry_lease = lease.entry_lease();
+        // Under an owner id: the values the attempt names for takeovers, which its rollback
+        // puts back.
+        let takeovers = matches!(keys, Keys::Owned { .. }).then(|| Arc::new(Takeovers::default()));
         let hand_off = HandOff {
             waiter: in_line.cloned(),
             requeue: in_line.map(|_| entry_lease),
+            takeovers: takeovers.clone(),
             ..HandOff::for_lease(lease)
         };
         // By `start + ttl` every SET of the attempt that ran as it was sent has expired.
@@ -470,6 +474,7 @@ impl Redlock {
                     let (keys, token) = (keys.clone(), token.clone());
                     let ticket = in_line.cloned();
                     let masters = masters.cloned();
+                    let takeovers = takeovers.clone();
                     async move {
                         let node = rl.node(i);
                         let in_line = ticket.as_ref().map(|t| (t, entry_lease));
@@ -478,7 +483,17 @@ impl Redlock {
                             masters.sending(i);
                         }
                         let reply = keys
-                            .acquire_on(node, fenced, token.expose(), ttl_ms, in_line, node_timeout)
+                            .acquire_on(
+                                node,
+                                &AttemptInput {
+                                    fenced,
+                                    token: token.expose(),
+                                    ttl_ms,
+                                    in_line,
+                                    takeovers: takeovers.as_deref(),
+                                },
+                                node_timeout,
+                            )
                             .await;
                         if let Some(masters) = &masters {
                             match &reply {
@@ -497,6 +512,14 @@ impl Redlock {
                 None,
             )
             .await;
+        if let Some(takeovers) = takeovers
+            .as_ref()
+            .filter(|_| outcome.decision != Decision::Won)
+        {
+            // Lost: its requests still out run late from here on, and take nothing over.
+            // (A won lock's go on: the keys they take over are the lock's.)
+            takeovers.lose();
+        }
         if waiter.is_some() && outcome.decision != Decision::Won {
             // A waiter that lost is going to wait anyway: hearing every node out first spares
             // the rollback the nodes that refused (all of them, when the key is held).

@@ -154,19 +154,22 @@ impl Redlock {
     /// The use case: a worker that restarts under the same owner id takes its own lock back at
     /// once, instead of waiting for the old lease to run out.
     ///
-    /// Each attempt still writes a value of its own: the owner id behind a nonce, this
-    /// process's random id and the attempt's number in it (see [`LockToken::expose`]). The
-    /// rollback of a failed attempt, even one retried long after, compares that whole value,
-    /// and an attempt never takes over a later attempt's grant of the same process (one whose
-    /// request to a master runs late would, and its rollback would then delete that grant): so
-    /// a failed attempt never costs a later lock of this process a key, and the returned lock's
-    /// extend and release act on this acquisition alone. **Two live processes using one owner
-    /// id take the lock from each other**: the later acquire takes over the keys, and the
+    /// Each attempt still writes a value of its own: the owner id behind a fresh nonce (see
+    /// [`LockToken::expose`]), so the returned lock's extend and release act on this acquisition
+    /// alone. A takeover is a compare-and-swap of the value a master named, which never brings
+    /// the key's expiry forward; **an attempt that fails, or is dropped, puts back every value
+    /// it took over** (where the key still holds its own), instead of deleting it: it costs no
+    /// other lock of the owner a key, even one still held. Once an attempt has lost, its
+    /// requests still on their way take nothing over. **Two live processes (or tasks) using one
+    /// owner id take the lock from each other**: the later acquire takes over the keys, and the
     /// earlier holder's extend then fails (its hold is lost) while its release leaves the keys
-    /// alone; an attempt of one that fails may also take a key from the other's lock and roll
-    /// it back, leaving that lock short of its quorum while its holder still counts on it. Give
-    /// each worker an id of its own, stable across its restarts (a hostname plus a slot number,
-    /// say).
+    /// alone. Give each worker an id of its own, stable across its restarts (a hostname plus a
+    /// slot number, say).
+    ///
+    /// A taken-over key lives at least as long as the lock it was taken from had left, and at
+    /// least this lock's TTL; where the attempt failed after a takeover and the earlier holder
+    /// released meanwhile, the value put back stays until that expiry (a delay for others,
+    /// never a second holder).
     ///
     /// ```no_run
     /// # use std::time::Duration;

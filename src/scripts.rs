@@ -24,6 +24,11 @@ pub(crate) static RELEASE_SOURCE: LazyLock<String> =
 /// [`RELEASE_SOURCE`] as a script, for its SHA1.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(&RELEASE_SOURCE));
 
+/// The rollback of an owner's takeover (`lua/restore.lua`): the value it replaced goes back.
+/// Sent by its source, as a cleanup is (see [`RELEASE_SOURCE`]).
+pub(crate) static RESTORE_SOURCE: LazyLock<String> =
+    LazyLock::new(|| without_comments(&in_line(include_str!("lua/restore.lua"))));
+
 /// A waiter's attempt: renew its place in the line of each key, and take the keys if they are
 /// free and it heads every line, or they are reserved for it.
 pub(crate) static ACQUIRE_QUEUED: LazyLock<Script> =
@@ -226,6 +231,7 @@ mod tests {
                 include_str!("lua/read_leader.lua").to_owned(),
             ),
             ("release", RELEASE_SOURCE.to_string()),
+            ("restore", RESTORE_SOURCE.to_string()),
             (
                 "release_read",
                 in_line(include_str!("lua/release_read.lua")),

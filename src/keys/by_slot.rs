@@ -14,10 +14,9 @@
 
 use std::time::Duration;
 
-use super::{Acquired, HandOff, Keys};
+use super::{Acquired, AttemptInput, HandOff, Keys};
 use crate::error::NodeError;
 use crate::node::Node;
-use crate::wakeup::hub::Ticket;
 
 /// The keys of one hash tag, and where each stood in the whole lock's key order.
 pub(super) struct Group {
@@ -66,19 +65,21 @@ pub(super) fn groups(keys: &Keys, node: &Node) -> Option<Vec<Group>> {
 pub(super) async fn acquire(
     groups: Vec<Group>,
     node: &Node,
-    fenced: Option<u64>,
-    token: &str,
-    ttl_ms: u64,
-    in_line: Option<(&Ticket, Duration)>,
+    attempt: &AttemptInput<'_>,
     timeout: Duration,
 ) -> Result<Acquired, NodeError> {
-    let answers = futures::future::join_all(groups.iter().map(|group| {
-        Box::pin(
-            group
-                .keys
-                .acquire_on(node, fenced, token, ttl_ms, in_line, timeout),
-        )
-    }))
+    let AttemptInput {
+        fenced,
+        token,
+        ttl_ms,
+        in_line,
+        ..
+    } = *attempt;
+    let answers = futures::future::join_all(
+        groups
+            .iter()
+            .map(|group| Box::pin(group.keys.acquire_on(node, attempt, timeout))),
+    )
     .await;
     let total: usize = groups.iter().map(|g| g.positions.len()).sum();
     let mut fences = vec![0; if fenced.is_some() { total } else { 0 }];
@@ -113,6 +114,7 @@ pub(super) async fn acquire(
             reserve: entry_lease,
             waiter: Some(ticket.clone()),
             requeue: None,
+            takeovers: None,
         },
         None => HandOff::to_line(Duration::from_millis(ttl_ms)),
     };

@@ -7,10 +7,9 @@
 -- ARGV[6] entry lease in ms; ARGV[7] how long a fence counter lasts after its last grant, in ms
 -- (ignored without fencing); ARGV[8] (under an owner id only, one key) the owner; ARGV[9] the value
 -- of an earlier attempt of the owner to take over, or '' for none. A key holding another attempt
--- of the owner is taken over only when named exactly (compare-and-swap, as in acquire_owned.lua),
--- and the client never names a later attempt's value of its own process (see acquire_owned.lua),
--- so that a waiter's attempt that runs late never replaces a later grant; unnamed, it is refused
--- with {-3, now, value}, and the client may name it in its next request.
+-- of the owner is taken over only when named exactly, and a request that names a value takes
+-- nothing else (compare-and-swap, as in acquire_owned.lua, whose rollback restore.lua is);
+-- unnamed, it is refused with {-3, now, value}, and the client may name it in its next request.
 -- Returns, when refused, {-3, now, value} for a key of the owner's (see ARGV[9]), {-2, now} while
 -- another token holds a key, {-1, now} when refused only
 -- for the line (a key free or handed to another waiter), `now` being the master's time in ms
@@ -26,6 +25,7 @@ local me = ARGV[4]
 local reserved = '~queued:' .. me
 local now = now_ms()
 local owner, expected = ARGV[8], ARGV[9]
+local naming = expected ~= nil and expected ~= ''
 local granted, held, yours = true, false, nil
 local mine = {}
 for i = 1, n do
@@ -33,8 +33,15 @@ for i = 1, n do
   drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
-  if value == reserved or (value and expected and expected ~= '' and value == expected)
-      or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
+  if naming then
+    -- A takeover's request: the value it named, or nothing (see acquire_owned.lua).
+    if value == expected then
+      mine[#mine + 1] = i
+    else
+      granted = false
+      held = true
+    end
+  elseif value == reserved or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
     mine[#mine + 1] = i
   else
     granted = false
@@ -59,7 +66,11 @@ if not granted then
 end
 local fences = {}
 for i = 1, n do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  if naming then
+    take_over(KEYS[i], ARGV[1], ARGV[2])
+  else
+    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  end
   redis.call('ZREM', KEYS[n + i], me)
   redis.call('ZREM', KEYS[2 * n + i], me)
   if #KEYS > 3 * n then

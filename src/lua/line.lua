@@ -79,6 +79,17 @@ local function owned_by(value, owner)
     and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
 end
 
+-- Takes `key` over for `token` for `ttl` ms, where it holds the value an attempt named (see
+-- acquire_owned.lua): never sooner to expire than it was, so that a rollback that puts that
+-- value back (restore.lua, SET ... KEEPTTL) gives its lock at least the life it had.
+local function take_over(key, token, ttl)
+  local expires = redis.call('PEXPIRETIME', key)
+  redis.call('SET', key, token, 'PX', ttl)
+  if expires > 0 then
+    redis.call('PEXPIREAT', key, expires, 'GT')
+  end
+end
+
 -- The next fencing token of a resource whose counter is `counter`: one above the counter, and
 -- never below the master's clock in whole seconds times a million. The counter lasts `lasts` ms:
 -- the fencing grace plus the second the floor rounds away (keys.rs, `Keys::fenced`). So once it
