@@ -263,6 +263,9 @@ impl Keys {
                 owner_attempt(node, takeovers, |expected| {
                     let mut call = scripts::ACQUIRE_QUEUED.prepare_invoke();
                     self.line_keys(&mut call);
+                    if let Keys::Owned { key, .. } = self {
+                        call.key(Companion(key, TOOK_SUFFIX));
+                    }
                     if fenced.is_some() {
                         self.fence_keys(&mut call);
                     }
@@ -309,6 +312,9 @@ impl Keys {
         owner_attempt(node, takeovers, |expected| {
             let mut call = scripts::ACQUIRE_OWNED.prepare_invoke();
             self.line_keys(&mut call);
+            for key in self.iter() {
+                call.key(Companion(key, TOOK_SUFFIX));
+            }
             if fenced.is_some() {
                 self.fence_keys(&mut call);
             }
@@ -410,13 +416,12 @@ impl Keys {
         let named = hand_off
             .takeovers
             .as_ref()
-            .and_then(|t| t.named_on(node.id()));
-        if let (Keys::Owned { key, .. }, Some(value)) = (self, named) {
+            .is_some_and(|t| t.named_on(node.id()));
+        if let (Keys::Owned { key, .. }, true) = (self, named) {
             // The rollback of an owner's takeover here: what it took goes back.
             let input = RestoreInput {
                 key,
                 token,
-                value: &value,
                 hand_off,
             };
             return node.restore(&input, timeout).await;
@@ -589,9 +594,16 @@ struct ReleaseInput<'a> {
     hand_off: &'a HandOff,
 }
 
+impl ReleaseInput<'_> {
+    /// Each key, its line and its leases; under an owner id, its takeovers too.
+    fn key_count(&self) -> usize {
+        3 * self.keys.len() + usize::from(matches!(self.keys, Keys::Owned { .. }))
+    }
+}
+
 impl ScriptInput for ReleaseInput<'_> {
     fn args(&self) -> usize {
-        1 + 3 * self.keys.len()
+        1 + self.key_count()
             + 3
             + match (&self.hand_off.waiter, self.hand_off.requeue) {
                 (None, _) => 0,
@@ -607,7 +619,7 @@ impl ScriptInput for ReleaseInput<'_> {
 
     fn write(&self, cmd: &mut Cmd) {
         let keys = self.keys;
-        cmd.arg(3 * keys.len());
+        cmd.arg(self.key_count());
         for key in keys.iter() {
             cmd.arg(key);
         }
@@ -616,6 +628,9 @@ impl ScriptInput for ReleaseInput<'_> {
         }
         for key in keys.iter() {
             cmd.arg(Companion(key, LEASES_SUFFIX));
+        }
+        if let Keys::Owned { key, .. } = keys {
+            cmd.arg(Companion(key, TOOK_SUFFIX));
         }
         cmd.arg(self.token)
             .arg(millis(self.hand_off.reserve))
@@ -642,11 +657,11 @@ pub(crate) struct AttemptInput<'a> {
 }
 
 /// The input of `lua/restore.lua`, the rollback of an owner's takeover on one key: the key, its
-/// line and its line's leases; the token, the value named, and the waiter put back in line.
+/// line, its line's leases and its takeovers; the token, how long a reservation lasts, and the
+/// waiter put back in line.
 struct RestoreInput<'a> {
     key: &'a str,
     token: &'a str,
-    value: &'a [u8],
     hand_off: &'a HandOff,
 }
 
@@ -658,20 +673,21 @@ impl RestoreInput<'_> {
 
 impl ScriptInput for RestoreInput<'_> {
     fn args(&self) -> usize {
-        1 + 3 + 2 + if self.requeued().is_some() { 3 } else { 0 }
+        1 + 4 + 2 + if self.requeued().is_some() { 3 } else { 0 }
     }
 
     fn bytes(&self) -> usize {
-        3 * self.key.len() + self.token.len() + self.value.len() + 96
+        4 * self.key.len() + self.token.len() + 96
     }
 
     fn write(&self, cmd: &mut Cmd) {
         let key = self.key;
-        cmd.arg(3)
+        cmd.arg(4)
             .arg(key)
             .arg(Companion(key, LINE_SUFFIX))
-            .arg(Companion(key, LEASES_SUFFIX));
-        cmd.arg(self.token).arg(self.value);
+            .arg(Companion(key, LEASES_SUFFIX))
+            .arg(Companion(key, TOOK_SUFFIX));
+        cmd.arg(self.token).arg(millis(self.hand_off.reserve));
         if let Some((ticket, entry_lease)) = self.requeued() {
             cmd.arg(&ticket.id)
                 .arg(ticket.order)
@@ -763,7 +779,7 @@ where
         match request(&expected).await? {
             OwnerReply::Answer(answer) => return Ok(answer),
             OwnerReply::Owned(now, value) if !takeover => match takeovers {
-                Some(takeovers) if takeovers.note(node.id(), &value) => expected = value,
+                Some(takeovers) if takeovers.note(node.id()) => expected = value,
                 // Lost already, or no rollback would know to put the value back: held.
                 _ => return Ok(Acquired::Held(now)),
             },
@@ -775,28 +791,30 @@ where
     Ok(Acquired::Held(None))
 }
 
-/// The takeovers of one attempt under an owner id: the value it named on each node, which its
-/// rollback puts back there (see [`owner_attempt`]), and whether the attempt has lost.
+/// The takeovers of one attempt under an owner id: the nodes where it named a value, whose
+/// rollback puts back what it took over there (see [`owner_attempt`]), and whether the attempt
+/// has lost.
 #[derive(Debug, Default)]
 pub(crate) struct Takeovers(std::sync::Mutex<Named>);
 
 #[derive(Debug, Default)]
 struct Named {
     lost: bool,
-    /// By node id.
-    values: Vec<(String, Vec<u8>)>,
+    /// Node ids.
+    nodes: Vec<String>,
 }
 
 impl Takeovers {
-    /// Notes that the attempt names `value` on node `node`; `false` (nothing noted, nothing to
+    /// Notes that the attempt names a value on node `node`; `false` (nothing noted, nothing to
     /// name) once the attempt has lost.
-    fn note(&self, node: &str, value: &[u8]) -> bool {
+    fn note(&self, node: &str) -> bool {
         let mut named = sync::lock(&self.0);
         if named.lost {
             return false;
         }
-        named.values.retain(|(n, _)| n != node);
-        named.values.push((node.to_owned(), value.to_vec()));
+        if !named.nodes.iter().any(|n| n == node) {
+            named.nodes.push(node.to_owned());
+        }
         true
     }
 
@@ -805,13 +823,9 @@ impl Takeovers {
         sync::lock(&self.0).lost = true;
     }
 
-    /// The value the attempt named on `node`, if it named one.
-    fn named_on(&self, node: &str) -> Option<Vec<u8>> {
-        sync::lock(&self.0)
-            .values
-            .iter()
-            .find(|(n, _)| n == node)
-            .map(|(_, value)| value.clone())
+    /// Whether the attempt named a value on `node`.
+    fn named_on(&self, node: &str) -> bool {
+        sync::lock(&self.0).nodes.iter().any(|n| n == node)
     }
 }
 
@@ -897,6 +911,10 @@ const LINE_SUFFIX: &str = ":queue";
 /// What the key of a resource's line leases adds to its lock key.
 const LEASES_SUFFIX: &str = ":leases";
 
+/// What the key of an owner's takeovers adds to its lock key: a hash of the attempts that took
+/// the key over, each to the value it replaced (see `lua/restore.lua`).
+const TOOK_SUFFIX: &str = ":took";
+
 /// The Redis key of a resource's fencing counter.
 pub(crate) fn fence_key(key: &str) -> String {
     crate::companion_key(key, FENCE_SUFFIX)
@@ -935,6 +953,7 @@ mod tests {
             writers_key("k"),
             line_key("k"),
             leases_key("k"),
+            crate::companion_key("k", TOOK_SUFFIX),
         ] {
             assert!(crate::is_companion_key(&name), "{name}");
         }

@@ -158,8 +158,8 @@ impl Redlock {
     /// [`LockToken::expose`]), so the returned lock's extend and release act on this acquisition
     /// alone. A takeover is a compare-and-swap of the value a master named, which never brings
     /// the key's expiry forward; **an attempt that fails, or is dropped, puts back every value
-    /// it took over** (where the key still holds its own), instead of deleting it: it costs no
-    /// other lock of the owner a key, even one still held. Once an attempt has lost, its
+    /// it took over**, instead of deleting it: it costs no other lock of the owner a key, even
+    /// one still held. Once an attempt has lost, its
     /// requests still on their way take nothing over. **Two live processes (or tasks) using one
     /// owner id take the lock from each other**: the later acquire takes over the keys, and the
     /// earlier holder's extend then fails (its hold is lost) while its release leaves the keys
@@ -167,9 +167,10 @@ impl Redlock {
     /// slot number, say).
     ///
     /// A taken-over key lives at least as long as the lock it was taken from had left, and at
-    /// least this lock's TTL; where the attempt failed after a takeover and the earlier holder
-    /// released meanwhile, the value put back stays until that expiry (a delay for others,
-    /// never a second holder).
+    /// least this lock's TTL. Each master notes which attempt took its key from which value
+    /// (the resource's `:took` companion): a rollback puts back what the attempt took even
+    /// after another failed attempt took the key from it in turn, and where the lock it took
+    /// the key from was released meanwhile, the rollback releases the key instead.
     ///
     /// ```no_run
     /// # use std::time::Duration;

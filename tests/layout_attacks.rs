@@ -35,8 +35,8 @@ fn redis_hash_part(key: &str) -> &str {
     }
 }
 
-const KEY_SUFFIXES: [&str; 6] = [
-    ":fence", ":queue", ":leases", ":readers", ":writers", ":holder",
+const KEY_SUFFIXES: [&str; 7] = [
+    ":fence", ":queue", ":leases", ":readers", ":writers", ":holder", ":took",
 ];
 const CHANNEL_SUFFIXES: [&str; 4] = [
     ":released:0123456789abcdef",

@@ -3,15 +3,15 @@
 -- of the same owner this attempt's client read from the key a moment before (see keys.rs,
 -- `owner_attempt`); advance the fencing counter on every grant when fencing is on.
 -- A takeover is a compare-and-swap of the value named, and only of it: a key gone since is
--- refused, not set. It keeps the key's expiry at least where it was. So a rollback of the
--- attempt (restore.lua) can put the value it replaced back as it was, and the lock that value
--- belongs to keeps its key on this master: a failed or cancelled attempt costs no other lock
--- anything. Each attempt writes its own value, so a cleanup of an attempt (which compares that
--- whole value) leaves every other grant alone.
--- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] (fencing only) its
--- fence counter. ARGV[1] this attempt's token; ARGV[2] TTL in ms; ARGV[3] the owner id; ARGV[4]
--- the value to take over, or '' for none; ARGV[5] (fencing only) how long the counter lasts
--- after its last grant, in ms.
+-- refused, not set. It notes what it replaced (take_over in line.lua), so that a rollback of the
+-- attempt (restore.lua) puts that value back, with at least the life it had: a failed or
+-- cancelled attempt costs the lock it took the key from nothing. Each attempt writes its own
+-- value, so a cleanup of an attempt (which compares that whole value) leaves every other grant
+-- alone.
+-- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] its takeovers (see
+-- take_over); KEYS[5] (fencing only) its fence counter. ARGV[1] this attempt's token; ARGV[2] TTL
+-- in ms; ARGV[3] the owner id; ARGV[4] the value to take over, or '' for none; ARGV[5] (fencing
+-- only) how long the counter lasts after its last grant, in ms.
 -- Returns -1 if the key is free but others wait in its line, 0 if another value holds the key
 -- (a token, another owner, a reservation) or a takeover finds the key gone, the value itself (a
 -- string) when it is an attempt of the same owner other than `expected` (the client may take it
@@ -29,9 +29,9 @@ if ARGV[4] == '' or value ~= ARGV[4] then
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 else
-  take_over(KEYS[1], ARGV[1], ARGV[2])
+  take_over(KEYS[1], KEYS[4], ARGV[1], ARGV[2])
 end
-if KEYS[4] then
-  return next_fence(KEYS[4], ARGV[5])
+if KEYS[5] then
+  return next_fence(KEYS[5], ARGV[5])
 end
 return 1

@@ -2,7 +2,8 @@
 -- it, and take every key if each is free and this waiter heads its line, or is reserved for it.
 -- KEYS: n lock keys, their n line keys (`<key>:queue`, a sorted set of waiter ids scored by the
 -- order the waiter chose), their n lease keys (`<key>:leases`, the same ids scored by the
--- master's time in ms at which the entry lapses), then (with fencing) their n fence counters.
+-- master's time in ms at which the entry lapses), then (under an owner id, one key) its
+-- takeovers (see take_over in line.lua), then (with fencing) their n fence counters.
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] n; ARGV[4] waiter id; ARGV[5] the waiter's order;
 -- ARGV[6] entry lease in ms; ARGV[7] how long a fence counter lasts after its last grant, in ms
 -- (ignored without fencing); ARGV[8] (under an owner id only, one key) the owner; ARGV[9] the value
@@ -26,6 +27,8 @@ local reserved = '~queued:' .. me
 local now = now_ms()
 local owner, expected = ARGV[8], ARGV[9]
 local naming = expected ~= nil and expected ~= ''
+-- The fence counters come after the keys, lines, leases and (under an owner id) takeovers.
+local fences_after = 3 * n + (owner and 1 or 0)
 local granted, held, yours = true, false, nil
 local mine = {}
 for i = 1, n do
@@ -67,14 +70,14 @@ end
 local fences = {}
 for i = 1, n do
   if naming then
-    take_over(KEYS[i], ARGV[1], ARGV[2])
+    take_over(KEYS[i], KEYS[3 * n + 1], ARGV[1], ARGV[2])
   else
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   end
   redis.call('ZREM', KEYS[n + i], me)
   redis.call('ZREM', KEYS[2 * n + i], me)
-  if #KEYS > 3 * n then
-    fences[i] = next_fence(KEYS[3 * n + i], ARGV[7])
+  if #KEYS > fences_after then
+    fences[i] = next_fence(KEYS[fences_after + i], ARGV[7])
   end
 end
 return fences

@@ -79,14 +79,37 @@ local function owned_by(value, owner)
     and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
 end
 
+-- Makes `key` expire no sooner than `at` (the master's time in ms); a key without an expiry
+-- gets that one.
+local function expire_no_sooner(key, at)
+  if redis.call('PEXPIRETIME', key) < at then
+    redis.call('PEXPIREAT', key, at)
+  end
+end
+
 -- Takes `key` over for `token` for `ttl` ms, where it holds the value an attempt named (see
--- acquire_owned.lua): never sooner to expire than it was, so that a rollback that puts that
--- value back (restore.lua, SET ... KEEPTTL) gives its lock at least the life it had.
-local function take_over(key, token, ttl)
+-- acquire_owned.lua), and notes in `took` (a hash: each attempt that took the key over, to the
+-- value it replaced) what it replaced, so that the attempt's rollback can put it back
+-- (restore.lua). The key never expires sooner than it would have, so the value put back lives
+-- at least as long as it had; nor the notes sooner than the key.
+local function take_over(key, took, token, ttl)
+  local replaced = redis.call('GET', key)
   local expires = redis.call('PEXPIRETIME', key)
   redis.call('SET', key, token, 'PX', ttl)
-  if expires > 0 then
-    redis.call('PEXPIREAT', key, expires, 'GT')
+  expire_no_sooner(key, expires)
+  redis.call('HSET', took, token, replaced)
+  expire_no_sooner(took, redis.call('PEXPIRETIME', key))
+end
+
+-- A release of `token` that found its key taken over under an owner id (see take_over): the
+-- value it released is noted released (''), so that the rollback of the attempt that took it
+-- deletes the key rather than puts a lock nobody holds back (restore.lua).
+local function released_under(took, token)
+  local notes = redis.call('HGETALL', took)
+  for i = 1, #notes, 2 do
+    if notes[i + 1] == token then
+      redis.call('HSET', took, notes[i], '')
+    end
   end
 end
 

@@ -2,7 +2,9 @@
 -- still carries this holder's token (or, for an elected leader, the token marked '~elected:', see
 -- confirm_leader.lua) is handed to the first live waiter in its line, or deleted
 -- when nobody waits. Keys that are gone or belong to another token are left alone.
--- KEYS: n lock keys, their n line keys, their n lease keys (see acquire_queued.lua).
+-- KEYS: n lock keys, their n line keys, their n lease keys (see acquire_queued.lua), then (under
+-- an owner id, one key) its takeovers: a release that finds its key taken over notes its value
+-- released there (released_under in line.lua), and one that releases its key drops its own note.
 -- ARGV[1] token; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] n; then, for the
 -- cleanup of a waiter's failed attempt, ARGV[4] its id (a key handed back to it is reserved
 -- quietly: it knows, and a wake-up would make it attempt again at once against the same
@@ -19,6 +21,7 @@ if ARGV[3] == '1' and not ARGV[4] and redis.call('EXISTS', KEYS[2]) == 0 then
 end
 --@line
 local n = tonumber(ARGV[3])
+local took = KEYS[3 * n + 1]
 local released = 0
 -- The holder of a lock handed to it (see wakeup/handed.rs) is done with every line of its keys:
 -- where the key is not (or not yet) its own, it may still stand in line, and a release that
@@ -46,6 +49,11 @@ for i = 1, n do
     else
       redis.call('DEL', key)
     end
+    if took then
+      redis.call('HDEL', took, ARGV[1])
+    end
+  elseif took and value then
+    released_under(took, ARGV[1])
   end
 end
 return released

@@ -1,18 +1,40 @@
 -- The rollback of an owner's attempt on a master where it named a value for a takeover
--- (acquire_owned.lua, acquire_queued.lua; line.lua goes ahead of this): where the key still
--- holds this attempt's value, the value it replaced goes back, with the key's expiry (which the
--- takeover kept at least that value's own). So the lock that value belongs to holds its key
--- here as before the attempt. A waiter's attempt that still waits is put back in line.
--- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases. ARGV[1] this attempt's token;
--- ARGV[2] the value it named; then, for a waiter that still waits, ARGV[3] its id, ARGV[4] its
--- order and ARGV[5] its entry lease in ms.
--- Returns 1 if the value went back, 0 if the key holds anything else (the takeover never ran,
--- or something replaced it since): nothing changes then.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+-- (acquire_owned.lua, acquire_queued.lua; line.lua goes ahead of this), by what the takeover
+-- noted (take_over in line.lua). Where the key still holds this attempt's value, the value it
+-- replaced goes back, with the key's expiry (at least that value's own), so that the lock it
+-- belongs to holds its key here as before the attempt; a value released meanwhile (noted '',
+-- see released_under) is released now instead: the key is deleted, or handed to its line. Where
+-- another attempt took the key from this one since, that attempt's note now names what this one
+-- replaced, so that its own rollback puts that back. A waiter's attempt that still waits is put
+-- back in line. Without a note (the takeover never ran here) nothing changes.
+-- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] its takeovers. ARGV[1]
+-- this attempt's token; ARGV[2] how long a reservation lasts at most, in ms; then, for a waiter
+-- that still waits, ARGV[3] its id, ARGV[4] its order and ARGV[5] its entry lease in ms.
+-- Returns 1 if the key went back (or was released), else 0.
+local key, line, leases, took, me = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local replaced = redis.call('HGET', took, me)
+if not replaced then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+redis.call('HDEL', took, me)
+if redis.call('GET', key) ~= me then
+  local notes = redis.call('HGETALL', took)
+  for i = 1, #notes, 2 do
+    if notes[i + 1] == me then
+      redis.call('HSET', took, notes[i], replaced)
+    end
+  end
+  return 0
+end
+local now = now_ms()
 if ARGV[5] then
-  take_place(KEYS[2], KEYS[3], ARGV[3], ARGV[4], tonumber(ARGV[5]), now_ms())
+  take_place(line, leases, ARGV[3], ARGV[4], tonumber(ARGV[5]), now)
+end
+if replaced ~= '' then
+  redis.call('SET', key, replaced, 'KEEPTTL')
+elseif redis.call('EXISTS', line) == 1 then
+  hand_over(key, line, leases, tonumber(ARGV[2]), now, ARGV[3], nil)
+else
+  redis.call('DEL', key)
 end
 return 1

@@ -21,7 +21,7 @@ use redis::{ErrorKind, RedisError};
 /// RedLock, redlock-py, rslock) write, so that they and quorumlock exclude each other on shared
 /// masters. Every other key and channel of the resource is a *companion* of its lock key (see
 /// [`companion_key`]): the lock key's Redis Cluster hash tag followed by a suffix (`:fence`,
-/// `:queue`, `:leases`, `:readers`, `:writers`, `:holder`, and the channels `:released:…`,
+/// `:queue`, `:leases`, `:readers`, `:writers`, `:holder`, `:took`, and the channels `:released:…`,
 /// `:elected`, `:rw`, `:rw:drained`), so that a resource lives in one slot of a cluster. Layout 2
 /// named the lock key `{<prefix><resource>}`, which no other client writes; layout 1 had no hash
 /// tags.
@@ -39,8 +39,8 @@ pub const LAYOUT_MARKER: &str = "quorumlock:layout";
 /// The suffixes of the companion *keys* of a lock key (channels are another namespace, and
 /// cannot meet a key). No suffix ends another, so two companions of different lock keys can
 /// only be equal when their bases are (see [`check_lock_key`]).
-pub(crate) const COMPANION_SUFFIXES: [&str; 6] = [
-    ":fence", ":queue", ":leases", ":readers", ":writers", ":holder",
+pub(crate) const COMPANION_SUFFIXES: [&str; 7] = [
+    ":fence", ":queue", ":leases", ":readers", ":writers", ":holder", ":took",
 ];
 
 /// The lock key of `resource` under the key prefix `prefix`: `<prefix><resource>`, the resource
@@ -125,7 +125,7 @@ pub(crate) fn hash_tag(key: &str) -> Option<&str> {
 /// - a key that is one hash tag whole, `{…}` (its companions would be those of the key inside
 ///   the braces);
 /// - a key with a hash tag that ends with a companion suffix (`:fence`, `:queue`, `:leases`,
-///   `:readers`, `:writers`, `:holder`): it could be another lock key's companion.
+///   `:readers`, `:writers`, `:holder`, `:took`): it could be another lock key's companion.
 pub(crate) fn check_lock_key(key: &str) -> Option<&'static str> {
     if key.ends_with(LAYOUT_MARKER) {
         return Some(
@@ -145,7 +145,7 @@ pub(crate) fn check_lock_key(key: &str) -> Option<&'static str> {
         ),
         Some(_) if is_companion_key(key) => Some(
             "its key has a hash tag and ends with ':fence', ':queue', ':leases', ':readers', \
-             ':writers' or ':holder', the name another resource's keys could have",
+             ':writers', ':holder' or ':took', the name another resource's keys could have",
         ),
         Some(_) => None,
     }

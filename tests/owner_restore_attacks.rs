@@ -1,0 +1,341 @@
+//! Attacks on the rollback of an owner's takeover (`lua/restore.lua`), against real
+//! redis-server processes. Each test builds one order of requests on the masters and checks
+//! the guarantees: a lock that says it holds keeps its key on a quorum of masters and keeps
+//! everyone else out; a failed or dropped acquire costs no other lock anything.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorumlock::{Lock, Redlock};
+use quorumlock_testkit::RedisNodes;
+
+const TTL: Duration = Duration::from_secs(10);
+const OWNER: &str = "worker-7";
+
+fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
+    nodes.iter().map(|s| get(s, key)).collect()
+}
+
+fn ttls(nodes: &RedisNodes, key: &str) -> Vec<i64> {
+    nodes.iter().map(|s| pttl(s, key)).collect()
+}
+
+/// Checks, once, that `lock` still holds as it says: its token on a quorum, and a plain
+/// client and another owner both refused.
+async fn still_exclusive(nodes: &RedisNodes, lock: &Lock, what: &str) {
+    let key = lock_key(lock.resource());
+    let token = lock.token().expose().to_owned();
+    let says = lock.remaining();
+    let vals = values(nodes, &key);
+    println!(
+        "[{what}] holder says {says:?} left; token {token}; masters {vals:?} pttl {:?}",
+        ttls(nodes, &key)
+    );
+    assert!(
+        says > Duration::from_millis(500),
+        "[{what}] the lock ran out: {says:?}"
+    );
+    let quorum = nodes.len() / 2 + 1;
+    let other = Redlock::builder(nodes.urls())
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    let plain = other.try_acquire(lock.resource(), TTL).await;
+    let owner = other.acquire_as(lock.resource(), "intruder", TTL).await;
+    let after = values(nodes, &key);
+    assert!(
+        plain.is_err() && owner.is_err(),
+        "[{what}] MUTUAL EXCLUSION BROKEN: the holder says {says:?} left, yet a plain client \
+         acquired: {} and another owner acquired: {}; masters before {vals:?}, after {after:?}",
+        plain.is_ok(),
+        owner.is_ok()
+    );
+    assert!(
+        holders(nodes, &key, &token) >= quorum,
+        "[{what}] the holder says {says:?} left but its token is on fewer than {quorum} \
+         masters: {vals:?}"
+    );
+}
+
+/// Waits until masters `on` all hold a value of `OWNER` other than each of `not`; returns it.
+async fn taken_over(nodes: &RedisNodes, key: &str, on: &[usize], not: &[&str]) -> String {
+    let mut found = None;
+    let ok = eventually(Duration::from_secs(5), || {
+        let vals: Vec<Option<String>> = on.iter().map(|&i| get(&nodes[i], key)).collect();
+        let first = vals[0].clone();
+        let good = first
+            .as_deref()
+            .is_some_and(|v| v.ends_with(&format!("@{OWNER}")) && !not.contains(&v))
+            && vals.iter().all(|v| *v == first);
+        if good {
+            found = first;
+        }
+        good
+    })
+    .await;
+    assert!(ok, "never taken over: {:?}", values(nodes, key));
+    found.unwrap()
+}
+
+/// A chain of three attempts of one owner: A holds V on every master; a second attempt B (which
+/// is then dropped) takes V over on masters 1 and 2; a third attempt C (then dropped too) takes
+/// B's value over there. B's rollback arrives first, while the key holds C, then C's.
+/// Defect (fixed): C's rollback put B's value back, and nobody ever put V back: A, still holding
+/// by its own account, lost its quorum to two attempts that both failed. Now B's rollback leaves
+/// C's note naming V, and C's puts V back.
+/// Runs the chain; `b_first`: B's rollback lands before C's (else after). Returns the
+/// masters, the live lock A and the values of A, B and C.
+async fn chain(b_first: bool) -> (RedisNodes, Lock, Redlock, [String; 3]) {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let held = first.acquire_as("r", OWNER, TTL).await.unwrap();
+    let v = held.token().expose().to_owned();
+    assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);
+
+    // B and C reach masters 1 and 2 only, through proxies whose replies come 300 ms late.
+    let (pb, urls_b) = reaching(&nodes, &[1, 2]);
+    let (pc, urls_c) = reaching(&nodes, &[1, 2]);
+    let mk = |urls| {
+        Redlock::builder(urls)
+            .node_timeout(Duration::from_secs(5))
+            .acquire_timeout(Duration::ZERO)
+            .retry_count(0)
+            .build()
+            .unwrap()
+    };
+    let (b, c) = (mk(urls_b), mk(urls_c));
+    for p in pb.iter().chain(pc.iter()) {
+        p.delay(Duration::ZERO, Duration::from_millis(300), Duration::ZERO);
+    }
+
+    // B names V on masters 1 and 2 and takes it over; before it hears, it is dropped, and its
+    // rollback (a restore of V) takes 1.5 s on its way.
+    let bt = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire_as("r", OWNER, TTL).await })
+    };
+    let bv = taken_over(&nodes, &key, &[1, 2], &[&v]).await;
+    println!("B took over: {bv}; masters {:?}", values(&nodes, &key));
+    for p in &pb[1..] {
+        let up = if b_first { 1500 } else { 4500 };
+        p.delay(
+            Duration::from_millis(up),
+            Duration::from_millis(300),
+            Duration::ZERO,
+        );
+    }
+    bt.abort();
+    let _ = bt.await;
+    let b_dropped = Instant::now();
+
+    // C names B's value on masters 1 and 2 and takes it over; dropped too, its rollback takes
+    // 3 s on its way: it lands after B's.
+    let ct = {
+        let c = c.clone();
+        tokio::spawn(async move { c.acquire_as("r", OWNER, TTL).await })
+    };
+    let cv = taken_over(&nodes, &key, &[1, 2], &[&v, &bv]).await;
+    println!("C took over: {cv}; masters {:?}", values(&nodes, &key));
+    assert!(
+        b_dropped.elapsed() < Duration::from_millis(1400),
+        "B's rollback landed already"
+    );
+    let _ = b_dropped;
+    for p in &pc[1..] {
+        p.delay(
+            Duration::from_secs(3),
+            Duration::from_millis(300),
+            Duration::ZERO,
+        );
+    }
+    ct.abort();
+    let _ = ct.await;
+
+    // Both rollbacks land.
+    let until = Instant::now() + Duration::from_millis(if b_first { 3600 } else { 4600 });
+    let mut seen: Vec<Vec<Option<String>>> = Vec::new();
+    while Instant::now() < until {
+        let vals = values(&nodes, &key);
+        if seen.last() != Some(&vals) {
+            println!("{:?} left by A; masters {vals:?}", held.remaining());
+            seen.push(vals);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("V={v} B={bv} C={cv}");
+    drop((b, c, pb, pc));
+    (nodes, held, first, [v, bv, cv])
+}
+
+/// Defect (fixed): the chain of the helper above, B's rollback first, left A without its keys
+/// on a quorum of masters.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_of_two_dropped_attempts_never_leaves_a_live_lock_without_its_keys() {
+    let (nodes, held, _first, _) = chain(true).await;
+    still_exclusive(&nodes, &held, "after both dropped attempts rolled back").await;
+    held.release().await.unwrap();
+}
+
+/// As above; the cost to A made visible: its extend, which needs its keys on a quorum.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_of_two_dropped_attempts_never_costs_a_live_lock_its_extend() {
+    let (nodes, mut held, _first, [v, ..]) = chain(true).await;
+    let key = lock_key("r");
+    let extended = held.extend(TTL).await;
+    println!(
+        "A's extend: {extended:?}; masters {:?}",
+        values(&nodes, &key)
+    );
+    assert!(
+        extended.is_ok(),
+        "A still held ({:?} left) when the two attempts failed, yet its extend failed: \
+         {extended:?}; V={v}, masters {:?}",
+        held.remaining(),
+        values(&nodes, &key)
+    );
+}
+
+/// Control: the same chain with the rollbacks landing in the other order (C's, then B's): V
+/// goes back on masters 1 and 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn control_a_chain_rolled_back_last_in_first_out_gives_v_back() {
+    let (nodes, held, _first, _) = chain(false).await;
+    still_exclusive(&nodes, &held, "after both rollbacks, C's first").await;
+    held.release().await.unwrap();
+}
+
+/// Liveness: A (TTL 2 s) holds V; a dropped attempt B of the same owner with a long TTL (30 s)
+/// took V over on masters 1 and 2; A releases (master 0 deletes, masters 1 and 2 hold B: left
+/// alone); then B's rollback puts V back on masters 1 and 2 with the key's expiry, which the
+/// takeover raised to B's 30 s. The resource A released stays blocked for ~30 s, well past A's
+/// own TTL. Defect (fixed): A's release now notes V released where B took it over, and B's
+/// rollback deletes the key there instead of putting V back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_released_resource_is_free_again_within_the_released_locks_ttl() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let a_ttl = Duration::from_secs(2);
+    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let held = first.acquire_as("r", OWNER, a_ttl).await.unwrap();
+    let v = held.token().expose().to_owned();
+    assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);
+    let (pb, urls_b) = reaching(&nodes, &[1, 2]);
+    let b = Redlock::builder(urls_b)
+        .node_timeout(Duration::from_secs(5))
+        .acquire_timeout(Duration::ZERO)
+        .retry_count(0)
+        .build()
+        .unwrap();
+    for p in &pb {
+        p.delay(Duration::ZERO, Duration::from_millis(300), Duration::ZERO);
+    }
+    let bt = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire_as("r", OWNER, Duration::from_secs(30)).await })
+    };
+    let bv = taken_over(&nodes, &key, &[1, 2], &[&v]).await;
+    for p in &pb[1..] {
+        p.delay(
+            Duration::from_millis(800),
+            Duration::from_millis(300),
+            Duration::ZERO,
+        );
+    }
+    bt.abort();
+    let _ = bt.await;
+    let released = held.release().await;
+    let at = Instant::now();
+    println!(
+        "A released: {released:?}; B={bv}; masters {:?}",
+        values(&nodes, &key)
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    println!(
+        "after B's rollback: masters {:?} pttl {:?}",
+        values(&nodes, &key),
+        ttls(&nodes, &key)
+    );
+    let other = Redlock::builder(nodes.urls())
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    let mut got = None;
+    while at.elapsed() < a_ttl + Duration::from_secs(1) {
+        if let Ok(lock) = other.try_acquire("r", TTL).await {
+            got = Some(lock);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        got.is_some(),
+        "A (TTL {a_ttl:?}) released {:?} ago, yet the resource is still held: masters {:?} \
+         pttl {:?} (V={v})",
+        at.elapsed(),
+        values(&nodes, &key),
+        ttls(&nodes, &key)
+    );
+    drop(pb);
+}
+
+/// Fencing on, the chain of two dropped attempts: fences seen by the successive holders of
+/// other owners must strictly increase, and the holder A must keep its quorum (as the first
+/// test). Here: A's fence, then once A's time is up, the next holder's.
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_a_takeover_rolled_back_never_lets_a_later_holder_reuse_a_fence() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let first = Redlock::builder(nodes.urls())
+        .fencing(true)
+        .build()
+        .unwrap();
+    let held = first.acquire_as("r", OWNER, TTL).await.unwrap();
+    let v = held.token().expose().to_owned();
+    let fa = held.fencing_token().unwrap();
+    assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);
+    let (pb, urls_b) = reaching(&nodes, &[1, 2]);
+    let b = Redlock::builder(urls_b)
+        .fencing(true)
+        .node_timeout(Duration::from_secs(5))
+        .acquire_timeout(Duration::ZERO)
+        .retry_count(0)
+        .build()
+        .unwrap();
+    for p in &pb {
+        p.delay(Duration::ZERO, Duration::from_millis(300), Duration::ZERO);
+    }
+    let bt = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire_as("r", OWNER, TTL).await })
+    };
+    let ok = eventually(Duration::from_secs(5), || {
+        bt.is_finished() || holders(&nodes, &key, &v) < 3
+    })
+    .await;
+    println!("ok {ok}; masters {:?}", values(&nodes, &key));
+    if bt.is_finished() {
+        panic!(
+            "B finished: {:?}",
+            bt.await.unwrap().map(|l| l.token().expose().to_owned())
+        );
+    }
+    let _bv = taken_over(&nodes, &key, &[1, 2], &[&v]).await;
+    bt.abort();
+    let _ = bt.await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    still_exclusive(&nodes, &held, "fenced, after B's rollback").await;
+    held.release().await.unwrap();
+    let other = Redlock::builder(nodes.urls())
+        .fencing(true)
+        .build()
+        .unwrap();
+    let next = other.acquire("r", Duration::from_secs(3)).await.unwrap();
+    let fn_ = next.fencing_token().unwrap();
+    println!("A's fence {fa}, next holder's {fn_}");
+    assert!(fn_ > fa, "fence went backwards: A {fa}, next {fn_}");
+    next.release().await.unwrap();
+    drop(pb);
+}
