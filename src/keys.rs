@@ -416,12 +416,13 @@ impl Keys {
         let named = hand_off
             .takeovers
             .as_ref()
-            .is_some_and(|t| t.named_on(node.id()));
-        if let (Keys::Owned { key, .. }, true) = (self, named) {
+            .filter(|t| t.named_on(node.id()));
+        if let (Keys::Owned { key, .. }, Some(takeovers)) = (self, named) {
             // The rollback of an owner's takeover here: what it took goes back.
             let input = RestoreInput {
                 key,
                 token,
+                ttl: takeovers.ttl,
                 hand_off,
             };
             return node.restore(&input, timeout).await;
@@ -657,11 +658,12 @@ pub(crate) struct AttemptInput<'a> {
 }
 
 /// The input of `lua/restore.lua`, the rollback of an owner's takeover on one key: the key, its
-/// line, its line's leases and its takeovers; the token, how long a reservation lasts, and the
-/// waiter put back in line.
+/// line, its line's leases and its takeovers; the token, how long a reservation lasts, the
+/// attempt's TTL, and the waiter put back in line.
 struct RestoreInput<'a> {
     key: &'a str,
     token: &'a str,
+    ttl: Duration,
     hand_off: &'a HandOff,
 }
 
@@ -673,7 +675,7 @@ impl RestoreInput<'_> {
 
 impl ScriptInput for RestoreInput<'_> {
     fn args(&self) -> usize {
-        1 + 4 + 2 + if self.requeued().is_some() { 3 } else { 0 }
+        1 + 4 + 3 + if self.requeued().is_some() { 3 } else { 0 }
     }
 
     fn bytes(&self) -> usize {
@@ -687,7 +689,9 @@ impl ScriptInput for RestoreInput<'_> {
             .arg(Companion(key, LINE_SUFFIX))
             .arg(Companion(key, LEASES_SUFFIX))
             .arg(Companion(key, TOOK_SUFFIX));
-        cmd.arg(self.token).arg(millis(self.hand_off.reserve));
+        cmd.arg(self.token)
+            .arg(millis(self.hand_off.reserve))
+            .arg(millis(self.ttl));
         if let Some((ticket, entry_lease)) = self.requeued() {
             cmd.arg(&ticket.id)
                 .arg(ticket.order)
@@ -793,9 +797,13 @@ where
 
 /// The takeovers of one attempt under an owner id: the nodes where it named a value, whose
 /// rollback puts back what it took over there (see [`owner_attempt`]), and whether the attempt
-/// has lost.
-#[derive(Debug, Default)]
-pub(crate) struct Takeovers(std::sync::Mutex<Named>);
+/// has lost; and the attempt's TTL, for as long as a rollback that ran ahead of its takeover
+/// keeps that takeover from taking anything (`lua/restore.lua`).
+#[derive(Debug)]
+pub(crate) struct Takeovers {
+    ttl: Duration,
+    named: std::sync::Mutex<Named>,
+}
 
 #[derive(Debug, Default)]
 struct Named {
@@ -805,10 +813,18 @@ struct Named {
 }
 
 impl Takeovers {
+    /// The takeovers of an attempt for `ttl`.
+    pub(crate) fn new(ttl: Duration) -> Self {
+        Takeovers {
+            ttl,
+            named: std::sync::Mutex::default(),
+        }
+    }
+
     /// Notes that the attempt names a value on node `node`; `false` (nothing noted, nothing to
     /// name) once the attempt has lost.
     fn note(&self, node: &str) -> bool {
-        let mut named = sync::lock(&self.0);
+        let mut named = sync::lock(&self.named);
         if named.lost {
             return false;
         }
@@ -820,12 +836,12 @@ impl Takeovers {
 
     /// The attempt has lost: its requests still out take nothing over.
     pub(crate) fn lose(&self) {
-        sync::lock(&self.0).lost = true;
+        sync::lock(&self.named).lost = true;
     }
 
     /// Whether the attempt named a value on `node`.
     fn named_on(&self, node: &str) -> bool {
-        sync::lock(&self.0).nodes.iter().any(|n| n == node)
+        sync::lock(&self.named).nodes.iter().any(|n| n == node)
     }
 }
 

@@ -444,7 +444,8 @@ impl Redlock {
         let entry_lease = lease.entry_lease();
         // Under an owner id: the values the attempt names for takeovers, which its rollback
         // puts back.
-        let takeovers = matches!(keys, Keys::Owned { .. }).then(|| Arc::new(Takeovers::default()));
+        let takeovers =
+            matches!(keys, Keys::Owned { .. }).then(|| Arc::new(Takeovers::new(lease.ttl)));
         let hand_off = HandOff {
             waiter: in_line.cloned(),
             requeue: in_line.map(|_| entry_lease),

@@ -170,7 +170,11 @@ impl Redlock {
     /// least this lock's TTL. Each master notes which attempt took its key from which value
     /// (the resource's `:took` companion): a rollback puts back what the attempt took even
     /// after another failed attempt took the key from it in turn, and where the lock it took
-    /// the key from was released meanwhile, the rollback releases the key instead.
+    /// the key from was released meanwhile, the rollback releases the key instead; a rollback
+    /// that runs before its takeover (whose request is late) keeps that takeover from taking
+    /// anything, for the attempt's TTL. Until a failed attempt's rollback lands, the masters it
+    /// took hold its value, of the same owner: nobody else gets in, but the earlier lock's
+    /// extend may fail meanwhile.
     ///
     /// ```no_run
     /// # use std::time::Duration;

@@ -3,7 +3,8 @@
 -- of the same owner this attempt's client read from the key a moment before (see keys.rs,
 -- `owner_attempt`); advance the fencing counter on every grant when fencing is on.
 -- A takeover is a compare-and-swap of the value named, and only of it: a key gone since is
--- refused, not set. It notes what it replaced (take_over in line.lua), so that a rollback of the
+-- refused, not set; so is a takeover whose attempt was rolled back here already (it ran late,
+-- see restore.lua). It notes what it replaced (take_over in line.lua), so that a rollback of the
 -- attempt (restore.lua) puts that value back, with at least the life it had: a failed or
 -- cancelled attempt costs the lock it took the key from nothing. Each attempt writes its own
 -- value, so a cleanup of an attempt (which compares that whole value) leaves every other grant
@@ -28,6 +29,8 @@ if ARGV[4] == '' or value ~= ARGV[4] then
     return -1
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+elseif undone(KEYS[4], ARGV[1]) then
+  return 0
 else
   take_over(KEYS[1], KEYS[4], ARGV[1], ARGV[2])
 end

@@ -38,7 +38,7 @@ for i = 1, n do
   local value = redis.call('GET', key)
   if naming then
     -- A takeover's request: the value it named, or nothing (see acquire_owned.lua).
-    if value == expected then
+    if value == expected and not undone(KEYS[3 * n + 1], ARGV[1]) then
       mine[#mine + 1] = i
     else
       granted = false

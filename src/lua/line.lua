@@ -101,6 +101,12 @@ local function take_over(key, took, token, ttl)
   expire_no_sooner(took, redis.call('PEXPIRETIME', key))
 end
 
+-- Whether the rollback of the attempt `token` ran here before its takeover (restore.lua): the
+-- takeover, which ran late, must then take nothing.
+local function undone(took, token)
+  return redis.call('HGET', took, token) == '~undone'
+end
+
 -- A release of `token` that found its key taken over under an owner id (see take_over): the
 -- value it released is noted released (''), so that the rollback of the attempt that took it
 -- deletes the key rather than puts a lock nobody holds back (restore.lua).

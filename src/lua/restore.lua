@@ -6,14 +6,22 @@
 -- see released_under) is released now instead: the key is deleted, or handed to its line. Where
 -- another attempt took the key from this one since, that attempt's note now names what this one
 -- replaced, so that its own rollback puts that back. A waiter's attempt that still waits is put
--- back in line. Without a note (the takeover never ran here) nothing changes.
+-- back in line. Without a note the takeover has not run here (its request is late, or never
+-- arrives): it is marked undone, so that it takes nothing when it lands (acquire_owned.lua),
+-- for as long as the attempt's TTL.
 -- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] its takeovers. ARGV[1]
--- this attempt's token; ARGV[2] how long a reservation lasts at most, in ms; then, for a waiter
--- that still waits, ARGV[3] its id, ARGV[4] its order and ARGV[5] its entry lease in ms.
+-- this attempt's token; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] the
+-- attempt's TTL in ms; then, for a waiter that still waits, ARGV[4] its id, ARGV[5] its order
+-- and ARGV[6] its entry lease in ms.
 -- Returns 1 if the key went back (or was released), else 0.
 local key, line, leases, took, me = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
 local replaced = redis.call('HGET', took, me)
+if replaced == '~undone' then
+  return 0
+end
 if not replaced then
+  redis.call('HSET', took, me, '~undone')
+  expire_no_sooner(took, now_ms() + tonumber(ARGV[3]))
   return 0
 end
 redis.call('HDEL', took, me)
@@ -27,13 +35,13 @@ if redis.call('GET', key) ~= me then
   return 0
 end
 local now = now_ms()
-if ARGV[5] then
-  take_place(line, leases, ARGV[3], ARGV[4], tonumber(ARGV[5]), now)
+if ARGV[6] then
+  take_place(line, leases, ARGV[4], ARGV[5], tonumber(ARGV[6]), now)
 end
 if replaced ~= '' then
   redis.call('SET', key, replaced, 'KEEPTTL')
 elseif redis.call('EXISTS', line) == 1 then
-  hand_over(key, line, leases, tonumber(ARGV[2]), now, ARGV[3], nil)
+  hand_over(key, line, leases, tonumber(ARGV[2]), now, ARGV[4], nil)
 else
   redis.call('DEL', key)
 end
