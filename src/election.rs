@@ -140,8 +140,8 @@ impl Redlock {
     /// where it still holds the lock's token: only a marked key is reported by
     /// [`leader`](Redlock::leader).
     /// Returns once a quorum has marked it or every master has answered; the marks still in
-    /// flight then go on in the background, and a master whose grant had not landed yet is
-    /// marked again a few times. A mark that reaches no quorum (masters unreachable
+    /// flight then go on in the background, and a master whose grant had not landed yet (or
+    /// that did not answer) is marked again, less and less often, while the term lasts. A mark that reaches no quorum (masters unreachable
     /// at that moment) costs nothing but visibility: the leader leads, unseen by `leader()`,
     /// and the holder's scripts accept its token in either form.
     async fn mark_elected(&self, key: &str, lock: &Lock) {
@@ -169,19 +169,20 @@ impl Redlock {
             }
         }
         // The rest go on in the background. A master whose grant lands after its mark (the grant
-        // sent again once the master had to load the script) answers 0 at first: it is marked
-        // again a little later, a few times, while the term lasts. Marking only ever marks this
-        // token, so a mark that comes late marks nothing else.
+        // sent again once the master had to load the script, or a straggler on a loaded
+        // machine) answers 0 at first, and one that did not answer may have run neither: each
+        // is marked again later, with the pause doubling up to a cap, while the term lasts.
+        // Marking only ever marks this token, so a mark that comes late marks nothing else.
         let deadline = lock.deadline();
         crate::sync::spawn(async move {
-            let mut tries = vec![0_u32; count];
+            let mut pauses = vec![MARK_AGAIN_AFTER; count];
             while let Some((i, reply)) = marks.next().await {
-                let again = tries.get(i).copied().unwrap_or(MARK_TRIES);
-                if matches!(reply, Ok(0)) && again < MARK_TRIES && Instant::now() < deadline {
-                    if let Some(t) = tries.get_mut(i) {
-                        *t += 1;
-                    }
-                    marks.push(mark(i, MARK_AGAIN_AFTER * 2_u32.pow(again)));
+                let Some(pause) = pauses.get_mut(i) else {
+                    continue;
+                };
+                if !matches!(reply, Ok(1)) && Instant::now() + *pause < deadline {
+                    marks.push(mark(i, *pause));
+                    *pause = (*pause * 2).min(MARK_AGAIN_AT_MOST);
                 }
             }
         });
@@ -333,10 +334,11 @@ impl Redlock {
 
 /// The longest an observer's first reading waits for its subscriptions, so that no change
 /// after that reading goes unannounced.
-/// How often a mark that found the key not yet granted (see `mark_elected`) is sent again,
-/// and after how long at first (doubling each time: 50, 100, 200, 400 ms).
-const MARK_TRIES: u32 = 4;
+/// After how long a mark that found the key not yet granted, or got no answer (see
+/// `mark_elected`), is sent again at first: doubling each time, up to the second constant,
+/// while the term lasts.
 const MARK_AGAIN_AFTER: Duration = Duration::from_millis(50);
+const MARK_AGAIN_AT_MOST: Duration = Duration::from_secs(1);
 
 const FIRST_SUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
 /// Bound on one `SUBSCRIBE` round trip of an observer.
