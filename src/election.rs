@@ -141,9 +141,10 @@ impl Redlock {
     /// [`leader`](Redlock::leader).
     /// Returns once a quorum has marked it or every master has answered; the marks still in
     /// flight then go on in the background, and a master whose grant had not landed yet (or
-    /// that did not answer) is marked again, less and less often, while the term lasts. A mark that reaches no quorum (masters unreachable
-    /// at that moment) costs nothing but visibility: the leader leads, unseen by `leader()`,
-    /// and the holder's scripts accept its token in either form.
+    /// that did not answer) is marked again, less and less often, while the term lasts. A mark
+    /// that reaches no quorum (masters unreachable at that moment) costs nothing but
+    /// visibility: the leader leads, unseen by `leader()`, and the holder's scripts accept its
+    /// token in either form.
     async fn mark_elected(&self, key: &str, lock: &Lock) {
         let (token, timeout) = (lock.token().clone(), lock.lease.node_timeout);
         let nodes = self.inner().nodes().clone();
@@ -332,14 +333,14 @@ impl Redlock {
     }
 }
 
-/// The longest an observer's first reading waits for its subscriptions, so that no change
-/// after that reading goes unannounced.
 /// After how long a mark that found the key not yet granted, or got no answer (see
 /// `mark_elected`), is sent again at first: doubling each time, up to the second constant,
 /// while the term lasts.
 const MARK_AGAIN_AFTER: Duration = Duration::from_millis(50);
 const MARK_AGAIN_AT_MOST: Duration = Duration::from_secs(1);
 
+/// The longest an observer's first reading waits for its subscriptions, so that no change
+/// after that reading goes unannounced.
 const FIRST_SUBSCRIBE_WAIT: Duration = Duration::from_secs(1);
 /// Bound on one `SUBSCRIBE` round trip of an observer.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);

@@ -312,7 +312,7 @@ impl Keys {
         owner_attempt(node, takeovers, |expected| {
             let mut call = scripts::ACQUIRE_OWNED.prepare_invoke();
             self.line_keys(&mut call);
-            for key in self.iter() {
+            if let Keys::Owned { key, .. } = self {
                 call.key(Companion(key, TOOK_SUFFIX));
             }
             if fenced.is_some() {
@@ -554,8 +554,8 @@ pub(crate) struct HandOff {
     /// for a cleanup that may run after the waiter left the line (a retried rollback, a
     /// straggler's): that would put it back in line.
     pub(crate) requeue: Option<Duration>,
-    /// For the rollback of an attempt under an owner id: the values it named for takeovers,
-    /// which go back where it took them (`lua/restore.lua`) instead of being released.
+    /// For the rollback of an attempt under an owner id: the nodes where it named a value for a
+    /// takeover, where what it took goes back (`lua/restore.lua`) instead of being released.
     pub(crate) takeovers: Option<Arc<Takeovers>>,
 }
 

@@ -442,8 +442,8 @@ impl Redlock {
         Counters::bump(&self.inner.counters().attempts);
         let start = Instant::now();
         let entry_lease = lease.entry_lease();
-        // Under an owner id: the values the attempt names for takeovers, which its rollback
-        // puts back.
+        // Under an owner id: where the attempt names a value for a takeover, and so where its
+        // rollback puts back what it took.
         let takeovers =
             matches!(keys, Keys::Owned { .. }).then(|| Arc::new(Takeovers::new(lease.ttl)));
         let hand_off = HandOff {
