@@ -201,9 +201,16 @@ fn valkey() -> PathBuf {
     path
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+/// `n` distinct free ports: each listener stays open until all are picked, so that the system
+/// cannot hand the same port out twice.
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|listener| listener.local_addr().unwrap().port())
+        .collect()
 }
 
 #[test]
@@ -255,7 +262,7 @@ fn every_shell_command_of_the_readme_and_the_guide_runs() {
 /// temporary directory, then a command against them, then each shut down.
 fn masters_without_docker(block: &Block) -> usize {
     let dir = workdir();
-    let ports: Vec<u16> = (0..5).map(|_| free_port()).collect();
+    let ports = free_ports(5);
     let mut script = block.text.replace(
         "/tmp/quorumlock/",
         &format!("{}/masters/", dir.path().display()),
