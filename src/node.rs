@@ -163,33 +163,43 @@ impl Node {
         hot: bool,
         timeout: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + 'a {
-        let by_source = move || script_call("EVAL", &scripts::RELEASE_SOURCE, input);
-        self.also_behind_retired(by_source, timeout);
         let deleted = if hot {
+            let by_source = move || script_call("EVAL", &scripts::RELEASE_SOURCE, input);
+            self.also_behind_retired(by_source, timeout);
             Either::Left(self.call_hot(&scripts::RELEASE, &scripts::RELEASE_SOURCE, input, timeout))
         } else {
-            // A cleanup: one round trip whatever the node's script cache holds.
-            Either::Right(self.bounded(timeout, move |mut conn| async move {
-                by_source().query_async::<i64>(&mut conn).await
-            }))
+            Either::Right(self.cleanup(&scripts::RELEASE_SOURCE, input, timeout))
         };
         deleted.map(|deleted| deleted.map(|deleted| deleted > 0))
     }
 
+    /// A cleanup script, `source` with what `input` writes: sent by its source, one round trip
+    /// whatever the node's script cache holds, and behind a retired connection too (see
+    /// [`Node::also_behind_retired`]), so that it runs after anything of the same client still
+    /// on its way there.
+    fn cleanup<'a>(
+        &'a self,
+        source: &'static str,
+        input: &'a (impl ScriptInput + Sync + ?Sized),
+        timeout: Duration,
+    ) -> impl Future<Output = Result<i64, NodeError>> + 'a {
+        let by_source = move || script_call("EVAL", source, input);
+        self.also_behind_retired(by_source, timeout);
+        self.bounded(timeout, move |mut conn| async move {
+            by_source().query_async::<i64>(&mut conn).await
+        })
+    }
+
     /// The rollback of an owner's takeover (`lua/restore.lua`) with the key count, keys and
-    /// arguments `input` writes: sent by its source, and behind a retired connection too, as a
-    /// cleanup's release is (see [`Node::release`]). `Ok(true)` when the value went back.
+    /// arguments `input` writes, sent as a cleanup (see [`Node::cleanup`]). `Ok(true)` when the
+    /// value went back.
     pub(crate) fn restore<'a>(
         &'a self,
         input: &'a (impl ScriptInput + Sync + ?Sized),
         timeout: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + 'a {
-        let by_source = move || script_call("EVAL", &scripts::RESTORE_SOURCE, input);
-        self.also_behind_retired(by_source, timeout);
-        let restored = self.bounded(timeout, move |mut conn| async move {
-            by_source().query_async::<i64>(&mut conn).await
-        });
-        restored.map(|restored| restored.map(|restored| restored > 0))
+        self.cleanup(&scripts::RESTORE_SOURCE, input, timeout)
+            .map(|restored| restored.map(|restored| restored > 0))
     }
 
     /// The plain attempt (`lua/acquire.lua`) with the key count, keys and arguments `input`

@@ -13,10 +13,6 @@ use quorumlock_testkit::{FaultProxy, RedisNodes};
 
 const TTL: Duration = Duration::from_secs(10);
 
-fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
-    nodes.iter().map(|s| get(s, key)).collect()
-}
-
 /// Checks, once, that `lock` still holds as it says: its token on a quorum, and a plain
 /// client and another owner both refused. Panics with what the masters hold otherwise.
 async fn still_exclusive(nodes: &RedisNodes, lock: &Lock, what: &str) {

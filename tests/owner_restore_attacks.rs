@@ -14,14 +14,6 @@ use quorumlock_testkit::RedisNodes;
 const TTL: Duration = Duration::from_secs(10);
 const OWNER: &str = "worker-7";
 
-fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
-    nodes.iter().map(|s| get(s, key)).collect()
-}
-
-fn ttls(nodes: &RedisNodes, key: &str) -> Vec<i64> {
-    nodes.iter().map(|s| pttl(s, key)).collect()
-}
-
 /// Checks, once, that `lock` still holds as it says: its token on a quorum, and a plain
 /// client and another owner both refused.
 async fn still_exclusive(nodes: &RedisNodes, lock: &Lock, what: &str) {
@@ -57,26 +49,6 @@ async fn still_exclusive(nodes: &RedisNodes, lock: &Lock, what: &str) {
         "[{what}] the holder says {says:?} left but its token is on fewer than {quorum} \
          masters: {vals:?}"
     );
-}
-
-/// Waits until masters `on` all hold a value of `OWNER` other than each of `not`; returns it.
-async fn taken_over(nodes: &RedisNodes, key: &str, on: &[usize], not: &[&str]) -> String {
-    let mut found = None;
-    let ok = eventually(Duration::from_secs(5), || {
-        let vals: Vec<Option<String>> = on.iter().map(|&i| get(&nodes[i], key)).collect();
-        let first = vals[0].clone();
-        let good = first
-            .as_deref()
-            .is_some_and(|v| v.ends_with(&format!("@{OWNER}")) && !not.contains(&v))
-            && vals.iter().all(|v| *v == first);
-        if good {
-            found = first;
-        }
-        good
-    })
-    .await;
-    assert!(ok, "never taken over: {:?}", values(nodes, key));
-    found.unwrap()
 }
 
 /// A chain of three attempts of one owner: A holds V on every master; a second attempt B (which
@@ -117,7 +89,7 @@ async fn chain(b_first: bool) -> (RedisNodes, Lock, Redlock, [String; 3]) {
         let b = b.clone();
         tokio::spawn(async move { b.acquire_as("r", OWNER, TTL).await })
     };
-    let bv = taken_over(&nodes, &key, &[1, 2], &[&v]).await;
+    let bv = taken_over(&nodes, &key, OWNER, &[1, 2], &[&v]).await;
     println!("B took over: {bv}; masters {:?}", values(&nodes, &key));
     for p in &pb[1..] {
         let up = if b_first { 1500 } else { 4500 };
@@ -137,7 +109,7 @@ async fn chain(b_first: bool) -> (RedisNodes, Lock, Redlock, [String; 3]) {
         let c = c.clone();
         tokio::spawn(async move { c.acquire_as("r", OWNER, TTL).await })
     };
-    let cv = taken_over(&nodes, &key, &[1, 2], &[&v, &bv]).await;
+    let cv = taken_over(&nodes, &key, OWNER, &[1, 2], &[&v, &bv]).await;
     println!("C took over: {cv}; masters {:?}", values(&nodes, &key));
     assert!(
         b_dropped.elapsed() < Duration::from_millis(1400),
@@ -236,7 +208,7 @@ async fn a_released_resource_is_free_again_within_the_released_locks_ttl() {
         let b = b.clone();
         tokio::spawn(async move { b.acquire_as("r", OWNER, Duration::from_secs(30)).await })
     };
-    let bv = taken_over(&nodes, &key, &[1, 2], &[&v]).await;
+    let bv = taken_over(&nodes, &key, OWNER, &[1, 2], &[&v]).await;
     for p in &pb[1..] {
         p.delay(
             Duration::from_millis(800),
@@ -322,7 +294,7 @@ async fn fencing_a_takeover_rolled_back_never_lets_a_later_holder_reuse_a_fence(
             bt.await.unwrap().map(|l| l.token().expose().to_owned())
         );
     }
-    let _bv = taken_over(&nodes, &key, &[1, 2], &[&v]).await;
+    let _bv = taken_over(&nodes, &key, OWNER, &[1, 2], &[&v]).await;
     bt.abort();
     let _ = bt.await;
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -18,14 +18,6 @@ use tokio::task::JoinHandle;
 const TTL: Duration = Duration::from_secs(10);
 const OWNER: &str = "worker-7";
 
-fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
-    nodes.iter().map(|s| get(s, key)).collect()
-}
-
-fn ttls(nodes: &RedisNodes, key: &str) -> Vec<i64> {
-    nodes.iter().map(|s| pttl(s, key)).collect()
-}
-
 fn notes(nodes: &RedisNodes, key: &str) -> Vec<Vec<(String, String)>> {
     let took = if key.contains('{') {
         format!("{key}:took")
@@ -117,7 +109,7 @@ impl Attempt {
             let client = client.clone();
             tokio::spawn(async move { client.acquire_as("r", OWNER, ttl).await })
         };
-        let value = taken_over(nodes, &lock_key("r"), &[1, 2], not).await;
+        let value = taken_over(nodes, &lock_key("r"), OWNER, &[1, 2], not).await;
         Attempt {
             client,
             proxies,
@@ -134,26 +126,6 @@ impl Attempt {
         self.task.abort();
         let _ = (&mut self.task).await;
     }
-}
-
-/// Waits until masters `on` all hold a value of `OWNER` other than each of `not`; returns it.
-async fn taken_over(nodes: &RedisNodes, key: &str, on: &[usize], not: &[&str]) -> String {
-    let mut found = None;
-    let ok = eventually(Duration::from_secs(5), || {
-        let vals: Vec<Option<String>> = on.iter().map(|&i| get(&nodes[i], key)).collect();
-        let first = vals[0].clone();
-        let good = first
-            .as_deref()
-            .is_some_and(|v| v.ends_with(&format!("@{OWNER}")) && !not.contains(&v))
-            && vals.iter().all(|v| *v == first);
-        if good {
-            found = first;
-        }
-        good
-    })
-    .await;
-    assert!(ok, "never taken over: {:?}", values(nodes, key));
-    found.unwrap()
 }
 
 /// Watches the masters until `until`, printing every change.

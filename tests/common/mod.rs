@@ -148,3 +148,40 @@ pub fn line(server: &RedisServer, key: &str) -> Vec<String> {
         .query(&mut direct(server))
         .unwrap()
 }
+
+/// What each server holds at `key`, in order.
+pub fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
+    nodes.iter().map(|s| get(s, key)).collect()
+}
+
+/// The remaining TTL of `key` on each server, in order, in milliseconds.
+pub fn ttls(nodes: &RedisNodes, key: &str) -> Vec<i64> {
+    nodes.iter().map(|s| pttl(s, key)).collect()
+}
+
+/// Waits (up to 5 s) until the servers `on` all hold one value of `owner` other than each of
+/// `not`, an attempt of that owner that took the key over there; returns it.
+pub async fn taken_over(
+    nodes: &RedisNodes,
+    key: &str,
+    owner: &str,
+    on: &[usize],
+    not: &[&str],
+) -> String {
+    let mut found = None;
+    let ok = eventually(Duration::from_secs(5), || {
+        let vals: Vec<Option<String>> = on.iter().map(|&i| get(&nodes[i], key)).collect();
+        let first = vals[0].clone();
+        let good = first
+            .as_deref()
+            .is_some_and(|v| v.ends_with(&format!("@{owner}")) && !not.contains(&v))
+            && vals.iter().all(|v| *v == first);
+        if good {
+            found = first;
+        }
+        good
+    })
+    .await;
+    assert!(ok, "never taken over: {:?}", values(nodes, key));
+    found.unwrap_or_default()
+}
