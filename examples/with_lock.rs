@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Copied out of this repository, it needs these dependencies (and `redis-server` on `PATH`
-//! when it starts its own masters); `scripts/check-examples.sh` (run by `make test`) builds it
+//! when it starts its own masters); `scripts/check-examples.sh` (run by `make test`) compiles it
 //! with exactly these:
 //!
 //! ```toml
