@@ -10,6 +10,7 @@ use quorumlock_testkit::figures::percentile;
 use quorumlock_testkit::RedisServer;
 
 use crate::config::{Config, Key, Setup, CONTENDED_PAUSE};
+use crate::profile::{command_stats, commands_per_cycle};
 use crate::support::{self, median, micros, process_cpu, servers_cpu, Client, Kind};
 
 /// One measurement's results.
@@ -43,8 +44,9 @@ pub struct Measurement {
     pub hold: Vec<u32>,
     /// Separate clients: processes that were still connecting when the window opened.
     pub late: usize,
-    /// Separate clients: per command, the calls and the microseconds the masters spent on it
-    /// in the window (`INFO commandstats`, every master together), divided by the cycles.
+    /// Separate clients, and one client with healthy masters: per command, the calls and the
+    /// microseconds the masters spent on it in the window (`INFO commandstats`, every master
+    /// together), divided by the cycles.
     pub commands: BTreeMap<String, (f64, f64)>,
     /// Separate clients, quorumlock: its own counters over the window, every client together:
     /// attempts, attempts that acquired, attempts that met contention, wake-ups by a hand-off.
@@ -306,7 +308,11 @@ pub fn measure(spec: &Spec<'_>, cfg: &Config) -> Measurement {
             tokio::time::sleep(Duration::from_secs_f64(cfg.settle)).await;
         }
         let (start, cpu_start, servers_start) = (Instant::now(), process_cpu(), servers_cpu(pids));
+        // The masters' commands, healthy masters only: a paused one would not answer `INFO`.
+        let count_commands = setup == Setup::Healthy;
+        let commands_start = count_commands.then(|| command_stats(urls));
         tokio::time::sleep(Duration::from_secs_f64(cfg.secs)).await;
+        let commands_end = count_commands.then(|| command_stats(urls));
         let (end, cpu_end, servers_end) = (Instant::now(), process_cpu(), servers_cpu(pids));
         shared.stop.store(true, Ordering::Relaxed);
 
@@ -359,6 +365,9 @@ pub fn measure(spec: &Spec<'_>, cfg: &Config) -> Measurement {
         if m.cycles > 0 {
             m.cpu_per_cycle = Some((cpu_end - cpu_start) / m.cycles as u32);
             m.server_cpu_per_cycle = Some((servers_end - servers_start) / m.cycles as u32);
+            if let (Some(start), Some(end)) = (&commands_start, commands_end) {
+                m.commands = commands_per_cycle(start, end, m.cycles);
+            }
         }
         m
     });

@@ -76,6 +76,28 @@ pub fn profile(kind: &str) {
     }
 }
 
+/// What the masters ran between two [`command_stats`] snapshots, per cycle: per command, the
+/// calls and the microseconds (commands that scripts run count too).
+pub fn commands_per_cycle(
+    start: &BTreeMap<String, (u64, f64)>,
+    end: BTreeMap<String, (u64, f64)>,
+    cycles: usize,
+) -> BTreeMap<String, (f64, f64)> {
+    let per_cycle = cycles as f64;
+    end.into_iter()
+        .filter_map(|(name, (calls, usec))| {
+            let (calls0, usec0) = start.get(&name).copied().unwrap_or_default();
+            (calls > calls0).then(|| {
+                let delta = (
+                    (calls - calls0) as f64 / per_cycle,
+                    (usec - usec0) / per_cycle,
+                );
+                (name, delta)
+            })
+        })
+        .collect()
+}
+
 /// Per command, the calls and microseconds of every master together (`INFO commandstats`).
 pub fn command_stats(urls: &[String]) -> BTreeMap<String, (u64, f64)> {
     let mut totals: BTreeMap<String, (u64, f64)> = BTreeMap::new();

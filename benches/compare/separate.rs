@@ -30,7 +30,7 @@ use nix::time::{clock_gettime, ClockId};
 
 use crate::config::Config;
 use crate::measure::{Measurement, Spec};
-use crate::profile::command_stats;
+use crate::profile::{command_stats, commands_per_cycle};
 use crate::support::{micros, servers_cpu, Client, Kind};
 
 /// The environment variable that makes this bench binary a child of a separate-clients
@@ -442,19 +442,7 @@ pub fn measure(spec: &Spec<'_>, processes: usize, work: Duration, cfg: &Config) 
     let mut m = summarize(&merged, start, end);
     if m.cycles > 0 {
         m.server_cpu_per_cycle = Some((servers_end - servers_start) / m.cycles as u32);
-        let per_cycle = m.cycles as f64;
-        for (name, (calls, usec)) in commands_end {
-            let (calls0, usec0) = commands_start.get(&name).copied().unwrap_or_default();
-            if calls > calls0 {
-                m.commands.insert(
-                    name,
-                    (
-                        (calls - calls0) as f64 / per_cycle,
-                        (usec - usec0) / per_cycle,
-                    ),
-                );
-            }
-        }
+        m.commands = commands_per_cycle(&commands_start, commands_end, m.cycles);
     }
     m
 }
