@@ -214,7 +214,7 @@ impl Redlock {
             .unwrap_or(crate::DEFAULT_MAX_NODE_TIMEOUT);
         let replies = futures::future::join_all(self.inner().all_nodes().iter().map(|node| {
             let mut call = scripts::READ_LEADER.prepare_invoke();
-            call.key(&*key);
+            call.key(&*key).key(crate::keys::held_key(&key));
             node.invoke::<(Option<String>, i64)>(call, timeout)
         }))
         .await;

@@ -189,7 +189,8 @@ impl Redlock {
                 .key(keys::line_key(&key))
                 .key(keys::leases_key(&key))
                 .key(keys::readers_key(&key))
-                .key(keys::writers_key(&key));
+                .key(keys::writers_key(&key))
+                .key(keys::held_key(&key));
             self.inner().node(i).invoke::<NodeReply>(call, timeout)
         }))
         .await;

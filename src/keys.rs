@@ -179,8 +179,19 @@ impl Keys {
             ttl_ms,
             in_line,
             takeovers,
+            bare,
         } = *attempt;
         match (self, in_line) {
+            (Keys::One(key) | Keys::Slot(key), None)
+                if bare && fenced.is_none() && !node.confirms_grants() =>
+            {
+                // The plain mutex's first attempt: what every Redlock client writes.
+                let set = node.set_nx(key, token, ttl_ms, timeout).await?;
+                Ok(match set {
+                    true => Acquired::Granted(Vec::new()),
+                    false => Acquired::Held(None),
+                })
+            }
             (Keys::One(key) | Keys::Slot(key) | Keys::Term { key, .. }, None)
                 if !node.confirms_grants() =>
             {
@@ -335,16 +346,16 @@ impl Keys {
         .await
     }
 
-    /// Adds the keys, their lines and their lines' leases, the first keys of the line scripts.
+    /// Adds the keys, their lines, their lines' leases and their records (see `stretch` in
+    /// `lua/line.lua`), the first keys of the line scripts.
     fn line_keys(&self, call: &mut redis::ScriptInvocation<'_>) {
         for key in self.iter() {
             call.key(key);
         }
-        for key in self.iter() {
-            call.key(Companion(key, LINE_SUFFIX));
-        }
-        for key in self.iter() {
-            call.key(Companion(key, LEASES_SUFFIX));
+        for suffix in [LINE_SUFFIX, LEASES_SUFFIX, HELD_SUFFIX] {
+            for key in self.iter() {
+                call.key(Companion(key, suffix));
+            }
         }
     }
 
@@ -450,15 +461,27 @@ impl Keys {
             return by_slot::all_ok(answers.await).map(|renewed| !renewed.contains(&false));
         }
         match self {
-            Keys::One(key)
-            | Keys::Slot(key)
-            | Keys::Owned { key, .. }
-            | Keys::Write { key, .. } => node.extend(key, token, ttl_ms, timeout).await,
+            Keys::One(key) | Keys::Slot(key) | Keys::Owned { key, .. } => {
+                node.extend(key, token, ttl_ms, timeout).await
+            }
+            Keys::Write { key, .. } => {
+                // A writer's key has no line of its own (its waiting writers are noted apart):
+                // it is never stretched, and has no record.
+                let mut call = scripts::EXTEND.prepare_invoke();
+                call.key(&**key).arg(token).arg(ttl_ms);
+                let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
+                Ok(renewed == 1)
+            }
             Keys::Term { key, .. } => {
                 // The term was won and marked on a quorum: a renewal marks it where the mark
                 // missed.
                 let mut call = scripts::EXTEND.prepare_invoke();
-                call.key(&**key).arg(token).arg(ttl_ms).arg("mark");
+                call.key(&**key)
+                    .key(held_key(key))
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .arg(1)
+                    .arg("mark");
                 call.arg(scripts::elected_channel(key));
                 let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
                 Ok(renewed == 1)
@@ -474,7 +497,10 @@ impl Keys {
                 for key in keys.iter() {
                     call.key(key.as_str());
                 }
-                call.arg(token).arg(ttl_ms);
+                for key in keys.iter() {
+                    call.key(held_key(key));
+                }
+                call.arg(token).arg(ttl_ms).arg(keys.len());
                 let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
                 Ok(renewed == 1)
             }
@@ -596,9 +622,9 @@ struct ReleaseInput<'a> {
 }
 
 impl ReleaseInput<'_> {
-    /// Each key, its line and its leases; under an owner id, its takeovers too.
+    /// Each key, its line, its leases and its record; under an owner id, its takeovers too.
     fn key_count(&self) -> usize {
-        3 * self.keys.len() + usize::from(matches!(self.keys, Keys::Owned { .. }))
+        4 * self.keys.len() + usize::from(matches!(self.keys, Keys::Owned { .. }))
     }
 }
 
@@ -614,7 +640,7 @@ impl ScriptInput for ReleaseInput<'_> {
     }
 
     fn bytes(&self) -> usize {
-        let keys: usize = self.keys.iter().map(|key| 3 * key.len() + 16).sum();
+        let keys: usize = self.keys.iter().map(|key| 4 * key.len() + 24).sum();
         keys + self.token.len() + 64
     }
 
@@ -629,6 +655,9 @@ impl ScriptInput for ReleaseInput<'_> {
         }
         for key in keys.iter() {
             cmd.arg(Companion(key, LEASES_SUFFIX));
+        }
+        for key in keys.iter() {
+            cmd.arg(Companion(key, HELD_SUFFIX));
         }
         if let Keys::Owned { key, .. } = keys {
             cmd.arg(Companion(key, TOOK_SUFFIX));
@@ -655,10 +684,13 @@ pub(crate) struct AttemptInput<'a> {
     pub(crate) ttl_ms: u64,
     pub(crate) in_line: Option<(&'a Ticket, Duration)>,
     pub(crate) takeovers: Option<&'a Takeovers>,
+    /// The first attempt of an acquire that retries: a plain mutex's is then a bare `SET NX PX`
+    /// (see [`Node::set_nx`]).
+    pub(crate) bare: bool,
 }
 
 /// The input of `lua/restore.lua`, the rollback of an owner's takeover on one key: the key, its
-/// line, its line's leases and its takeovers; the token, how long a reservation lasts, the
+/// line, its line's leases, its takeovers and its record; the token, how long a reservation lasts, the
 /// attempt's TTL, and the waiter put back in line.
 struct RestoreInput<'a> {
     key: &'a str,
@@ -675,20 +707,21 @@ impl RestoreInput<'_> {
 
 impl ScriptInput for RestoreInput<'_> {
     fn args(&self) -> usize {
-        1 + 4 + 3 + if self.requeued().is_some() { 3 } else { 0 }
+        1 + 5 + 3 + if self.requeued().is_some() { 3 } else { 0 }
     }
 
     fn bytes(&self) -> usize {
-        4 * self.key.len() + self.token.len() + 96
+        5 * self.key.len() + self.token.len() + 104
     }
 
     fn write(&self, cmd: &mut Cmd) {
         let key = self.key;
-        cmd.arg(4)
+        cmd.arg(5)
             .arg(key)
             .arg(Companion(key, LINE_SUFFIX))
             .arg(Companion(key, LEASES_SUFFIX))
-            .arg(Companion(key, TOOK_SUFFIX));
+            .arg(Companion(key, TOOK_SUFFIX))
+            .arg(Companion(key, HELD_SUFFIX));
         cmd.arg(self.token)
             .arg(millis(self.hand_off.reserve))
             .arg(millis(self.ttl));
@@ -701,7 +734,7 @@ impl ScriptInput for RestoreInput<'_> {
 }
 
 /// The input of `lua/acquire.lua`, the plain attempt on one key: the key, its line, its
-/// line's leases and (fenced) its fence counter; the token, the TTL and (fenced) the counter's
+/// line's leases, its record and (fenced) its fence counter; the token, the TTL and (fenced) the counter's
 /// grace.
 struct AcquireInput<'a> {
     key: &'a str,
@@ -713,22 +746,23 @@ struct AcquireInput<'a> {
 impl ScriptInput for AcquireInput<'_> {
     fn args(&self) -> usize {
         if self.fenced.is_some() {
-            8
+            9
         } else {
-            6
+            7
         }
     }
 
     fn bytes(&self) -> usize {
-        4 * self.key.len() + self.token.len() + 64
+        5 * self.key.len() + self.token.len() + 72
     }
 
     fn write(&self, cmd: &mut Cmd) {
         let key = self.key;
-        cmd.arg(if self.fenced.is_some() { 4 } else { 3 });
+        cmd.arg(if self.fenced.is_some() { 5 } else { 4 });
         cmd.arg(key)
             .arg(Companion(key, LINE_SUFFIX))
-            .arg(Companion(key, LEASES_SUFFIX));
+            .arg(Companion(key, LEASES_SUFFIX))
+            .arg(Companion(key, HELD_SUFFIX));
         if self.fenced.is_some() {
             cmd.arg(Companion(key, FENCE_SUFFIX));
         }
@@ -927,6 +961,10 @@ const LINE_SUFFIX: &str = ":queue";
 /// What the key of a resource's line leases adds to its lock key.
 const LEASES_SUFFIX: &str = ":leases";
 
+/// What the record of a lock key stretched for its line adds to the lock key: its holder's own
+/// lease (see `stretch` in `lua/line.lua`).
+const HELD_SUFFIX: &str = ":held";
+
 /// What the key of an owner's takeovers adds to its lock key: a hash of the attempts that took
 /// the key over, each to the value it replaced (see `lua/restore.lua`).
 const TOOK_SUFFIX: &str = ":took";
@@ -957,6 +995,12 @@ pub(crate) fn leases_key(key: &str) -> String {
     crate::companion_key(key, LEASES_SUFFIX)
 }
 
+/// The Redis key of the record of a lock key stretched for its line: the holder's token and
+/// lease (see `stretch` in `lua/line.lua`).
+pub(crate) fn held_key(key: &str) -> String {
+    crate::companion_key(key, HELD_SUFFIX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -969,6 +1013,7 @@ mod tests {
             writers_key("k"),
             line_key("k"),
             leases_key("k"),
+            held_key("k"),
             crate::companion_key("k", TOOK_SUFFIX),
         ] {
             assert!(crate::is_companion_key(&name), "{name}");

@@ -215,6 +215,32 @@ impl Node {
         self.call_hot(&scripts::ACQUIRE, &scripts::ACQUIRE_SOURCE, input, timeout)
     }
 
+    /// The plain mutex's first attempt: a bare `SET key token NX PX ttl_ms`, on a node whose
+    /// grants need no confirmation. `Ok(true)` when set. It takes a key only where the key does
+    /// not exist, which, while anybody waits in the key's line, it always does (see `stretch` in
+    /// `lua/line.lua`): it cannot jump a line. A refusal cannot tell a held key from one kept
+    /// only for a line that has nobody live left; the attempts after it take the script's way
+    /// (`lua/acquire.lua`), which can.
+    pub(crate) fn set_nx<'a>(
+        &'a self,
+        key: &'a str,
+        token: &'a str,
+        ttl_ms: u64,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + 'a {
+        self.bounded(timeout, move |mut conn| async move {
+            let set: Option<redis::Value> = redis::cmd("SET")
+                .arg(key)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async(&mut conn)
+                .await?;
+            Ok(set.is_some())
+        })
+    }
+
     /// Whether this node's grants count only once confirmed durable (see `durability`).
     pub(crate) fn confirms_grants(&self) -> bool {
         self.durability.waits()
@@ -252,7 +278,11 @@ impl Node {
         timeout: Duration,
     ) -> Result<bool, NodeError> {
         let mut call = scripts::EXTEND.prepare_invoke();
-        call.key(key).arg(token).arg(ttl_ms);
+        call.key(key)
+            .key(crate::keys::held_key(key))
+            .arg(token)
+            .arg(ttl_ms)
+            .arg(1);
         let renewed: i64 = self.invoke_granting(call, timeout, |r| *r == 1).await?;
         Ok(renewed == 1)
     }

@@ -325,7 +325,14 @@ impl Redlock {
             loop {
                 attempts += 1;
                 // A waiter that acquires leaves the other lines as it is dropped.
-                let failure = match self.attempt(label, keys, lease, waiter.as_ref()).await {
+                // The first attempt of an acquire that retries may be a bare SET NX PX (see
+                // `Node::set_nx`); a single attempt takes the script's way, which can tell a key
+                // kept only for a line nobody waits in any more from a held one.
+                let bare = retry && attempts == 1;
+                let failure = match self
+                    .attempt(label, keys, lease, waiter.as_ref(), bare)
+                    .await
+                {
                     Ok(lock) => return Ok(lock),
                     Err(failure) => failure,
                 };
@@ -429,6 +436,7 @@ impl Redlock {
         keys: &Keys,
         lease: &Lease,
         waiter: Option<&Waiter>,
+        bare: bool,
     ) -> Result<Lock, Failure> {
         // A read-write lock's waiter is woken by its releases but has no place in a line.
         let in_line = waiter.filter(|_| keys.waits_in_line()).map(Waiter::ticket);
@@ -492,6 +500,7 @@ impl Redlock {
                                     ttl_ms,
                                     in_line,
                                     takeovers: takeovers.as_deref(),
+                                    bare,
                                 },
                                 node_timeout,
                             )

@@ -9,15 +9,20 @@
 -- cancelled attempt costs the lock it took the key from nothing. Each attempt writes its own
 -- value, so a cleanup of an attempt (which compares that whole value) leaves every other grant
 -- alone.
--- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] its takeovers (see
--- take_over); KEYS[5] (fencing only) its fence counter. ARGV[1] this attempt's token; ARGV[2] TTL
+-- A key held past its holder's lease only for its line (see stretch) counts as gone.
+-- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] its record (see
+-- stretch); KEYS[5] its takeovers (see take_over); KEYS[6] (fencing only) its fence counter. ARGV[1] this attempt's token; ARGV[2] TTL
 -- in ms; ARGV[3] the owner id; ARGV[4] the value to take over, or '' for none; ARGV[5] (fencing
 -- only) how long the counter lasts after its last grant, in ms.
 -- Returns -1 if the key is free but others wait in its line, 0 if another value holds the key
 -- (a token, another owner, a reservation) or a takeover finds the key gone, the value itself (a
 -- string) when it is an attempt of the same owner other than `expected` (the client may take it
 -- over by naming it), else the new fence counter value, or 1 without fencing.
+local now = now_ms()
 local value = redis.call('GET', KEYS[1])
+if value and lapsed(KEYS[1], KEYS[4], now) then
+  value = nil
+end
 if ARGV[4] == '' or value ~= ARGV[4] then
   if value and owned_by(value, ARGV[3]) then
     return value
@@ -25,16 +30,17 @@ if ARGV[4] == '' or value ~= ARGV[4] then
   if value or ARGV[4] ~= '' then
     return 0
   end
-  if others_wait(KEYS[2], KEYS[3], now_ms()) then
+  if others_wait(KEYS[2], KEYS[3], now) then
     return -1
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-elseif undone(KEYS[4], ARGV[1]) then
+elseif undone(KEYS[5], ARGV[1]) then
   return 0
 else
-  take_over(KEYS[1], KEYS[4], ARGV[1], ARGV[2])
+  take_over(KEYS[1], KEYS[5], ARGV[1], ARGV[2])
+  stretch(KEYS[1], KEYS[4], KEYS[2])
 end
-if KEYS[5] then
-  return next_fence(KEYS[5], ARGV[5])
+if KEYS[6] then
+  return next_fence(KEYS[6], ARGV[5])
 end
 return 1

@@ -2,8 +2,9 @@
 -- it, and take every key if each is free and this waiter heads its line, or is reserved for it.
 -- KEYS: n lock keys, their n line keys (`<key>:queue`, a sorted set of waiter ids scored by the
 -- order the waiter chose), their n lease keys (`<key>:leases`, the same ids scored by the
--- master's time in ms at which the entry lapses), then (under an owner id, one key) its
--- takeovers (see take_over in line.lua), then (with fencing) their n fence counters.
+-- master's time in ms at which the entry lapses), their n records (`<key>:held`, see stretch in
+-- line.lua), then (under an owner id, one key) its takeovers (see take_over in line.lua), then
+-- (with fencing) their n fence counters.
 -- ARGV[1] token; ARGV[2] TTL in ms; ARGV[3] n; ARGV[4] waiter id; ARGV[5] the waiter's order;
 -- ARGV[6] entry lease in ms; ARGV[7] how long a fence counter lasts after its last grant, in ms
 -- (ignored without fencing); ARGV[8] (under an owner id only, one key) the owner; ARGV[9] the value
@@ -27,28 +28,34 @@ local reserved = '~queued:' .. me
 local now = now_ms()
 local owner, expected = ARGV[8], ARGV[9]
 local naming = expected ~= nil and expected ~= ''
--- The fence counters come after the keys, lines, leases and (under an owner id) takeovers.
-local fences_after = 3 * n + (owner and 1 or 0)
-local granted, held, yours = true, false, nil
+-- The fence counters come after the keys, lines, leases, records and (under an owner id)
+-- takeovers.
+local took = KEYS[4 * n + 1]
+local fences_after = 4 * n + (owner and 1 or 0)
+local granted, taken, yours = true, false, nil
 local mine = {}
 for i = 1, n do
-  local key, line, leases = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
+  local key, line, leases, record = KEYS[i], KEYS[n + i], KEYS[2 * n + i], KEYS[3 * n + i]
   drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
+  if value and lapsed(key, record, now) then
+    -- Held past its holder's lease, kept only for the line: as good as expired.
+    value = nil
+  end
   if naming then
     -- A takeover's request: the value it named, or nothing (see acquire_owned.lua).
-    if value == expected and not undone(KEYS[3 * n + 1], ARGV[1]) then
+    if value == expected and not undone(took, ARGV[1]) then
       mine[#mine + 1] = i
     else
       granted = false
-      held = true
+      taken = true
     end
   elseif value == reserved or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
     mine[#mine + 1] = i
   else
     granted = false
-    held = held or (value and string.sub(value, 1, 8) ~= '~queued:')
+    taken = taken or (value and string.sub(value, 1, 8) ~= '~queued:')
     if value and owned_by(value, owner) then
       yours = value
     end
@@ -57,12 +64,15 @@ end
 if not granted then
   local reserve = math.min(tonumber(ARGV[6]), tonumber(ARGV[2]))
   for _, i in ipairs(mine) do
-    hand_over(KEYS[i], KEYS[n + i], KEYS[2 * n + i], reserve, now, nil, me)
+    hand_over(KEYS[i], KEYS[n + i], KEYS[2 * n + i], KEYS[3 * n + i], reserve, now, nil, me)
+  end
+  for i = 1, n do
+    stretch(KEYS[i], KEYS[3 * n + i], KEYS[n + i])
   end
   if yours and n == 1 then
     return {-3, now, yours}
   end
-  if held then
+  if taken then
     return {-2, now}
   end
   return {-1, now}
@@ -70,12 +80,13 @@ end
 local fences = {}
 for i = 1, n do
   if naming then
-    take_over(KEYS[i], KEYS[3 * n + 1], ARGV[1], ARGV[2])
+    take_over(KEYS[i], took, ARGV[1], ARGV[2])
   else
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
   end
   redis.call('ZREM', KEYS[n + i], me)
   redis.call('ZREM', KEYS[2 * n + i], me)
+  stretch(KEYS[i], KEYS[3 * n + i], KEYS[n + i])
   if #KEYS > fences_after then
     fences[i] = next_fence(KEYS[fences_after + i], ARGV[7])
   end

@@ -2,8 +2,10 @@
 -- (-2 when absent, -1 with no expiry), the node's time in ms, and the live waiters in the key's
 -- line, first to last, as {id, order, ms until the entry lapses} triples.
 -- Then, for a read-write lock, how many readers' holds and waiting writers' notes are live.
+-- A key stretched for its line (see stretch in line.lua) is reported with its holder's lease,
+-- from its record, not the stretch: it is what the holder has.
 -- KEYS[1] lock key; KEYS[2] its line; KEYS[3] the line's leases; KEYS[4] its readers; KEYS[5] its
--- waiting writers.
+-- waiting writers; KEYS[6] its record.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local line = {}
@@ -16,4 +18,13 @@ for i = 1, #entries, 2 do
 end
 local readers = redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf')
 local writers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), now, line, readers, writers}
+local value, pttl = redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])
+local record = redis.call('GET', KEYS[6])
+if value and record then
+  local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
+  if (value == token or value == '~elected:' .. token)
+      and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(stretched) then
+    pttl = math.max(0, tonumber(lease) - now)
+  end
+end
+return {value, pttl, now, line, readers, writers}

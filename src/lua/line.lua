@@ -35,6 +35,56 @@ local function drop_lapsed(line, leases, now)
   end
 end
 
+-- A key stretched for its line (see stretch) keeps its holder's own lease in a record, the key's
+-- companion `<base>:held`: `<token>|<lease end>|<stretched until>` (the master's times, in ms).
+-- The record speaks for the key only while the key still holds that token (or the token marked
+-- elected) and still expires when the stretch set it to: any other write of the key (a grant, a
+-- hand-off, a foreign client's PEXPIRE) makes it void, and the key's own expiry is the lease
+-- again. Returns the lease end and the stretch, or nil.
+local function record_of(key, held)
+  local record = held and redis.call('GET', held)
+  if not record then
+    return nil
+  end
+  local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
+  local value = redis.call('GET', key)
+  if not token or (value ~= token and value ~= '~elected:' .. token)
+      or redis.call('PEXPIRETIME', key) ~= tonumber(stretched) then
+    return nil
+  end
+  return tonumber(lease), tonumber(stretched)
+end
+
+-- Whether `key` is held past its holder's lease, kept only by its line's stretch: free for the
+-- head of the line (and, with nobody live in line, for a plain attempt), as a key that expired.
+local function lapsed(key, held, now)
+  local lease = record_of(key, held)
+  return lease ~= nil and lease <= now
+end
+
+-- Keeps `key` alive at least as long as its line, so that while anybody waits the key exists
+-- and a bare `SET NX` (the plain attempt, keys.rs) is refused: a key whose holder's lease runs
+-- out goes to the head of the line (which takes it as lapsed), not to whoever asks first. The
+-- holder's own lease goes into the key's record first (see record_of). Every script that
+-- lengthens a line or rewrites a key with a line calls this last, for each key.
+local function stretch(key, held, line)
+  if not held then
+    return
+  end
+  local lasts = redis.call('PEXPIRETIME', line)
+  local expires = redis.call('PEXPIRETIME', key)
+  if lasts <= 0 or expires < 0 or expires >= lasts then
+    return
+  end
+  local lease = record_of(key, held) or expires
+  local value = redis.call('GET', key)
+  if string.sub(value, 1, 9) == '~elected:' then
+    value = string.sub(value, 10)
+  end
+  redis.call('SET', held, value .. '|' .. string.format('%.0f|%.0f', lease, lasts), 'PXAT', lasts)
+  redis.call('PEXPIREAT', key, lasts)
+end
+
 -- Hands `key` to the first live waiter in its line other than `skip`, or deletes the key when
 -- nobody waits. The key then holds `~queued:<waiter>`: a value no attempt's token can equal, so
 -- `SET NX` refuses it like any held key and the waiter's own attempt takes it over; and the
@@ -42,13 +92,14 @@ end
 -- waiter then holds the lock without another attempt. An announced waiter leaves the line here:
 -- it holds the key, or takes its place again with its next attempt. The key lives `reserve` ms at
 -- most, and never longer than the waiter's entry would have (its last renewal plus its entry
--- lease): a dead waiter blocks its line for no longer than its entry lease.
+-- lease): a dead waiter blocks its line for no longer than its entry lease. (With `held`, the
+-- key is then stretched over the rest of the line, the reservation's lease in its record.)
 -- The hand-off is published on `<base>:released:<client>`, the client being the id's first 16
 -- characters, so that only the waiter's own client hears it: `<waiter>:<now>:<expires>`, the
 -- master's times (ms) of the hand-off and of the key's expiry. The cleanup of `quiet`'s own
 -- failed attempt publishes nothing, and leaves it in line: that waiter knows, and a wake-up
 -- would make it attempt again at once, against the same holder.
-local function hand_over(key, line, leases, reserve, now, quiet, skip)
+local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
   drop_lapsed(line, leases, now)
   local head
   for _, id in ipairs(redis.call('ZRANGE', line, 0, 1)) do
@@ -70,6 +121,23 @@ local function hand_over(key, line, leases, reserve, now, quiet, skip)
     local handed = head .. ':' .. string.format('%.0f:%.0f', now, now + lasts)
     redis.call('SPUBLISH', channel_base(line) .. ':released:' .. string.sub(head, 1, 16), handed)
   end
+  stretch(key, held, line)
+end
+
+-- A line that nobody live is left in lets its key lapse when its holder's lease says: the
+-- stretch is undone (a key whose lease has passed is deleted, as it would have expired).
+local function settle(key, held, line, leases, now)
+  drop_lapsed(line, leases, now)
+  local lease = redis.call('EXISTS', line) == 0 and record_of(key, held)
+  if not lease then
+    return
+  end
+  if lease <= now then
+    redis.call('DEL', key)
+  else
+    redis.call('PEXPIREAT', key, lease)
+  end
+  redis.call('DEL', held)
 end
 
 -- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an

@@ -2,8 +2,8 @@
 -- still carries this holder's token (or, for an elected leader, the token marked '~elected:', see
 -- confirm_leader.lua) is handed to the first live waiter in its line, or deleted
 -- when nobody waits. Keys that are gone or belong to another token are left alone.
--- KEYS: n lock keys, their n line keys, their n lease keys (see acquire_queued.lua), then (under
--- an owner id, one key) its takeovers: a release that finds its key taken over notes its value
+-- KEYS: n lock keys, their n line keys, their n lease keys, their n records (see
+-- acquire_queued.lua), then (under an owner id, one key) its takeovers: a release that finds its key taken over notes its value
 -- released there (released_under in line.lua), and one that releases its key drops its own note.
 -- ARGV[1] token; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] n; then, for the
 -- cleanup of a waiter's failed attempt, ARGV[4] its id (a key handed back to it is reserved
@@ -21,14 +21,14 @@ if ARGV[3] == '1' and not ARGV[4] and redis.call('EXISTS', KEYS[2]) == 0 then
 end
 --@line
 local n = tonumber(ARGV[3])
-local took = KEYS[3 * n + 1]
+local took = KEYS[4 * n + 1]
 local released = 0
 -- The holder of a lock handed to it (see wakeup/handed.rs) is done with every line of its keys:
 -- where the key is not (or not yet) its own, it may still stand in line, and a release that
 -- arrives after this one must not hand it a lock it no longer wants.
 local handed = string.sub(ARGV[1], 1, 8) == '~queued:' and string.sub(ARGV[1], 9)
 for i = 1, n do
-  local key, line, leases = KEYS[i], KEYS[n + i], KEYS[2 * n + i]
+  local key, line, leases, held = KEYS[i], KEYS[n + i], KEYS[2 * n + i], KEYS[3 * n + i]
   local value = redis.call('GET', key)
   if handed then
     redis.call('ZREM', line, handed)
@@ -45,7 +45,7 @@ for i = 1, n do
       if ARGV[5] then
         take_place(line, leases, ARGV[4], ARGV[5], tonumber(ARGV[6]), now)
       end
-      hand_over(key, line, leases, tonumber(ARGV[2]), now, ARGV[4], nil)
+      hand_over(key, line, leases, held, tonumber(ARGV[2]), now, ARGV[4], nil)
     else
       redis.call('DEL', key)
     end

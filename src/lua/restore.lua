@@ -9,12 +9,13 @@
 -- back in line. Without a note the takeover has not run here (its request is late, or never
 -- arrives): it is marked undone, so that it takes nothing when it lands (acquire_owned.lua),
 -- for as long as the attempt's TTL.
--- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] its takeovers. ARGV[1]
+-- KEYS[1] lock key; KEYS[2] its line; KEYS[3] its line's leases; KEYS[4] its takeovers; KEYS[5]
+-- its record (see stretch in line.lua). ARGV[1]
 -- this attempt's token; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] the
 -- attempt's TTL in ms; then, for a waiter that still waits, ARGV[4] its id, ARGV[5] its order
 -- and ARGV[6] its entry lease in ms.
 -- Returns 1 if the key went back (or was released), else 0.
-local key, line, leases, took, me = KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]
+local key, line, leases, took, held, me = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1]
 local replaced = redis.call('HGET', took, me)
 if replaced == '~undone' then
   return 0
@@ -40,8 +41,9 @@ if ARGV[6] then
 end
 if replaced ~= '' then
   redis.call('SET', key, replaced, 'KEEPTTL')
+  stretch(key, held, line)
 elseif redis.call('EXISTS', line) == 1 then
-  hand_over(key, line, leases, tonumber(ARGV[2]), now, ARGV[4], nil)
+  hand_over(key, line, leases, held, tonumber(ARGV[2]), now, ARGV[4], nil)
 else
   redis.call('DEL', key)
 end

@@ -16,21 +16,24 @@ use redis::{ErrorKind, RedisError};
 
 /// The key layout this version writes and expects on the masters.
 ///
-/// Layout 3: a resource's lock key is `<prefix><resource>` (see [`resource_key`]), exactly the
+/// Layout 4: a resource's lock key is `<prefix><resource>` (see [`resource_key`]), exactly the
 /// key the Redlock spec and every other Redlock client (redsync, node-redlock, Redisson's
 /// RedLock, redlock-py, rslock) write, so that they and quorumlock exclude each other on shared
 /// masters. Every other key and channel of the resource is a *companion* of its lock key (see
 /// [`companion_key`]): the lock key's Redis Cluster hash tag followed by a suffix (`:fence`,
-/// `:queue`, `:leases`, `:readers`, `:writers`, `:holder`, `:took`, and the channels `:released:…`,
-/// `:elected`, `:rw`, `:rw:drained`), so that a resource lives in one slot of a cluster. Layout 2
-/// named the lock key `{<prefix><resource>}`, which no other client writes; layout 1 had no hash
-/// tags.
+/// `:queue`, `:leases`, `:held`, `:readers`, `:writers`, `:holder`, `:took`, and the channels
+/// `:released:…`, `:elected`, `:rw`, `:rw:drained`), so that a resource lives in one slot of a
+/// cluster. A lock key that anybody waits for lives as long as its line, its holder's own lease
+/// kept in `:held`: clients of layout 3 would renew a lock without renewing that lease, and the
+/// head of the line would take it from them. Layout 3 had the same names without `:held`;
+/// layout 2 named the lock key `{<prefix><resource>}`, which no other client writes; layout 1 had
+/// no hash tags.
 ///
 /// A change of layout is a breaking change, announced in the CHANGELOG
 /// under its own heading: stop every client of the old layout before the first client of the new
 /// one starts, or wait until the old clients' locks have expired and delete the marker key on
 /// every master.
-pub const KEY_LAYOUT: u32 = 3;
+pub const KEY_LAYOUT: u32 = 4;
 
 /// The name of the layout marker key, after the key prefix: the marker of a client with key
 /// prefix `locks:` is `locks:quorumlock:layout`. No resource may have this name.
@@ -39,8 +42,8 @@ pub const LAYOUT_MARKER: &str = "quorumlock:layout";
 /// The suffixes of the companion *keys* of a lock key (channels are another namespace, and
 /// cannot meet a key). No suffix ends another, so two companions of different lock keys can
 /// only be equal when their bases are (see [`check_lock_key`]).
-pub(crate) const COMPANION_SUFFIXES: [&str; 7] = [
-    ":fence", ":queue", ":leases", ":readers", ":writers", ":holder", ":took",
+pub(crate) const COMPANION_SUFFIXES: [&str; 8] = [
+    ":fence", ":queue", ":leases", ":held", ":readers", ":writers", ":holder", ":took",
 ];
 
 /// The lock key of `resource` under the key prefix `prefix`: `<prefix><resource>`, the resource
@@ -284,7 +287,7 @@ mod tests {
     fn the_mismatch_names_both_layouts_and_the_key() {
         let e = mismatch("locks:quorumlock:layout", "1").to_string();
         assert!(e.contains("layout \"1\""), "{e}");
-        assert!(e.contains("this client uses layout 3"), "{e}");
+        assert!(e.contains("this client uses layout 4"), "{e}");
         assert!(e.contains("locks:quorumlock:layout"), "{e}");
     }
 }

@@ -141,10 +141,10 @@ impl Cluster {
 }
 
 /// Whether `key` is one of the keys kept beside a lock key: a fencing counter (which expires a
-/// fencing grace after its last grant), or a wait line and its leases (which expire with their
-/// last entry's lease).
+/// fencing grace after its last grant), or a wait line, its leases and the record of a lock key
+/// stretched over it (which expire with their last entry's lease).
 fn is_auxiliary(key: &str) -> bool {
-    [":fence", ":queue", ":leases"]
+    [":fence", ":queue", ":leases", ":held"]
         .iter()
         .any(|suffix| key.ends_with(suffix))
         || key.ends_with(quorumlock::LAYOUT_MARKER)
