@@ -263,19 +263,6 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
 /// its next check (every 2 s).
 const UNSUBSCRIBED_WITHIN: Duration = Duration::from_secs(6);
 
-/// How many times `server` ran `command` since it started (`INFO commandstats`).
-fn command_calls(server: &RedisServer, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut direct(server))
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 /// `(attempts, wakeups, acquired)` of `rl` so far.
 fn counts(rl: &Redlock) -> (u64, u64, u64) {
     let s = rl.stats();

@@ -55,7 +55,7 @@ pub fn reaching(nodes: &RedisNodes, reach: &[usize]) -> (Vec<FaultProxy>, Vec<St
     (proxies, urls)
 }
 
-/// The lock key of `resource` under no key prefix, as the masters store it (key layout 3: the
+/// The lock key of `resource` under no key prefix, as the masters store it (key layout 4: the
 /// name itself). Every other key and channel of the resource is a companion of it.
 pub fn lock_key(resource: &str) -> String {
     quorumlock::resource_key("", resource)
@@ -184,4 +184,18 @@ pub async fn taken_over(
     .await;
     assert!(ok, "never taken over: {:?}", values(nodes, key));
     found.unwrap_or_default()
+}
+
+/// How many times `server` ran `command` since it started (`INFO commandstats`; commands that
+/// scripts run count too).
+pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut direct(server))
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
 }
