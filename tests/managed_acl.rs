@@ -51,6 +51,7 @@ const LINE: &[&str] = &[
     "zrange",
     "zscore",
     "pttl",
+    "pexpiretime",
     "time",
     "spublish",
     "ssubscribe",

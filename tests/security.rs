@@ -6,7 +6,7 @@
 //! Everything quorumlock sends, with the key prefix `locks:` (`RedlockBuilder::key_prefix`):
 //!
 //! ```text
-//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* ~{locks:* &locks:* &{locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +zadd +zrem +zrange +zscore +zcount +zcard +zremrangebyscore +time +spublish +ssubscribe +sunsubscribe +info
+//! ACL SETUSER quorumlock reset on >PASSWORD ~locks:* ~{locks:* &locks:* &{locks:* -@all +eval +evalsha +script|load +set +get +del +exists +pexpire +pttl +zadd +zrem +zrange +zscore +pexpiretime +zcount +zcard +zremrangebyscore +time +spublish +ssubscribe +sunsubscribe +info
 //! ```
 //!
 //! * keys `~locks:*` (key layout 3): the lock keys `locks:<resource>` and the key layout marker
@@ -55,6 +55,7 @@ const CORE_COMMANDS: &[&str] = &[
     "zrem",
     "zrange",
     "zscore",
+    "pexpiretime",
     "zcount",
     "zcard",
     "zremrangebyscore",

@@ -2,7 +2,7 @@
 //! the quorum's verdict and its holder. A read-write lock held by readers has no key of its own:
 //! it is found by its readers' sorted set.
 //!
-//! Key layout 3: a resource's lock key is `<key prefix><resource>`, and its other keys are its
+//! Key layout 4: a resource's lock key is `<key prefix><resource>`, and its other keys are its
 //! companions (`{<key prefix><resource>}:readers`, `:fence`, ..., see
 //! `quorumlock::companion_key`), which no lock key can be. On a Redis Cluster voter, every
 //! primary is scanned.

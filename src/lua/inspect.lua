@@ -3,7 +3,8 @@
 -- line, first to last, as {id, order, ms until the entry lapses} triples.
 -- Then, for a read-write lock, how many readers' holds and waiting writers' notes are live.
 -- A key stretched for its line (see stretch in line.lua) is reported with its holder's lease,
--- from its record, not the stretch: it is what the holder has.
+-- from its record, not the stretch: it is what the holder has; once that has passed, as absent,
+-- as an expired key would be.
 -- KEYS[1] lock key; KEYS[2] its line; KEYS[3] the line's leases; KEYS[4] its readers; KEYS[5] its
 -- waiting writers; KEYS[6] its record.
 local time = redis.call('TIME')
@@ -24,7 +25,11 @@ if value and record then
   local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
   if (value == token or value == '~elected:' .. token)
       and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(stretched) then
-    pttl = math.max(0, tonumber(lease) - now)
+    if tonumber(lease) <= now then
+      value, pttl = false, -2
+    else
+      pttl = tonumber(lease) - now
+    end
   end
 end
 return {value, pttl, now, line, readers, writers}

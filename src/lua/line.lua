@@ -62,8 +62,9 @@ local function lapsed(key, held, now)
   return lease ~= nil and lease <= now
 end
 
--- Keeps `key` alive at least as long as its line, so that while anybody waits the key exists
--- and a bare `SET NX` (the plain attempt, keys.rs) is refused: a key whose holder's lease runs
+-- Keeps `key` alive at least as long as its line (SET … PXAT: the commands an ACL rule for the
+-- line grants), so that while anybody waits the key exists and a bare `SET NX` (the plain
+-- attempt, keys.rs) is refused: a key whose holder's lease runs
 -- out goes to the head of the line (which takes it as lapsed), not to whoever asks first. The
 -- holder's own lease goes into the key's record first (see record_of). Every script that
 -- lengthens a line or rewrites a key with a line calls this last, for each key.
@@ -78,15 +79,16 @@ local function stretch(key, held, line)
   end
   local lease = record_of(key, held) or expires
   local value = redis.call('GET', key)
+  local token = value
   if string.sub(value, 1, 9) == '~elected:' then
-    value = string.sub(value, 10)
+    token = string.sub(value, 10)
   end
-  redis.call('SET', held, value .. '|' .. string.format('%.0f|%.0f', lease, lasts), 'PXAT', lasts)
-  redis.call('PEXPIREAT', key, lasts)
+  redis.call('SET', held, token .. '|' .. string.format('%.0f|%.0f', lease, lasts), 'PXAT', lasts)
+  redis.call('SET', key, value, 'PXAT', lasts)
 end
 
--- Hands `key` to the first live waiter in its line other than `skip`, or deletes the key when
--- nobody waits. The key then holds `~queued:<waiter>`: a value no attempt's token can equal, so
+-- Hands `key` to the first live waiter in its line other than `skip` (with `held`, to `skip`
+-- itself, quietly, when it is the only one), or deletes the key when nobody waits. The key then holds `~queued:<waiter>`: a value no attempt's token can equal, so
 -- `SET NX` refuses it like any held key and the waiter's own attempt takes it over; and the
 -- waiter's lock token when a quorum of masters handed it over (see wakeup/handed.rs): the
 -- waiter then holds the lock without another attempt. An announced waiter leaves the line here:
@@ -107,6 +109,11 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
       head = id
       break
     end
+  end
+  if not head and skip and held and redis.call('ZSCORE', leases, skip) then
+    -- Nobody else waits, but `skip` still does: the key stays reserved for it, quietly, so
+    -- that no bare `SET NX` takes it ahead of the line (see stretch).
+    head, quiet = skip, skip
   end
   if not head then
     redis.call('DEL', key)
@@ -135,7 +142,7 @@ local function settle(key, held, line, leases, now)
   if lease <= now then
     redis.call('DEL', key)
   else
-    redis.call('PEXPIREAT', key, lease)
+    redis.call('SET', key, redis.call('GET', key), 'PXAT', lease)
   end
   redis.call('DEL', held)
 end

@@ -134,16 +134,30 @@ fn client_rng(seed: u64, client: usize) -> StdRng {
 
 /// Every `MONITOR_EVERY`, reads every lock key's remaining TTL on every master that answers and
 /// collects those that could outlive the lock TTL (no expiry at all, or a longer one), and the
-/// wait lines and fencing counters with no expiry at all.
+/// wait lines, records and fencing counters with no expiry at all. A lock key stretched over its
+/// line is judged by its holder's own lease, from its record (see `stretch` in the library's
+/// `lua/line.lua`): that is what a lock holds, the stretch only keeps the key for the line.
 fn monitor_keys(cluster: &Cluster, stop: &AtomicBool, ttl: Duration) -> Vec<String> {
     const SCRIPT: &str = r"
 local bad = {}
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
   local t = redis.call('PTTL', k)
   local suffix = string.sub(k, -6)
-  if suffix == ':queue' or suffix == ':fence' or string.sub(k, -7) == ':leases' then
+  if suffix == ':queue' or suffix == ':fence' or string.sub(k, -7) == ':leases'
+      or string.sub(k, -5) == ':held' then
     if t == -1 then table.insert(bad, k .. ' pttl ' .. t) end
   elseif string.sub(k, -17) ~= 'quorumlock:layout' then
+    local record = redis.call('GET', '{' .. k .. '}:held')
+    if record then
+      local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
+      local value = redis.call('GET', k)
+      if token and (value == token or value == '~elected:' .. token)
+          and redis.call('PEXPIRETIME', k) == tonumber(stretched) then
+        t = math.max(0, tonumber(lease) - now)
+      end
+    end
     if t == -1 or t > tonumber(ARGV[2]) then table.insert(bad, k .. ' pttl ' .. t) end
   end
 end
