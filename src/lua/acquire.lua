@@ -25,6 +25,7 @@ if others_wait(KEYS[2], KEYS[3], now) then
 end
 if lapsed(KEYS[1], KEYS[4], now) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[4])
 elseif not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 0
 end

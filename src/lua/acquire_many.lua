@@ -22,6 +22,7 @@ end
 local fences = {}
 for i = 1, n do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[3 * n + i])
   if #KEYS > 4 * n then
     fences[i] = next_fence(KEYS[4 * n + i], ARGV[4])
   end

@@ -34,10 +34,11 @@ if ARGV[4] == '' or value ~= ARGV[4] then
     return -1
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('DEL', KEYS[4])
 elseif undone(KEYS[5], ARGV[1]) then
   return 0
 else
-  take_over(KEYS[1], KEYS[5], ARGV[1], ARGV[2])
+  take_over(KEYS[1], KEYS[5], ARGV[1], ARGV[2], KEYS[4])
   stretch(KEYS[1], KEYS[4], KEYS[2])
 end
 if KEYS[6] then

@@ -80,9 +80,10 @@ end
 local fences = {}
 for i = 1, n do
   if naming then
-    take_over(KEYS[i], took, ARGV[1], ARGV[2])
+    take_over(KEYS[i], took, ARGV[1], ARGV[2], KEYS[3 * n + i])
   else
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+    redis.call('DEL', KEYS[3 * n + i])
   end
   redis.call('ZREM', KEYS[n + i], me)
   redis.call('ZREM', KEYS[2 * n + i], me)

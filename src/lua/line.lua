@@ -117,6 +117,9 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
   end
   if not head then
     redis.call('DEL', key)
+    if held then
+      redis.call('DEL', held)
+    end
     return
   end
   local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
@@ -166,12 +169,19 @@ end
 -- acquire_owned.lua), and notes in `took` (a hash: each attempt that took the key over, to the
 -- value it replaced) what it replaced, so that the attempt's rollback can put it back
 -- (restore.lua). The key never expires sooner than it would have, so the value put back lives
--- at least as long as it had; nor the notes sooner than the key.
-local function take_over(key, took, token, ttl)
+-- at least as long as it had; nor the notes sooner than the key. A key stretched for its line
+-- keeps its record (see stretch), for the new value: its lease is the later of the two values'.
+local function take_over(key, took, token, ttl, held)
   local replaced = redis.call('GET', key)
   local expires = redis.call('PEXPIRETIME', key)
+  local lease, stretched = record_of(key, held)
   redis.call('SET', key, token, 'PX', ttl)
+  local own = redis.call('PEXPIRETIME', key)
   expire_no_sooner(key, expires)
+  if lease and redis.call('PEXPIRETIME', key) == stretched then
+    local record = token .. '|' .. string.format('%.0f|%.0f', math.max(lease, own), stretched)
+    redis.call('SET', held, record, 'KEEPTTL')
+  end
   redis.call('HSET', took, token, replaced)
   expire_no_sooner(took, redis.call('PEXPIRETIME', key))
 end

@@ -48,6 +48,7 @@ for i = 1, n do
       hand_over(key, line, leases, held, tonumber(ARGV[2]), now, ARGV[4], nil)
     else
       redis.call('DEL', key)
+      redis.call('DEL', held)
     end
     if took then
       redis.call('HDEL', took, ARGV[1])

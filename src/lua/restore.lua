@@ -40,7 +40,13 @@ if ARGV[6] then
   take_place(line, leases, ARGV[4], ARGV[5], tonumber(ARGV[6]), now)
 end
 if replaced ~= '' then
+  -- A key stretched for its line: its record goes back to the value too.
+  local lease, stretched = record_of(key, held)
   redis.call('SET', key, replaced, 'KEEPTTL')
+  if lease then
+    local record = replaced .. '|' .. string.format('%.0f|%.0f', lease, stretched)
+    redis.call('SET', held, record, 'KEEPTTL')
+  end
   stretch(key, held, line)
 elseif redis.call('EXISTS', line) == 1 then
   hand_over(key, line, leases, held, tonumber(ARGV[2]), now, ARGV[4], nil)

@@ -121,10 +121,16 @@ impl Cluster {
     }
 
     /// The lock keys (fencing counters and wait lines excluded) on master `i`, read directly,
-    /// bypassing any proxy; `None` when it does not answer within 200 ms (down or paused).
+    /// bypassing any proxy; `None` when it does not answer within 200 ms (down or paused). A key
+    /// kept only for its line, its holder's lease past (see `stretch` in the library's
+    /// `lua/line.lua`), holds no lock: it counts as gone, as the line's scripts take it.
     pub(super) fn lock_keys(&self, i: usize) -> Option<Vec<String>> {
         let keys: Vec<String> = direct_query(self.addrs[i], Duration::from_millis(200), |c| {
-            redis::cmd("KEYS").arg(keys_pattern()).query(c)
+            redis::cmd("EVAL")
+                .arg(HOLDING_KEYS)
+                .arg(0)
+                .arg(keys_pattern())
+                .query(c)
         })?;
         Some(keys.into_iter().filter(|k| !is_auxiliary(k)).collect())
     }
@@ -139,6 +145,26 @@ impl Cluster {
             .sum()
     }
 }
+
+/// The keys matching ARGV[1] but lock keys whose record says their holder's lease has passed.
+const HOLDING_KEYS: &str = r"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local holding = {}
+for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
+  local record = redis.call('GET', '{' .. k .. '}:held')
+  local lapsed = false
+  if record then
+    local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
+    local value = redis.call('GET', k)
+    lapsed = token ~= nil and (value == token or value == '~elected:' .. token)
+      and redis.call('PEXPIRETIME', k) == tonumber(stretched) and tonumber(lease) <= now
+  end
+  if not lapsed then
+    table.insert(holding, k)
+  end
+end
+return holding";
 
 /// Whether `key` is one of the keys kept beside a lock key: a fencing counter (which expires a
 /// fencing grace after its last grant), or a wait line, its leases and the record of a lock key
