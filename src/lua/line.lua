@@ -87,6 +87,26 @@ local function stretch(key, held, line)
   redis.call('SET', key, value, 'PXAT', lasts)
 end
 
+-- A line that nobody live is left in lets its key lapse when its holder's lease says: the
+-- stretch is undone (a key whose lease has passed is deleted, as it would have expired), and
+-- the record, applying or stale, goes.
+local function settle(key, held, line, leases, now)
+  if not held then
+    return
+  end
+  drop_lapsed(line, leases, now)
+  if redis.call('EXISTS', line) == 1 then
+    return
+  end
+  local lease = record_of(key, held)
+  if lease and lease <= now then
+    redis.call('DEL', key)
+  elseif lease then
+    redis.call('SET', key, redis.call('GET', key), 'PXAT', lease)
+  end
+  redis.call('DEL', held)
+end
+
 -- Hands `key` to the first live waiter in its line other than `skip` (with `held`, to `skip`
 -- itself, quietly, when it is the only one), or deletes the key when nobody waits. The key then holds `~queued:<waiter>`: a value no attempt's token can equal, so
 -- `SET NX` refuses it like any held key and the waiter's own attempt takes it over; and the
@@ -132,23 +152,9 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
     redis.call('SPUBLISH', channel_base(line) .. ':released:' .. string.sub(head, 1, 16), handed)
   end
   stretch(key, held, line)
+  settle(key, held, line, leases, now)
 end
 
--- A line that nobody live is left in lets its key lapse when its holder's lease says: the
--- stretch is undone (a key whose lease has passed is deleted, as it would have expired).
-local function settle(key, held, line, leases, now)
-  drop_lapsed(line, leases, now)
-  local lease = redis.call('EXISTS', line) == 0 and record_of(key, held)
-  if not lease then
-    return
-  end
-  if lease <= now then
-    redis.call('DEL', key)
-  else
-    redis.call('SET', key, redis.call('GET', key), 'PXAT', lease)
-  end
-  redis.call('DEL', held)
-end
 
 -- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an
 -- owner id (see token.rs). The nonce's fixed length makes the owner's offset certain.
