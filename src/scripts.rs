@@ -42,8 +42,10 @@ pub(crate) static DEQUEUE: LazyLock<Script> =
 pub(crate) static EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/extend.lua")));
 
-/// A plain attempt: `SET NX PX` unless others wait in the key's line, plus the advance of the
-/// fencing counter with fencing, atomically. Its SHA1 is what the hot path sends.
+/// A plain attempt: `SET NX PX` unless others wait in the key's line (taking a key kept only
+/// for a line nobody waits in any more), plus the advance of the fencing counter with fencing,
+/// atomically. Its SHA1 is what a plain attempt sends when it is not a bare `SET NX PX` (a
+/// single attempt, a retry, fencing; see `Node::set_nx`).
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&ACQUIRE_SOURCE));
 
 /// The plain attempt's source (`lua/acquire.lua`), without its comments: sent as is when a

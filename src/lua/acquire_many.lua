@@ -1,10 +1,11 @@
--- All or nothing (line.lua goes ahead of this): SET NX PX every key, or none if any of them
--- exists or has others waiting in its line (a key held past its holder's lease only for a line
--- that has nobody live left, see stretch in line.lua, is free). With fencing, also advance each
--- key's fencing counter (see next_fence in line.lua).
+-- All or nothing (line.lua goes ahead of this): SET NX PX every key, or none if any of them exists
+-- or has others waiting in its line (a key held past its holder's lease only for a line that has
+-- nobody live left, see stretch in line.lua, is free). With fencing, also advance each key's
+-- fencing counter (see next_fence in line.lua).
 -- KEYS: n lock keys, their n lines, their n lines' leases and their n records (see
--- acquire_queued.lua), then (with fencing) their n fence counter keys; ARGV[1] token; ARGV[2] TTL in milliseconds; ARGV[3] n;
--- ARGV[4] (fencing only) how long a counter lasts after its last grant, in ms.
+-- acquire_queued.lua), then (with fencing) their n fence counter keys; ARGV[1] token; ARGV[2] TTL
+-- in milliseconds; ARGV[3] n; ARGV[4] (fencing only) how long a counter lasts after its last grant,
+-- in ms.
 -- Returns -1 if others wait for a key, nil if any key is held (nothing was set in either case),
 -- else the new counter values in key order (an empty array without fencing).
 local n = tonumber(ARGV[3])

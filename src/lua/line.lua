@@ -64,8 +64,8 @@ end
 
 -- Keeps `key` alive at least as long as its line (SET … PXAT: the commands an ACL rule for the
 -- line grants), so that while anybody waits the key exists and a bare `SET NX` (the plain
--- attempt, keys.rs) is refused: a key whose holder's lease runs
--- out goes to the head of the line (which takes it as lapsed), not to whoever asks first. The
+-- attempt, keys.rs) is refused: a key whose holder's lease runs out goes to the head of the
+-- line (which takes it as lapsed), not to whoever asks first. The
 -- holder's own lease goes into the key's record first (see record_of). Every script that
 -- lengthens a line or rewrites a key with a line calls this last, for each key.
 local function stretch(key, held, line)
@@ -108,7 +108,8 @@ local function settle(key, held, line, leases, now)
 end
 
 -- Hands `key` to the first live waiter in its line other than `skip` (with `held`, to `skip`
--- itself, quietly, when it is the only one), or deletes the key when nobody waits. The key then holds `~queued:<waiter>`: a value no attempt's token can equal, so
+-- itself, quietly, when it is the only one), or deletes the key when nobody waits. The key then
+-- holds `~queued:<waiter>`: a value no attempt's token can equal, so
 -- `SET NX` refuses it like any held key and the waiter's own attempt takes it over; and the
 -- waiter's lock token when a quorum of masters handed it over (see wakeup/handed.rs): the
 -- waiter then holds the lock without another attempt. An announced waiter leaves the line here:
@@ -154,7 +155,6 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
   stretch(key, held, line)
   settle(key, held, line, leases, now)
 end
-
 
 -- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an
 -- owner id (see token.rs). The nonce's fixed length makes the owner's offset certain.

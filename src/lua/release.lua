@@ -1,18 +1,18 @@
--- Compare-and-delete, with the hand-off to the line: each key that
--- still carries this holder's token (or, for an elected leader, the token marked '~elected:', see
--- confirm_leader.lua) is handed to the first live waiter in its line, or deleted
--- when nobody waits. Keys that are gone or belong to another token are left alone.
+-- Compare-and-delete, with the hand-off to the line: each key that still carries this holder's
+-- token (or, for an elected leader, the token marked '~elected:', see confirm_leader.lua) is handed
+-- to the first live waiter in its line, or deleted when nobody waits. Keys that are gone or belong
+-- to another token are left alone.
 -- KEYS: n lock keys, their n line keys, their n lease keys, their n records (see
--- acquire_queued.lua), then (under an owner id, one key) its takeovers: a release that finds its key taken over notes its value
--- released there (released_under in line.lua), and one that releases its key drops its own note.
--- ARGV[1] token; ARGV[2] how long a reservation lasts at most, in ms; ARGV[3] n; then, for the
--- cleanup of a waiter's failed attempt, ARGV[4] its id (a key handed back to it is reserved
--- quietly: it knows, and a wake-up would make it attempt again at once against the same
--- holder), and for its rollback while it still waits, ARGV[5] its order and ARGV[6] its entry
--- lease in ms: it is put back in each line first, so that it keeps its place.
+-- acquire_queued.lua), then (under an owner id, one key) its takeovers: a release that finds its
+-- key taken over notes its value released there (released_under in line.lua), and one that releases
+-- its key drops its own note. ARGV[1] token; ARGV[2] how long a reservation lasts at most, in ms;
+-- ARGV[3] n; then, for the cleanup of a waiter's failed attempt, ARGV[4] its id (a key handed back
+-- to it is reserved quietly: it knows, and a wake-up would make it attempt again at once against
+-- the same holder), and for its rollback while it still waits, ARGV[5] its order and ARGV[6] its
+-- entry lease in ms: it is put back in each line first, so that it keeps its place.
 -- Returns how many keys were released.
--- The mutex's own path comes first, ahead of the line's helpers: one key, still this token's,
--- and nobody in its line. An elected leader's mark, a line and a rollback take the long way.
+-- The mutex's own path comes first, ahead of the line's helpers: one key, still this token's, and
+-- nobody in its line. An elected leader's mark, a line and a rollback take the long way.
 if ARGV[3] == '1' and not ARGV[4] and redis.call('EXISTS', KEYS[2]) == 0 then
   if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('DEL', KEYS[1])
