@@ -367,9 +367,17 @@ fn is_mutex_name(name: &str) -> bool {
 }
 
 /// The verdict on a run of `plan` whose faults were `judged` and whose history broke each
-/// guarantee `violations` times.
+/// guarantee `violations` times. Fences and terms order holders one after another: where a fault
+/// is beyond exclusion's bounds, two may hold at once, and their fences have no order to keep
+/// (an election's term check orders every leader by when it was elected, which only two
+/// leaderships at once can make go backwards), so fencing is judged within its bounds only
+/// where exclusion's hold too.
 fn verdict(plan: &Plan, judged: &[Judged], violations: &BTreeMap<Guarantee, usize>) -> Verdict {
-    let within = |g: Guarantee| judged.iter().all(|j| j.within_for(g));
+    let within = |g: Guarantee| {
+        judged.iter().all(|j| {
+            j.within_for(g) && (g != Guarantee::Fencing || j.within_for(Guarantee::Exclusion))
+        })
+    };
     let broken: Vec<Guarantee> = violations
         .iter()
         .filter(|(_, n)| **n > 0)
@@ -683,6 +691,19 @@ mod tests {
         assert_eq!(verdict(&control, &skewed, &none), Verdict::Missed);
         // A skew beyond the grace excuses broken fences, not two holders.
         assert_eq!(verdict(&control, &skewed, &overlaps), Verdict::Failed);
+        // A jump beyond the drift allowance excuses two holders, and the order of their fences.
+        let jumped = vec![Judged {
+            kind: FaultKind::Bump,
+            description: String::new(),
+            beyond: vec![(Guarantee::Exclusion, "a step forward".into())],
+        }];
+        let jump = Plan {
+            control: Some(Control::ClockJump),
+            ..ordinary.clone()
+        };
+        let both = BTreeMap::from([(Guarantee::Exclusion, 6), (Guarantee::Fencing, 1)]);
+        assert_eq!(verdict(&jump, &jumped, &both), Verdict::Caught);
+        assert_eq!(verdict(&ordinary, &jumped, &fences), Verdict::Beyond);
     }
 
     #[test]
