@@ -40,19 +40,26 @@ end
 -- The record speaks for the key only while the key still holds that token (or the token marked
 -- elected) and still expires when the stretch set it to: any other write of the key (a grant, a
 -- hand-off, a foreign client's PEXPIRE) makes it void, and the key's own expiry is the lease
--- again. Returns the lease end and the stretch, or nil.
+-- again. `record_in` judges the record's text given the key's value and expiry; `record_of`
+-- reads all three. Each returns the lease end and the stretch, or nil.
+local function record_in(record, value, expires)
+  if not record then
+    return nil
+  end
+  local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
+  if not token or (value ~= token and value ~= '~elected:' .. token)
+      or expires ~= tonumber(stretched) then
+    return nil
+  end
+  return tonumber(lease), tonumber(stretched)
+end
+
 local function record_of(key, held)
   local record = held and redis.call('GET', held)
   if not record then
     return nil
   end
-  local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
-  local value = redis.call('GET', key)
-  if not token or (value ~= token and value ~= '~elected:' .. token)
-      or redis.call('PEXPIRETIME', key) ~= tonumber(stretched) then
-    return nil
-  end
-  return tonumber(lease), tonumber(stretched)
+  return record_in(record, redis.call('GET', key), redis.call('PEXPIRETIME', key))
 end
 
 -- Whether `key` is held past its holder's lease, kept only by its line's stretch: free for the
@@ -65,9 +72,9 @@ end
 -- Keeps `key` alive at least as long as its line (SET … PXAT: the commands an ACL rule for the
 -- line grants), so that while anybody waits the key exists and a bare `SET NX` (the plain
 -- attempt, keys.rs) is refused: a key whose holder's lease runs out goes to the head of the
--- line (which takes it as lapsed), not to whoever asks first. The
--- holder's own lease goes into the key's record first (see record_of). Every script that
--- lengthens a line or rewrites a key with a line calls this last, for each key.
+-- line (which takes it as lapsed), not to whoever asks first. The holder's own lease goes into
+-- the key's record first (see record_of). Every script that lengthens a line or rewrites a key
+-- with a line calls this last, for each key.
 local function stretch(key, held, line)
   if not held then
     return
@@ -77,8 +84,8 @@ local function stretch(key, held, line)
   if lasts <= 0 or expires < 0 or expires >= lasts then
     return
   end
-  local lease = record_of(key, held) or expires
   local value = redis.call('GET', key)
+  local lease = record_in(redis.call('GET', held), value, expires) or expires
   local token = value
   if string.sub(value, 1, 9) == '~elected:' then
     token = string.sub(value, 10)
@@ -87,17 +94,10 @@ local function stretch(key, held, line)
   redis.call('SET', key, value, 'PXAT', lasts)
 end
 
--- A line that nobody live is left in lets its key lapse when its holder's lease says: the
--- stretch is undone (a key whose lease has passed is deleted, as it would have expired), and
--- the record, applying or stale, goes.
-local function settle(key, held, line, leases, now)
-  if not held then
-    return
-  end
-  drop_lapsed(line, leases, now)
-  if redis.call('EXISTS', line) == 1 then
-    return
-  end
+-- Undoes the stretch of `key` whose line is gone: the key lapses when its holder's lease says
+-- (deleted if that has passed, as it would have expired), and the record, applying or stale,
+-- goes.
+local function unstretch(key, held, now)
   local lease = record_of(key, held)
   if lease and lease <= now then
     redis.call('DEL', key)
@@ -105,6 +105,18 @@ local function settle(key, held, line, leases, now)
     redis.call('SET', key, redis.call('GET', key), 'PXAT', lease)
   end
   redis.call('DEL', held)
+end
+
+-- A line that nobody live is left in lets its key lapse when its holder's lease says (see
+-- unstretch).
+local function settle(key, held, line, leases, now)
+  if not held then
+    return
+  end
+  drop_lapsed(line, leases, now)
+  if redis.call('EXISTS', line) == 0 then
+    unstretch(key, held, now)
+  end
 end
 
 -- Hands `key` to the first live waiter in its line other than `skip` (with `held`, to `skip`
@@ -153,7 +165,10 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
     redis.call('SPUBLISH', channel_base(line) .. ':released:' .. string.sub(head, 1, 16), handed)
   end
   stretch(key, held, line)
-  settle(key, held, line, leases, now)
+  if held and redis.call('EXISTS', line) == 0 then
+    -- The head was the last one: nothing left to stretch over.
+    unstretch(key, held, now)
+  end
 end
 
 -- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an
