@@ -612,9 +612,9 @@ impl HandOff {
     }
 }
 
-/// The input of `lua/release.lua`: each lock key, then their lines, then their leases; the
-/// token, how long a reservation lasts and the key count, then the waiter put back in line by a
-/// rollback.
+/// The input of `lua/release.lua`: each lock key, then their lines, their leases and their
+/// records (under an owner id, its takeovers); the token, how long a reservation lasts and the
+/// key count, then the waiter put back in line by a rollback.
 struct ReleaseInput<'a> {
     keys: &'a Keys,
     token: &'a str,
@@ -690,8 +690,8 @@ pub(crate) struct AttemptInput<'a> {
 }
 
 /// The input of `lua/restore.lua`, the rollback of an owner's takeover on one key: the key, its
-/// line, its line's leases, its takeovers and its record; the token, how long a reservation lasts, the
-/// attempt's TTL, and the waiter put back in line.
+/// line, its line's leases, its takeovers and its record; the token, how long a reservation
+/// lasts, the attempt's TTL, and the waiter put back in line.
 struct RestoreInput<'a> {
     key: &'a str,
     token: &'a str,
@@ -734,8 +734,8 @@ impl ScriptInput for RestoreInput<'_> {
 }
 
 /// The input of `lua/acquire.lua`, the plain attempt on one key: the key, its line, its
-/// line's leases, its record and (fenced) its fence counter; the token, the TTL and (fenced) the counter's
-/// grace.
+/// line's leases, its record and (fenced) its fence counter; the token, the TTL and (fenced) the
+/// counter's grace.
 struct AcquireInput<'a> {
     key: &'a str,
     fenced: Option<u64>,
