@@ -462,7 +462,15 @@ impl Keys {
         }
         match self {
             Keys::One(key) | Keys::Slot(key) | Keys::Owned { key, .. } => {
-                node.extend(key, token, ttl_ms, timeout).await
+                // A key that others may wait for: its record comes too (see `lua/extend.lua`).
+                let mut call = scripts::EXTEND.prepare_invoke();
+                call.key(&**key)
+                    .key(held_key(key))
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .arg(1);
+                let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
+                Ok(renewed == 1)
             }
             Keys::Write { key, .. } => {
                 // A writer's key has no line of its own (its waiting writers are noted apart):

@@ -269,24 +269,6 @@ impl Node {
         })
     }
 
-    /// Compare-and-PEXPIRE. `Ok(true)` when renewed, `Ok(false)` when the token is gone.
-    pub(crate) async fn extend(
-        &self,
-        key: &str,
-        token: &str,
-        ttl_ms: u64,
-        timeout: Duration,
-    ) -> Result<bool, NodeError> {
-        let mut call = scripts::EXTEND.prepare_invoke();
-        call.key(key)
-            .key(crate::keys::held_key(key))
-            .arg(token)
-            .arg(ttl_ms)
-            .arg(1);
-        let renewed: i64 = self.invoke_granting(call, timeout, |r| *r == 1).await?;
-        Ok(renewed == 1)
-    }
-
     /// Raises the fencing counter to at least `fence` where `token` still holds the key.
     /// `Ok(true)` when the counter now holds at least `fence`.
     pub(crate) async fn raise_fence(
