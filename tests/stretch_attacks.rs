@@ -14,19 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use quorumlock::Redlock;
-use quorumlock_testkit::{FaultProxy, RedisNodes};
-
-/// Proxies in front of every master, all passing.
-fn proxies(nodes: &RedisNodes) -> Vec<FaultProxy> {
-    nodes
-        .iter()
-        .map(|server| FaultProxy::start(server.addr()).unwrap())
-        .collect()
-}
-
-fn urls(proxies: &[FaultProxy]) -> Vec<String> {
-    proxies.iter().map(FaultProxy::url).collect()
-}
+use quorumlock_testkit::RedisNodes;
 
 fn companion(resource: &str, suffix: &str) -> String {
     quorumlock::companion_key(&lock_key(resource), suffix)

@@ -12,20 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use quorumlock::Redlock;
-use quorumlock_testkit::{FaultProxy, RedisNodes};
+use quorumlock_testkit::RedisNodes;
 
 const OWNER: &str = "worker-7";
-
-fn proxies(nodes: &RedisNodes) -> Vec<FaultProxy> {
-    nodes
-        .iter()
-        .map(|server| FaultProxy::start(server.addr()).unwrap())
-        .collect()
-}
-
-fn urls(proxies: &[FaultProxy]) -> Vec<String> {
-    proxies.iter().map(FaultProxy::url).collect()
-}
 
 /// A waiter: short retry delays, node timeout 100 ms (an entry lease of about 1 s), waiting up
 /// to `wait`.

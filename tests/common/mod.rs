@@ -199,3 +199,16 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |calls| calls.parse().unwrap())
 }
+
+/// Proxies in front of every master, all passing.
+pub fn proxies(nodes: &RedisNodes) -> Vec<FaultProxy> {
+    nodes
+        .iter()
+        .map(|server| FaultProxy::start(server.addr()).unwrap())
+        .collect()
+}
+
+/// The URLs of `proxies`, in order.
+pub fn urls(proxies: &[FaultProxy]) -> Vec<String> {
+    proxies.iter().map(FaultProxy::url).collect()
+}
