@@ -92,11 +92,11 @@ pub(crate) static CONFIRM_LEADER: LazyLock<Script> =
 
 /// An election's key and PTTL, read together (see `election`).
 pub(crate) static READ_LEADER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/read_leader.lua")));
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/read_leader.lua"))));
 
 /// A key's value and PTTL, read together.
 pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/inspect.lua")));
+    LazyLock::new(|| Script::new(&in_line(include_str!("lua/inspect.lua"))));
 
 /// The channel a hand-off of `key` to a waiter of the client `client` (16 hex digits, the first
 /// half of its waiters' ids) is announced on, with the waiter's id: each client hears only the

@@ -1,6 +1,7 @@
--- What one node holds for a lock key, read atomically: its value (nil when absent), its PTTL in ms
--- (-2 when absent, -1 with no expiry), the node's time in ms, and the live waiters in the key's
--- line, first to last, as {id, order, ms until the entry lapses} triples.
+-- What one node holds for a lock key, read atomically (line.lua goes ahead of this): its value
+-- (nil when absent), its PTTL in ms (-2 when absent, -1 with no expiry), the node's time in ms,
+-- and the live waiters in the key's line, first to last, as {id, order, ms until the entry
+-- lapses} triples.
 -- Then, for a read-write lock, how many readers' holds and waiting writers' notes are live.
 -- A key stretched for its line (see stretch in line.lua) is reported with its holder's lease,
 -- from its record, not the stretch: it is what the holder has; once that has passed, as absent,
@@ -20,16 +21,10 @@ end
 local readers = redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf')
 local writers = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
 local value, pttl = redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])
-local record = redis.call('GET', KEYS[6])
-if value and record then
-  local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
-  if (value == token or value == '~elected:' .. token)
-      and redis.call('PEXPIRETIME', KEYS[1]) == tonumber(stretched) then
-    if tonumber(lease) <= now then
-      value, pttl = false, -2
-    else
-      pttl = tonumber(lease) - now
-    end
-  end
+local lease = value and record_of(KEYS[1], KEYS[6])
+if lease and lease <= now then
+  value, pttl = false, -2
+elseif lease then
+  pttl = lease - now
 end
 return {value, pttl, now, line, readers, writers}
