@@ -8,11 +8,9 @@
 //! deletes or renews the key, the line's order is not promised (docs/how-it-works.md), but
 //! exclusion is, and those scenarios check that.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use quorumlock::Redlock;
 use quorumlock_testkit::RedisNodes;
 

@@ -4,11 +4,9 @@
 //! test here would find a second holder, or a plain attempt ahead of the line, if the record
 //! were missing, ignored or stale.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use quorumlock::{Redlock, RedlockBuilder};
 use quorumlock_testkit::RedisNodes;
 
@@ -230,7 +228,7 @@ async fn a_holder_past_its_lease_cannot_extend_a_key_kept_for_the_line() {
         let renewed: i64 = query(
             s,
             redis::cmd("EVAL")
-                .arg(include_str!("../src/lua/extend.lua"))
+                .arg(include_str!("../../src/lua/extend.lua"))
                 .arg(2)
                 .arg(&key)
                 .arg(&held_key)
