@@ -21,8 +21,9 @@ demo: redis-server
 test:
 	@scripts/ensure-redis-server.sh --tls --faketime
 	@scripts/ensure-valkey-server.sh >/dev/null
-	$(CARGO) test --workspace --all-features --lib --bins --tests --examples
+	$(CARGO) test --workspace --all-features --lib --bins --tests
 	$(CARGO) test --workspace --all-features --doc
+	$(CARGO) check --workspace --all-features --examples
 	scripts/check-examples.sh
 	$(MAKE) test-valkey
 
