@@ -13,6 +13,9 @@ demo: redis-server
 	@echo "160 crates: about 6 minutes on 2 cores (cargo shows each crate as it goes); later runs start at once."
 	$(CARGO) run --release -p quorumlock-cli -- demo
 
+## The examples that hold tests of their own; the others are only checked (they hold none).
+TESTED_EXAMPLES = testing_your_code
+
 ## The whole test suite against real redis-server processes (the chaos suite in its short
 ## version, failover evidence, fencing, TLS and ACL included). Also installs openssl, which the
 ## TLS tests use to make their certificate authority, and libfaketime, which the testkit's clock
@@ -21,7 +24,7 @@ demo: redis-server
 test:
 	@scripts/ensure-redis-server.sh --tls --faketime
 	@scripts/ensure-valkey-server.sh >/dev/null
-	$(CARGO) test --workspace --all-features --lib --bins --tests
+	$(CARGO) test --workspace --all-features --lib --bins --tests $(addprefix --example ,$(TESTED_EXAMPLES))
 	$(CARGO) test --workspace --all-features --doc
 	$(CARGO) check --workspace --all-features --examples
 	scripts/check-examples.sh
