@@ -5,9 +5,37 @@
 
 mod common;
 
+use std::time::Duration;
+
+use common::{eventually, get, line, ttls};
+use quorumlock_testkit::RedisNodes;
+
 #[path = "stretch/attacks.rs"]
 mod attacks;
 #[path = "stretch/attacks_2.rs"]
 mod attacks_2;
 #[path = "stretch/line.rs"]
 mod line;
+
+/// The record (`<base>:held`, see `stretch` in `lua/line.lua`) of `key` on each running master.
+fn records(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
+    let held = quorumlock::companion_key(key, ":held");
+    nodes
+        .iter()
+        .filter(|s| s.is_running())
+        .map(|s| get(s, &held))
+        .collect()
+}
+
+/// Waits until every master has one waiter in the line of `key`.
+async fn one_waiter_in_line(nodes: &RedisNodes, key: &str) {
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            nodes.iter().all(|s| line(s, key).len() == 1)
+        })
+        .await,
+        "the waiter never took its place: lines {:?}, ttls {:?}",
+        nodes.iter().map(|s| line(s, key)).collect::<Vec<_>>(),
+        ttls(nodes, key)
+    );
+}

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use crate::records;
 use quorumlock::Redlock;
 use quorumlock_testkit::RedisNodes;
 
@@ -37,16 +38,6 @@ fn long_waiter(urls: Vec<String>, wait: Duration) -> Redlock {
         .retry_count(1_000_000)
         .build()
         .unwrap()
-}
-
-/// The record (`<base>:held`) of `key` on each master.
-fn records(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
-    let held = quorumlock::companion_key(key, ":held");
-    nodes
-        .iter()
-        .filter(|s| s.is_running())
-        .map(|s| get(s, &held))
-        .collect()
 }
 
 /// The keys of `res` a master still has, but for its fencing counter and takeover notes.
