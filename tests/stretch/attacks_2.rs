@@ -350,6 +350,10 @@ async fn a_dropped_owner_attempt_rolled_back_after_the_stretch_moved_keeps_the_h
         values(&nodes, &key),
         records(&nodes, &key)
     );
+    assert!(
+        checks > 0,
+        "the owner's lock ran out before the first check"
+    );
     let a_until = Instant::now();
     a.release().await.unwrap();
     for (name, task) in [("first waiter", w1_task), ("second waiter", w2_task)] {
