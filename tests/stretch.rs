@@ -27,14 +27,14 @@ fn records(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
         .collect()
 }
 
-/// Waits until every master has one waiter in the line of `key`.
-async fn one_waiter_in_line(nodes: &RedisNodes, key: &str) {
+/// Waits until every master has `waiters` waiters in the line of `key`.
+async fn waiters_in_line(nodes: &RedisNodes, key: &str, waiters: usize) {
     assert!(
         eventually(Duration::from_secs(5), || {
-            nodes.iter().all(|s| line(s, key).len() == 1)
+            nodes.iter().all(|s| line(s, key).len() == waiters)
         })
         .await,
-        "the waiter never took its place: lines {:?}, ttls {:?}",
+        "the waiters never took their places: lines {:?}, ttls {:?}",
         nodes.iter().map(|s| line(s, key)).collect::<Vec<_>>(),
         ttls(nodes, key)
     );

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::one_waiter_in_line;
+use crate::waiters_in_line;
 use quorumlock::Redlock;
 use quorumlock_testkit::RedisNodes;
 
@@ -92,7 +92,7 @@ async fn a_foreign_renewal_then_lapse_never_lets_a_plain_acquire_overlap_the_wai
     }
     let waiter = slow_waiter(nodes.urls());
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     let t0 = Instant::now();
 
     // The foreign holder renews its lock (PEXPIRE 200 ms), then stops: its lease runs out.
@@ -193,7 +193,7 @@ async fn an_rslock_renewal_after_its_lease_ran_out_never_overlaps_the_waiter() {
     let theirs = foreign.lock(res, Duration::from_millis(600)).await.unwrap();
     let waiter = slow_waiter(nodes.urls());
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_millis(800)).await;
     let renewed_at = t0.elapsed();
@@ -237,7 +237,7 @@ async fn a_dead_short_lived_holder_passes_the_key_to_the_head_not_to_a_plain_acq
     std::mem::forget(lock);
     let waiter = slow_waiter(nodes.urls());
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     let other = impatient(&nodes, Duration::from_millis(600));
     let taken = other.acquire(res, Duration::from_secs(10)).await;
@@ -291,7 +291,7 @@ async fn a_late_extend_never_overlaps_the_head_that_took_the_lapsed_key() {
         .build()
         .unwrap();
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     // The extend leaves at ~1700 ms and lands ~500 ms later, after the 2 s lease.
     tokio::time::sleep(Duration::from_millis(1700).saturating_sub(t0.elapsed())).await;
     for p in &h_proxies {
@@ -346,7 +346,7 @@ async fn an_extend_within_the_line_is_honoured_by_the_head() {
         .build()
         .unwrap();
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     lock.extend(Duration::from_millis(1500)).await.unwrap();
     let deadline = lock.deadline();
     let w = tokio::time::timeout(Duration::from_secs(10), w_task).await;
@@ -376,7 +376,7 @@ async fn nothing_is_left_behind_once_the_line_is_done() {
     std::mem::forget(lock);
     let waiter = slow_waiter(nodes.urls());
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     let (_, w_lock) = tokio::time::timeout(Duration::from_secs(10), w_task)
         .await
         .unwrap()
@@ -434,7 +434,7 @@ async fn dead_owner_behind_a_departed_waiter(res: &'static str, take_over: bool)
         .build()
         .unwrap();
     let long_task = spawn_waiter(&long, res, Duration::from_secs(10));
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     // A live waiter with a 1 s entry lease.
     let short = client(&nodes);
     let s_task = spawn_waiter(&short, res, Duration::from_secs(10));
@@ -503,7 +503,7 @@ async fn a_dead_leader_is_not_reported_once_its_term_ran_out() {
     let candidate = slow_waiter(urls(&c_proxies));
     let campaign =
         tokio::spawn(async move { candidate.elect(name, Duration::from_secs(10), "b").await });
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     for p in &c_proxies {
         p.blackhole();
     }
@@ -544,7 +544,7 @@ async fn inspect_does_not_report_a_holder_whose_lease_ran_out() {
     let w_proxies = proxies(&nodes);
     let waiter = slow_waiter(urls(&w_proxies));
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     for p in &w_proxies {
         p.blackhole();
     }

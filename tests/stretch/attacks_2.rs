@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::records;
+use crate::{records, waiters_in_line};
 use quorumlock::Redlock;
 use quorumlock_testkit::RedisNodes;
 
@@ -140,14 +140,7 @@ async fn racing_owner_takeovers_under_a_stretch_never_let_the_waiter_in_early() 
         let lock = w.acquire(res, Duration::from_secs(2)).await;
         (Instant::now(), lock)
     });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     let mut tasks = Vec::new();
     for t in 0..2u64 {
         let owner = owner.clone();
@@ -229,14 +222,7 @@ async fn a_dropped_owner_attempt_rolled_back_after_the_stretch_moved_keeps_the_h
         let lock = w1.acquire(res, Duration::from_secs(1)).await;
         (Instant::now(), lock)
     });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     // Under load a master may answer the owner's attempt too late to count, and then go to the
     // waiter: the lock holds the masters it won, a quorum, not necessarily all five.
     let quorum = 3;
@@ -416,15 +402,7 @@ async fn a_multi_key_waiter_with_waiters_on_one_key_never_overlaps_anyone() {
             until,
         });
     });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s,
-            &lock_key(res1)
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &lock_key(res1), 1).await;
     let w = waiter(nodes.urls(), Duration::from_secs(20));
     let w_holds = holds.clone();
     let w_task = tokio::spawn(async move {
@@ -596,14 +574,7 @@ async fn candidates_waiting_through_renewals_are_never_elected_inside_the_term()
             });
         }));
     }
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 2))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 2).await;
     let reader = client(&nodes);
     for _ in 0..4 {
         // Each renewal with a third of the term left, however long the candidates took to
@@ -680,27 +651,13 @@ async fn a_handed_lock_renewed_then_dead_is_never_overlapped() {
         .build()
         .unwrap();
     let w_task = tokio::spawn(async move { w.acquire(res, Duration::from_millis(700)).await });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     let w2 = waiter(nodes.urls(), Duration::from_secs(20));
     let w2_task = tokio::spawn(async move {
         let lock = w2.acquire(res, Duration::from_millis(700)).await;
         (Instant::now(), lock)
     });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 2))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 2).await;
     holder.release().await.unwrap();
     let mut handed = tokio::time::timeout(Duration::from_secs(5), w_task)
         .await
@@ -771,14 +728,7 @@ async fn paused_masters_resuming_with_a_stretched_key_never_make_two_holders() {
         let lock = w.acquire(res, Duration::from_secs(3)).await;
         (Instant::now(), lock)
     });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     nodes[0].pause().unwrap();
     nodes[1].pause().unwrap();
     tokio::time::sleep(
@@ -849,14 +799,7 @@ async fn a_master_restarted_empty_under_a_stretch_never_makes_two_holders() {
         let lock = w.acquire(res, Duration::from_secs(1)).await;
         (Instant::now(), lock)
     });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     nodes[0].restart().unwrap();
     let other = Redlock::builder(nodes.urls())
         .acquire_timeout(Duration::ZERO)
@@ -913,14 +856,7 @@ async fn extends_racing_the_heads_takeover_of_a_lapsed_key_never_make_two_holder
             let lock = w.acquire(res, Duration::from_millis(500)).await;
             (Instant::now(), lock)
         });
-        assert!(
-            eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-                s, &key
-            )
-            .len()
-                == 1))
-            .await
-        );
+        waiters_in_line(&nodes, &key, 1).await;
         // The renewal lands `late` ms after it is sent, a few ms before the client's deadline,
         // about when the masters' leases end and the head's next attempt takes the key.
         for p in &px {
@@ -988,14 +924,7 @@ async fn late_owner_attempts_under_a_stretch_never_make_two_holders() {
         let lock = w.acquire(res, Duration::from_millis(800)).await;
         (Instant::now(), lock)
     });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     let px = proxies(&nodes);
     for (i, p) in px.iter().enumerate() {
         p.slow_open_connections(Duration::from_millis(100 * i as u64));
@@ -1116,24 +1045,10 @@ async fn a_chain_of_handed_locks_leaves_nothing_behind() {
     let holder = rl.acquire(res, Duration::from_secs(3)).await.unwrap();
     let w1 = seldom_waiter(nodes.urls());
     let w1_task = tokio::spawn(async move { w1.acquire(res, Duration::from_secs(2)).await });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     let w2 = seldom_waiter(nodes.urls());
     let w2_task = tokio::spawn(async move { w2.acquire(res, Duration::from_secs(2)).await });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 2))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 2).await;
     let released_at = Instant::now();
     holder.release().await.unwrap();
     let first = tokio::time::timeout(Duration::from_secs(5), w1_task)

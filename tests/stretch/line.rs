@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::{one_waiter_in_line, records};
+use crate::{records, waiters_in_line};
 use quorumlock::{Redlock, RedlockBuilder};
 use quorumlock_testkit::RedisNodes;
 
@@ -68,7 +68,7 @@ async fn a_bare_set_never_takes_a_key_whose_holder_lapsed_while_somebody_waits()
         let lock = waiter.acquire(res, Duration::from_secs(5)).await;
         (Instant::now(), lock)
     });
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
 
     // The holder's lease has run out on every master; its key lives on for the line, with the
     // holder's lease in its record.
@@ -124,7 +124,7 @@ async fn a_foreign_holders_pexpire_voids_the_record_and_the_head_waits_for_it() 
         let lock = waiter.acquire(res, Duration::from_secs(5)).await;
         (Instant::now(), lock)
     });
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     assert!(records(&nodes, &key).iter().all(Option::is_some));
 
     // The foreign holder renews for 4 s.
@@ -159,7 +159,7 @@ async fn an_extend_renews_the_record_and_the_head_waits_for_it() {
         let lock = waiter.acquire(res, Duration::from_secs(5)).await;
         (Instant::now(), lock)
     });
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     held.extend(Duration::from_secs(5)).await.unwrap();
     let extended_until = held.deadline();
     let token = held.token().expose().to_owned();
@@ -197,7 +197,7 @@ async fn a_holder_past_its_lease_cannot_extend_a_key_kept_for_the_line() {
     let token = held.token().expose().to_owned();
     let waiter = slow_polling_waiter(&nodes);
     let w_task = tokio::spawn(async move { waiter.acquire(res, Duration::from_secs(5)).await });
-    one_waiter_in_line(&nodes, &key).await;
+    waiters_in_line(&nodes, &key, 1).await;
     tokio::time::sleep_until((held.deadline() + Duration::from_millis(200)).into()).await;
     std::mem::forget(held);
     assert_eq!(
