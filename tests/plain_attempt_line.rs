@@ -220,14 +220,7 @@ async fn a_line_left_by_its_live_waiters_does_not_refuse_a_plain_attempt() {
         .build()
         .unwrap();
     let d_task = tokio::spawn(async move { dying.acquire(res, Duration::from_secs(5)).await });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     for p in &d_proxies {
         p.blackhole();
     }
@@ -238,27 +231,13 @@ async fn a_line_left_by_its_live_waiters_does_not_refuse_a_plain_attempt() {
         .build()
         .unwrap();
     let l_task = tokio::spawn(async move { long.acquire(res, Duration::from_secs(5)).await });
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 2))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 2).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     l_task.abort();
     // Its entry leaves in the background; the dead one's lapses within 1 s; the holder's lease
     // runs out at 3 s (its key may live on, stretched over the line by the long-leased waiter's
     // 10 s entry: the holder's own lease is in the key's record).
-    assert!(
-        eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     tokio::time::sleep_until((lease_ends + Duration::from_millis(100)).into()).await;
     eprintln!(
         "line now {:?}, line pttl {}",
@@ -299,14 +278,7 @@ async fn a_key_that_fell_free_goes_to_the_head_not_to_a_plain_attempt() {
             let lock = waiter.acquire(res, Duration::from_secs(5)).await;
             (Instant::now(), lock)
         });
-        assert!(
-            eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-                s, &key
-            )
-            .len()
-                == 1))
-            .await
-        );
+        waiters_in_line(&nodes, &key, 1).await;
         assert!(
             eventually(Duration::from_secs(3), || holders(
                 &nodes,
@@ -362,14 +334,7 @@ async fn a_dropped_plain_attempt_leaves_the_key_to_the_head() {
             .build()
             .unwrap();
         let w_task = tokio::spawn(async move { waiter.acquire(res, Duration::from_secs(5)).await });
-        assert!(
-            eventually(Duration::from_secs(3), || nodes.iter().all(|s| line(
-                s, &key
-            )
-            .len()
-                == 1))
-            .await
-        );
+        waiters_in_line(&nodes, &key, 1).await;
         assert!(
             eventually(Duration::from_secs(3), || holders(
                 &nodes,
@@ -432,14 +397,7 @@ async fn a_plain_attempt_cut_off_after_its_write_does_not_block_the_line_for_its
         let lock = waiter.acquire(res, Duration::from_secs(10)).await;
         (Instant::now(), lock)
     });
-    assert!(
-        eventually(Duration::from_secs(5), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     // The waiter goes quiet for a moment; the foreign holder's lease runs out.
     for p in &w_proxies {
         p.blackhole();

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, get, line, ttls};
+use common::{eventually, get, pttl, query};
 use quorumlock_testkit::RedisNodes;
 
 #[path = "stretch/attacks.rs"]
@@ -27,15 +27,43 @@ fn records(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
         .collect()
 }
 
-/// Waits until every master has `waiters` waiters in the line of `key`.
-async fn waiters_in_line(nodes: &RedisNodes, key: &str, waiters: usize) {
-    assert!(
-        eventually(Duration::from_secs(5), || {
-            nodes.iter().all(|s| line(s, key).len() == waiters)
+/// The keys of `res` a master still has, but for its fencing counter and takeover notes.
+fn leftovers(nodes: &RedisNodes, res: &str) -> Vec<Vec<String>> {
+    nodes
+        .iter()
+        .filter(|s| s.is_running())
+        .map(|s| {
+            let keys: Vec<String> = query(s, redis::cmd("KEYS").arg(format!("*{res}*")));
+            keys.into_iter()
+                .filter(|k| !k.ends_with(":fence") && !k.ends_with(":took"))
+                .collect()
         })
-        .await,
-        "the waiters never took their places: lines {:?}, ttls {:?}",
-        nodes.iter().map(|s| line(s, key)).collect::<Vec<_>>(),
-        ttls(nodes, key)
+        .collect()
+}
+
+async fn nothing_left(nodes: &RedisNodes, res: &str, within: Duration) {
+    let ok = eventually(within, || leftovers(nodes, res).iter().all(Vec::is_empty)).await;
+    let detail: Vec<Vec<(String, Option<String>, i64)>> = nodes
+        .iter()
+        .filter(|s| s.is_running())
+        .map(|s| {
+            let keys: Vec<String> = query(s, redis::cmd("KEYS").arg(format!("*{res}*")));
+            keys.into_iter()
+                .filter(|k| !k.ends_with(":fence") && !k.ends_with(":took"))
+                .map(|k| {
+                    let v = if k.ends_with(":queue") || k.ends_with(":leases") {
+                        None
+                    } else {
+                        get(s, &k)
+                    };
+                    let t = pttl(s, &k);
+                    (k, v, t)
+                })
+                .collect()
+        })
+        .collect();
+    assert!(
+        ok,
+        "keys left behind {within:?} after everybody was done (key, value, pttl): {detail:?}"
     );
 }

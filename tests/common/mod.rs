@@ -149,6 +149,19 @@ pub fn line(server: &RedisServer, key: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// Waits until every master has `waiters` waiters in the line of `key`.
+pub async fn waiters_in_line(nodes: &RedisNodes, key: &str, waiters: usize) {
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            nodes.iter().all(|s| line(s, key).len() == waiters)
+        })
+        .await,
+        "the waiters never took their places: lines {:?}, ttls {:?}",
+        nodes.iter().map(|s| line(s, key)).collect::<Vec<_>>(),
+        ttls(nodes, key)
+    );
+}
+
 /// What each server holds at `key`, in order.
 pub fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
     nodes.iter().map(|s| get(s, key)).collect()

@@ -11,13 +11,9 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::waiters_in_line;
+use crate::nothing_left;
 use quorumlock::Redlock;
 use quorumlock_testkit::RedisNodes;
-
-fn companion(resource: &str, suffix: &str) -> String {
-    quorumlock::companion_key(&lock_key(resource), suffix)
-}
 
 /// A waiter that renews its place in line about every 1.7 s (node timeout 500 ms: an entry
 /// lease of 5 s, renewed every third of it), and waits up to 30 s.
@@ -144,14 +140,7 @@ async fn a_foreign_release_never_lets_a_plain_acquire_overlap_the_waiter() {
     }
     let waiter = slow_waiter(nodes.urls());
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
-    assert!(
-        eventually(Duration::from_secs(5), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 1))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 1).await;
     // Just after one of the waiter's renewals.
     tokio::time::sleep(Duration::from_millis(50)).await;
     let t0 = Instant::now();
@@ -382,25 +371,7 @@ async fn nothing_is_left_behind_once_the_line_is_done() {
         .unwrap()
         .unwrap();
     w_lock.unwrap().release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let names = [
-        key.clone(),
-        companion(res, ":queue"),
-        companion(res, ":leases"),
-        companion(res, ":held"),
-    ];
-    let left: Vec<(usize, String, i64)> = nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| {
-            names
-                .iter()
-                .filter(|n| pttl(s, n) != -2)
-                .map(move |n| (i, n.clone(), pttl(s, n)))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    assert!(left.is_empty(), "left behind (master, key, pttl): {left:?}");
+    nothing_left(&nodes, res, Duration::from_millis(100)).await;
 }
 
 /// An owner's lock with a short TTL, a key kept alive over a line that a long-leased waiter
@@ -438,14 +409,7 @@ async fn dead_owner_behind_a_departed_waiter(res: &'static str, take_over: bool)
     // A live waiter with a 1 s entry lease.
     let short = client(&nodes);
     let s_task = spawn_waiter(&short, res, Duration::from_secs(10));
-    assert!(
-        eventually(Duration::from_secs(2), || nodes.iter().all(|s| line(
-            s, &key
-        )
-        .len()
-            == 2))
-        .await
-    );
+    waiters_in_line(&nodes, &key, 2).await;
     long_task.abort();
     assert!(
         eventually(Duration::from_secs(2), || nodes.iter().all(|s| line(

@@ -9,9 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::{records, waiters_in_line};
+use crate::{nothing_left, records};
 use quorumlock::Redlock;
-use quorumlock_testkit::RedisNodes;
 
 const OWNER: &str = "worker-7";
 
@@ -38,47 +37,6 @@ fn long_waiter(urls: Vec<String>, wait: Duration) -> Redlock {
         .retry_count(1_000_000)
         .build()
         .unwrap()
-}
-
-/// The keys of `res` a master still has, but for its fencing counter and takeover notes.
-fn leftovers(nodes: &RedisNodes, res: &str) -> Vec<Vec<String>> {
-    nodes
-        .iter()
-        .filter(|s| s.is_running())
-        .map(|s| {
-            let keys: Vec<String> = query(s, redis::cmd("KEYS").arg(format!("*{res}*")));
-            keys.into_iter()
-                .filter(|k| !k.ends_with(":fence") && !k.ends_with(":took"))
-                .collect()
-        })
-        .collect()
-}
-
-async fn nothing_left(nodes: &RedisNodes, res: &str, within: Duration) {
-    let ok = eventually(within, || leftovers(nodes, res).iter().all(Vec::is_empty)).await;
-    let detail: Vec<Vec<(String, Option<String>, i64)>> = nodes
-        .iter()
-        .filter(|s| s.is_running())
-        .map(|s| {
-            let keys: Vec<String> = query(s, redis::cmd("KEYS").arg(format!("*{res}*")));
-            keys.into_iter()
-                .filter(|k| !k.ends_with(":fence") && !k.ends_with(":took"))
-                .map(|k| {
-                    let v = if k.ends_with(":queue") || k.ends_with(":leases") {
-                        None
-                    } else {
-                        get(s, &k)
-                    };
-                    let t = pttl(s, &k);
-                    (k, v, t)
-                })
-                .collect()
-        })
-        .collect();
-    assert!(
-        ok,
-        "keys left behind {within:?} after everybody was done (key, value, pttl): {detail:?}"
-    );
 }
 
 /// One holder's validity: from its grant (seen by the client) to its deadline or release.

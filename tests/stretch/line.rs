@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use crate::{records, waiters_in_line};
+use crate::records;
 use quorumlock::{Redlock, RedlockBuilder};
 use quorumlock_testkit::RedisNodes;
 
