@@ -38,7 +38,7 @@ elseif undone(KEYS[5], ARGV[1]) then
   return 0
 else
   take_over(KEYS[1], KEYS[5], ARGV[1], ARGV[2], KEYS[4])
-  stretch(KEYS[1], KEYS[4], KEYS[2])
+  stretch(KEYS[1], KEYS[4], KEYS[2], now)
 end
 if KEYS[6] then
   return next_fence(KEYS[6], ARGV[5])

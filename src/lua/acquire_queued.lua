@@ -67,7 +67,7 @@ if not granted then
     hand_over(KEYS[i], KEYS[n + i], KEYS[2 * n + i], KEYS[3 * n + i], reserve, now, nil, me)
   end
   for i = 1, n do
-    stretch(KEYS[i], KEYS[3 * n + i], KEYS[n + i])
+    stretch(KEYS[i], KEYS[3 * n + i], KEYS[n + i], now)
   end
   if yours and n == 1 then
     return {-3, now, yours}
@@ -79,15 +79,15 @@ if not granted then
 end
 local fences = {}
 for i = 1, n do
-  if naming then
-    take_over(KEYS[i], took, ARGV[1], ARGV[2], KEYS[3 * n + i])
-  else
-    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
-    redis.call('DEL', KEYS[3 * n + i])
-  end
-  redis.call('ZREM', KEYS[n + i], me)
+  local key, line, record = KEYS[i], KEYS[n + i], KEYS[3 * n + i]
+  redis.call('ZREM', line, me)
   redis.call('ZREM', KEYS[2 * n + i], me)
-  stretch(KEYS[i], KEYS[3 * n + i], KEYS[n + i])
+  if naming then
+    take_over(key, took, ARGV[1], ARGV[2], record)
+    stretch(key, record, line, now)
+  else
+    write_for_line(key, record, line, ARGV[1], now + tonumber(ARGV[2]), now)
+  end
   if #KEYS > fences_after then
     fences[i] = next_fence(KEYS[fences_after + i], ARGV[7])
   end

@@ -69,13 +69,31 @@ local function lapsed(key, held, now)
   return lease ~= nil and lease <= now
 end
 
+-- Writes `value` to `key` for its line, which lasts until `lasts` (the master's time, in ms),
+-- its holder's lease (`lease`) in the key's record (see stretch); an elected leader's record
+-- names its token unmarked. The key is stretched twice as far ahead of `now` as the line
+-- reaches: every waiter's renewal moves the line's expiry, and this way the key is rewritten
+-- about once per entry lease rather than at each renewal. A key kept for a line whose waiters
+-- all died then lives on up to one more entry lease; the line's scripts take it as lapsed all
+-- the same, so only a bare `SET NX` (which then takes the script's way) and other clients see
+-- that.
+local function stretched_write(key, held, value, lease, lasts, now)
+  local token = value
+  if string.sub(value, 1, 9) == '~elected:' then
+    token = string.sub(value, 10)
+  end
+  local reach = string.format('%.0f', lasts + math.max(0, lasts - now))
+  redis.call('SET', held, token .. '|' .. string.format('%.0f|', lease) .. reach, 'PXAT', reach)
+  redis.call('SET', key, value, 'PXAT', reach)
+end
+
 -- Keeps `key` alive at least as long as its line (SET … PXAT: the commands an ACL rule for the
 -- line grants), so that while anybody waits the key exists and a bare `SET NX` (the plain
 -- attempt, keys.rs) is refused: a key whose holder's lease runs out goes to the head of the
 -- line (which takes it as lapsed), not to whoever asks first. The holder's own lease goes into
 -- the key's record first (see record_of). Every script that lengthens a line or rewrites a key
--- with a line calls this last, for each key.
-local function stretch(key, held, line)
+-- with a line calls this last, for each key (or writes the key with write_for_line).
+local function stretch(key, held, line, now)
   if not held then
     return
   end
@@ -86,12 +104,23 @@ local function stretch(key, held, line)
   end
   local value = redis.call('GET', key)
   local lease = record_in(redis.call('GET', held), value, expires) or expires
-  local token = value
-  if string.sub(value, 1, 9) == '~elected:' then
-    token = string.sub(value, 10)
+  stretched_write(key, held, value, lease, lasts, now)
+end
+
+-- Writes `value` to `key` (a grant or a reservation) with its own lease ending at `lease` (the
+-- master's time, in ms), stretched over its line at once when the line outlasts the lease: what
+-- a `SET … PXAT lease` followed by stretch leaves, without reading back what it wrote. Without a
+-- stretch, the key's earlier record goes (the new value voids it anyway).
+local function write_for_line(key, held, line, value, lease, now)
+  local lasts = held and redis.call('PEXPIRETIME', line) or -2
+  if lasts > lease then
+    stretched_write(key, held, value, lease, lasts, now)
+    return
   end
-  redis.call('SET', held, token .. '|' .. string.format('%.0f|%.0f', lease, lasts), 'PXAT', lasts)
-  redis.call('SET', key, value, 'PXAT', lasts)
+  redis.call('SET', key, value, 'PXAT', string.format('%.0f', lease))
+  if held then
+    redis.call('DEL', held)
+  end
 end
 
 -- Undoes the stretch of `key` whose line is gone: the key lapses when its holder's lease says
@@ -157,18 +186,14 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
   end
   local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
   local lasts = math.max(1, math.min(reserve, lapses - now))
-  redis.call('SET', key, '~queued:' .. head, 'PX', lasts)
   if head ~= quiet then
     redis.call('ZREM', line, head)
     redis.call('ZREM', leases, head)
     local handed = head .. ':' .. string.format('%.0f:%.0f', now, now + lasts)
     redis.call('SPUBLISH', channel_base(line) .. ':released:' .. string.sub(head, 1, 16), handed)
   end
-  stretch(key, held, line)
-  if held and redis.call('EXISTS', line) == 0 then
-    -- The head was the last one: nothing left to stretch over.
-    unstretch(key, held, now)
-  end
+  -- Written once the head left the line: stretched over whoever is still in it, if anybody.
+  write_for_line(key, held, line, '~queued:' .. head, now + lasts, now)
 end
 
 -- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an

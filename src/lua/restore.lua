@@ -47,7 +47,7 @@ if replaced ~= '' then
     local record = replaced .. '|' .. string.format('%.0f|%.0f', lease, stretched)
     redis.call('SET', held, record, 'KEEPTTL')
   end
-  stretch(key, held, line)
+  stretch(key, held, line, now)
 elseif redis.call('EXISTS', line) == 1 then
   hand_over(key, line, leases, held, tonumber(ARGV[2]), now, ARGV[4], nil)
 else
