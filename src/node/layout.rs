@@ -23,8 +23,8 @@ use redis::{ErrorKind, RedisError};
 /// [`companion_key`]): the lock key's Redis Cluster hash tag followed by a suffix (`:fence`,
 /// `:queue`, `:leases`, `:held`, `:readers`, `:writers`, `:holder`, `:took`, and the channels
 /// `:released:…`, `:elected`, `:rw`, `:rw:drained`), so that a resource lives in one slot of a
-/// cluster. A lock key that anybody waits for lives as long as its line, its holder's own lease
-/// kept in `:held`: clients of layout 3 would renew a lock without renewing that lease, and the
+/// cluster. A lock key that anybody waits for lives at least as long as its line, its holder's
+/// own lease kept in `:held`: clients of layout 3 would renew a lock without renewing that lease, and the
 /// head of the line would take it from them. Layout 3 had the same names without `:held`;
 /// layout 2 named the lock key `{<prefix><resource>}`, which no other client writes; layout 1 had
 /// no hash tags.
