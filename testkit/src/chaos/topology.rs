@@ -5,7 +5,9 @@
 //! holds short and one in five long. The fault driver strikes the voter holding a long-held
 //! resource where it hurts: a **lossy failover** of the shard (or the Sentinel-managed master)
 //! that holds the resource's key. The replica is frozen (`SIGSTOP`) first, so the writes of the
-//! next moments reach the primary alone; then the primary is killed, the replica thawed and
+//! next moments reach the primary alone (on a cluster its replication connection is killed on
+//! the primary too, or the thawed replica would apply what waited in its socket; the negative
+//! control cuts both struck shards before it counts a grant as theirs alone); then the primary is killed, the replica thawed and
 //! promoted at once (`CLUSTER FAILOVER TAKEOVER`, or `SENTINEL FAILOVER`): the voter forgets
 //! those grants, as an asynchronous failover does. The old primary comes back empty as the new
 //! one's replica. A cluster voter also has slots moved while their locks are held
@@ -150,14 +152,16 @@ impl Voter {
     }
 
     /// The fault this voter takes next, for the resource `resource` (in the negative control,
-    /// always a lossy failover): returns its kind and how many grants it lost.
+    /// always a lossy failover, its freeze met by the other struck voter's at `together`):
+    /// returns its kind and how many grants it lost.
     fn strike(
         &mut self,
         resource: &str,
         rng: &mut StdRng,
         shared: &Shared,
-        control: bool,
+        together: Option<&Rendezvous>,
     ) -> io::Result<(&'static str, Vec<String>)> {
+        let control = together.is_some();
         let key = quorumlock::resource_key("", resource);
         self.recover()?;
         match self {
@@ -175,7 +179,7 @@ impl Voter {
                 Ok(("a cluster slot moved while held", Vec::new()))
             }
             Voter::Cluster(cluster) => {
-                let lost = lossy_cluster_failover(cluster, &key, shared)?;
+                let lost = lossy_cluster_failover(cluster, &key, shared, together)?;
                 if control && !lost.is_empty() {
                     // The negative control's replica lost the older write too: the struck
                     // key is free there. A promoted replica that kept the value the lost write
@@ -270,13 +274,67 @@ fn lost(url: &str, fresh: &HashMap<String, String>) -> Vec<String> {
         .collect()
 }
 
-/// Fails the shard that serves `key` over to its replica, frozen (`SIGSTOP`) until the primary
-/// took a grant the replica lacks; the old primary rejoins empty as a replica. Returns how many
-/// grants the failover lost.
+/// The struck voters of one round of the negative control: each freezes its replica, then waits
+/// for the others' freezes (a few seconds at most: a strike that failed does not hold the others
+/// up) before it notes what its primary holds. A grant made after that is then one that every
+/// struck replica lacks, and the round's failovers lose it on every struck voter; freezes begun
+/// apart would each miss the grants made before the later one on the other voter.
+struct Rendezvous {
+    frozen: AtomicUsize,
+    voters: usize,
+}
+
+impl Rendezvous {
+    fn new(voters: usize) -> Rendezvous {
+        Rendezvous {
+            frozen: AtomicUsize::new(0),
+            voters,
+        }
+    }
+
+    fn frozen_and_wait(&self) {
+        self.frozen.fetch_add(1, Ordering::SeqCst);
+        let since = Instant::now();
+        while self.frozen.load(Ordering::SeqCst) < self.voters
+            && since.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Freezes (`SIGSTOP`) the replica and kills its replication connection on the primary, so that
+/// nothing the primary writes from now on reaches it: a frozen replica alone would find the
+/// stream in its socket when thawed, and apply it.
+fn cut_replica(cluster: &RedisCluster, primary: usize, replica: usize) -> io::Result<()> {
+    let mut connection = redis::Client::open(cluster[primary].url())
+        .map_err(io::Error::other)?
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map_err(io::Error::other)?;
+    cluster[replica].pause()?;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut connection)
+        .map_err(io::Error::other)?;
+    if killed == 0 {
+        return Err(io::Error::other(format!(
+            "node {primary} had no replication connection to cut"
+        )));
+    }
+    Ok(())
+}
+
+/// Fails the shard that serves `key` over to its replica, cut off (see [`cut_replica`]) until
+/// the primary took a grant the replica lacks (with `together`, counted once every struck voter
+/// cut its replica); the old primary rejoins empty as a replica. Returns how many grants the
+/// failover lost.
 fn lossy_cluster_failover(
     cluster: &mut RedisCluster,
     key: &str,
     shared: &Shared,
+    together: Option<&Rendezvous>,
 ) -> io::Result<Vec<String>> {
     cluster.wait_settled()?;
     let slot = key_slot(key);
@@ -291,8 +349,12 @@ fn lossy_cluster_failover(
     }
     let serves = move |key: &str| owner.get(key) == Some(&primary);
     let url = cluster[primary].url();
+    cut_replica(cluster, primary, replica)?;
+    if let Some(together) = together {
+        together.frozen_and_wait();
+    }
+    // What the primary holds with its replica frozen: any grant after this one is lacking.
     let before = tokens(&url, &serves);
-    cluster[replica].pause()?;
     let fresh = wait_for_unreplicated_grant(&url, &serves, &before, shared);
     cluster[primary].kill()?;
     cluster[replica].resume()?;
@@ -645,13 +707,15 @@ async fn strike(
             false => vec![first],
         };
         let fault = history.fault(format!("voters {struck:?} struck on {resource:?}"));
+        let together = control.then(|| Arc::new(Rendezvous::new(struck.len())));
         let mut strikes = Vec::new();
         for &v in &struck {
             let (voter, resource) = (Arc::clone(&voters[v]), resource.clone());
             let shared = Arc::clone(&shared);
             let mut rng = StdRng::seed_from_u64(rng.random());
+            let together = together.clone();
             strikes.push(blocking(move || {
-                crate::mutex::lock(&voter).strike(&resource, &mut rng, &shared, control)
+                crate::mutex::lock(&voter).strike(&resource, &mut rng, &shared, together.as_deref())
             }));
         }
         let mut lost_here: Vec<Vec<String>> = Vec::new();
