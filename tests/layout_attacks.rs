@@ -223,15 +223,6 @@ async fn a_restarted_owner_takes_back_a_lock_whose_writer_ran_ahead_of_its_clock
     );
 }
 
-/// The library's own script `body` (src/lua) as it sends it: with the line's helpers.
-fn in_line(body: &str) -> String {
-    let helpers = include_str!("../src/lua/line.lua");
-    match body.split_once("--@line\n") {
-        Some((fast, rest)) => format!("{fast}{helpers}{rest}"),
-        None => format!("{helpers}\n{body}"),
-    }
-}
-
 /// Runs on `server` what an owner attempt with `token` and its rollback send (the library's
 /// `acquire_owned.lua` and `release.lua`, unchanged), as they land when they arrive late: the
 /// attempt's reply (1 took the key, 0 refused) and how many keys the rollback deleted.

@@ -1,7 +1,7 @@
 //! A lock key kept alive over its wait line, so that the plain mutex's first attempt can be a
 //! bare `SET NX PX` (see `stretch` in `lua/line.lua` and docs/how-it-works.md): what it must
-//! keep (`line`), and the scenarios that try to break it (`attacks`, `attacks_2`). One binary,
-//! so that the three share one build and one run.
+//! keep (`line`), the scenarios that try to break it (`attacks`, `attacks_2`), and how far a
+//! stretch reaches (`reach`). One binary, so that they share one build and one run.
 
 mod common;
 
@@ -16,6 +16,8 @@ mod attacks;
 mod attacks_2;
 #[path = "stretch/line.rs"]
 mod line;
+#[path = "stretch/reach.rs"]
+mod reach;
 
 /// The record (`<base>:held`, see `stretch` in `lua/line.lua`) of `key` on each running master.
 fn records(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {

@@ -553,9 +553,8 @@ struct Shard {
 }
 
 impl Shard {
-    /// Freezes (`SIGSTOP`) the replica of the shard that serves `slot` and kills its replication
-    /// connection on the primary: nothing the primary writes from now on reaches the replica. A
-    /// frozen replica alone would find the stream in its socket when thawed, and apply it.
+    /// Cuts the replica of the shard that serves `slot` off from its primary
+    /// ([`RedisCluster::cut_replication`]): nothing the primary writes from now on reaches it.
     fn cut(cluster: &RedisCluster, slot: u16) -> io::Result<Shard> {
         cluster.wait_settled()?;
         let primary = cluster.primary_for_slot(slot)?;
@@ -569,19 +568,8 @@ impl Shard {
                 keys.push(key);
             }
         }
-        let mut connection = connect(&cluster[primary].url())?;
-        cluster[replica].pause()?;
-        let killed: i64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("replica")
-            .query(&mut connection)
-            .map_err(io::Error::other)?;
-        if killed == 0 {
-            return Err(io::Error::other(format!(
-                "slot {slot}: node {primary} had no replication connection to cut"
-            )));
-        }
+        let connection = connect(&cluster[primary].url())?;
+        cluster.cut_replication(primary, replica)?;
         let mut shard = Shard {
             primary,
             replica,

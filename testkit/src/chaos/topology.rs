@@ -303,33 +303,10 @@ impl Rendezvous {
     }
 }
 
-/// Freezes (`SIGSTOP`) the replica and kills its replication connection on the primary, so that
-/// nothing the primary writes from now on reaches it: a frozen replica alone would find the
-/// stream in its socket when thawed, and apply it.
-fn cut_replica(cluster: &RedisCluster, primary: usize, replica: usize) -> io::Result<()> {
-    let mut connection = redis::Client::open(cluster[primary].url())
-        .map_err(io::Error::other)?
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .map_err(io::Error::other)?;
-    cluster[replica].pause()?;
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query(&mut connection)
-        .map_err(io::Error::other)?;
-    if killed == 0 {
-        return Err(io::Error::other(format!(
-            "node {primary} had no replication connection to cut"
-        )));
-    }
-    Ok(())
-}
-
-/// Fails the shard that serves `key` over to its replica, cut off (see [`cut_replica`]) until
-/// the primary took a grant the replica lacks (with `together`, counted once every struck voter
-/// cut its replica); the old primary rejoins empty as a replica. Returns how many grants the
-/// failover lost.
+/// Fails the shard that serves `key` over to its replica, cut off from it
+/// ([`RedisCluster::cut_replication`]) until the primary took a grant the replica lacks (with
+/// `together`, counted once every struck voter cut its replica); the old primary rejoins empty
+/// as a replica. Returns how many grants the failover lost.
 fn lossy_cluster_failover(
     cluster: &mut RedisCluster,
     key: &str,
@@ -349,7 +326,7 @@ fn lossy_cluster_failover(
     }
     let serves = move |key: &str| owner.get(key) == Some(&primary);
     let url = cluster[primary].url();
-    cut_replica(cluster, primary, replica)?;
+    cluster.cut_replication(primary, replica)?;
     if let Some(together) = together {
         together.frozen_and_wait();
     }

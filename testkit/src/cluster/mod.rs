@@ -307,6 +307,31 @@ impl RedisCluster {
         })
     }
 
+    /// Cuts node `replica` off from its primary, node `primary`: freezes it (`SIGSTOP`) and kills
+    /// its replication connection on the primary (`CLIENT KILL TYPE replica`), so that nothing
+    /// the primary writes from now on reaches it. (A replica frozen alone finds the stream
+    /// waiting in its socket when thawed, and applies it.) [`RedisServer::resume`] thaws it.
+    ///
+    /// # Errors
+    ///
+    /// [`io::ErrorKind::InvalidInput`] if there is no such node; as [`RedisServer::pause`]; an
+    /// error if the primary does not answer, or had no replication connection to kill.
+    pub fn cut_replication(&self, primary: usize, replica: usize) -> io::Result<()> {
+        self.check_index(primary)?;
+        self.check_index(replica)?;
+        self.nodes[replica].pause()?;
+        let mut kill = redis::cmd("CLIENT");
+        kill.arg("KILL").arg("TYPE").arg("replica");
+        let killed: i64 = query(&self.nodes[primary], &kill, Duration::from_secs(2))?;
+        if killed == 0 {
+            return Err(io::Error::other(format!(
+                "{} had no replication connection to cut",
+                self.name(primary)
+            )));
+        }
+        Ok(())
+    }
+
     /// Starts node `index` again (killing it first if it runs), on the same port and from the
     /// same directory and `nodes.conf`, and waits until it has rejoined the cluster and the
     /// cluster has settled: a primary that was replaced comes back as a replica of its
