@@ -62,30 +62,31 @@ fn queued(
     order: u64,
     entry: u64,
 ) -> i64 {
-    let reply: Vec<i64> =
-        redis::Script::new(&in_line(include_str!("../../src/lua/acquire_queued.lua")))
-            .key(&k.key)
-            .key(&k.line)
-            .key(&k.leases)
-            .key(&k.held)
-            .arg(token)
-            .arg(ttl)
-            .arg(1)
-            .arg(id)
-            .arg(order)
-            .arg(entry)
-            .arg(60_000)
-            .invoke(c)
-            .unwrap();
+    let script = redis::Script::new(&in_line(include_str!("../../src/lua/acquire_queued.lua")));
+    let reply: Vec<i64> = on_line(&script, k)
+        .arg(token)
+        .arg(ttl)
+        .arg(1)
+        .arg(id)
+        .arg(order)
+        .arg(entry)
+        .arg(60_000)
+        .invoke(c)
+        .unwrap();
     reply.first().copied().unwrap_or(0)
 }
 
+/// `script` invoked on one key's lock key, line, leases and record, in the order the line's
+/// scripts take them.
+fn on_line<'a>(script: &'a redis::Script, k: &Keys) -> redis::ScriptInvocation<'a> {
+    let mut call = script.prepare_invoke();
+    call.key(&k.key).key(&k.line).key(&k.leases).key(&k.held);
+    call
+}
+
 fn release(c: &mut redis::Connection, k: &Keys, token: &str, reserve: u64) -> i64 {
-    redis::Script::new(&in_line(include_str!("../../src/lua/release.lua")))
-        .key(&k.key)
-        .key(&k.line)
-        .key(&k.leases)
-        .key(&k.held)
+    let script = redis::Script::new(&in_line(include_str!("../../src/lua/release.lua")));
+    on_line(&script, k)
         .arg(token)
         .arg(reserve)
         .arg(1)
@@ -104,15 +105,8 @@ fn extend(c: &mut redis::Connection, k: &Keys, token: &str, ttl: u64, mark: bool
 }
 
 fn plain(c: &mut redis::Connection, k: &Keys, token: &str, ttl: u64) -> i64 {
-    redis::Script::new(&in_line(include_str!("../../src/lua/acquire.lua")))
-        .key(&k.key)
-        .key(&k.line)
-        .key(&k.leases)
-        .key(&k.held)
-        .arg(token)
-        .arg(ttl)
-        .invoke(c)
-        .unwrap()
+    let script = redis::Script::new(&in_line(include_str!("../../src/lua/acquire.lua")));
+    on_line(&script, k).arg(token).arg(ttl).invoke(c).unwrap()
 }
 
 fn bare_set_nx(c: &mut redis::Connection, key: &str, token: &str, ttl: u64) -> bool {
