@@ -24,10 +24,10 @@ use redis::{ErrorKind, RedisError};
 /// `:queue`, `:leases`, `:held`, `:readers`, `:writers`, `:holder`, `:took`, and the channels
 /// `:released:…`, `:elected`, `:rw`, `:rw:drained`), so that a resource lives in one slot of a
 /// cluster. A lock key that anybody waits for lives at least as long as its line, its holder's
-/// own lease kept in `:held`: clients of layout 3 would renew a lock without renewing that lease, and the
-/// head of the line would take it from them. Layout 3 had the same names without `:held`;
-/// layout 2 named the lock key `{<prefix><resource>}`, which no other client writes; layout 1 had
-/// no hash tags.
+/// own lease kept in `:held`: clients of layout 3 would renew a lock without renewing that
+/// lease, and the head of the line would take it from them. Layout 3 had the same names without
+/// `:held`; layout 2 named the lock key `{<prefix><resource>}`, which no other client writes;
+/// layout 1 had no hash tags.
 ///
 /// A change of layout is a breaking change, announced in the CHANGELOG
 /// under its own heading: stop every client of the old layout before the first client of the new
