@@ -45,13 +45,11 @@ fn leftovers(nodes: &RedisNodes, res: &str) -> Vec<Vec<String>> {
 
 async fn nothing_left(nodes: &RedisNodes, res: &str, within: Duration) {
     let ok = eventually(within, || leftovers(nodes, res).iter().all(Vec::is_empty)).await;
-    let detail: Vec<Vec<(String, Option<String>, i64)>> = nodes
-        .iter()
-        .filter(|s| s.is_running())
-        .map(|s| {
-            let keys: Vec<String> = query(s, redis::cmd("KEYS").arg(format!("*{res}*")));
+    let running = nodes.iter().filter(|s| s.is_running());
+    let detail: Vec<Vec<(String, Option<String>, i64)>> = running
+        .zip(leftovers(nodes, res))
+        .map(|(s, keys)| {
             keys.into_iter()
-                .filter(|k| !k.ends_with(":fence") && !k.ends_with(":took"))
                 .map(|k| {
                     let v = if k.ends_with(":queue") || k.ends_with(":leases") {
                         None

@@ -549,18 +549,5 @@ async fn mixed_leases_dead_waiters_and_late_renewals_never_give_two_holders() {
     );
     // Nothing left forever: every key of the resource gone within its longest TTL plus
     // twice the longest entry lease (5 s) after everybody is done.
-    let gone = eventually(Duration::from_secs(15), || {
-        nodes.iter().all(|s| {
-            let keys: Vec<String> = query(s, redis::cmd("KEYS").arg(format!("*{res}*")));
-            keys.iter()
-                .all(|k| k.ends_with(":fence") || k.ends_with(":took"))
-        })
-    })
-    .await;
-    assert!(
-        gone,
-        "keys left behind: {:?} {:?}",
-        values(&nodes, &lock_key(res)),
-        ttls(&nodes, &lock_key(res))
-    );
+    crate::nothing_left(&nodes, res, Duration::from_secs(15)).await;
 }

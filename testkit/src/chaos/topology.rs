@@ -3,14 +3,14 @@
 //!
 //! Three voters; separate clients contend for a few resources (16 clients, 12 resources), most
 //! holds short and one in five long. The fault driver strikes the voter holding a long-held
-//! resource where it hurts: a **lossy failover** of the shard (or the Sentinel-managed master)
-//! that holds the resource's key. The replica is frozen (`SIGSTOP`) first, so the writes of the
-//! next moments reach the primary alone (on a cluster its replication connection is killed on
-//! the primary too, or the thawed replica would apply what waited in its socket; the negative
-//! control cuts both struck shards before it counts a grant as theirs alone); then the primary is killed, the replica thawed and
-//! promoted at once (`CLUSTER FAILOVER TAKEOVER`, or `SENTINEL FAILOVER`): the voter forgets
-//! those grants, as an asynchronous failover does. The old primary comes back empty as the new
-//! one's replica. A cluster voter also has slots moved while their locks are held
+//! resource where it hurts: a **lossy failover** of the shard (or the Sentinel-managed master) that
+//! holds the resource's key. The replica is frozen (`SIGSTOP`) first, so the writes of the next
+//! moments reach the primary alone (on a cluster its replication connection is killed on the
+//! primary too, or the thawed replica would apply what waited in its socket; the negative control
+//! cuts both struck shards before it counts a grant as theirs alone); then the primary is killed,
+//! the replica thawed and promoted at once (`CLUSTER FAILOVER TAKEOVER`, or `SENTINEL FAILOVER`):
+//! the voter forgets those grants, as an asynchronous failover does. The old primary comes back
+//! empty as the new one's replica. A cluster voter also has slots moved while their locks are held
 //! (`MIGRATING`/`IMPORTING` and `MIGRATE`, so clients meet `ASK`); a standalone master is killed
 //! and restarted empty after a TTL.
 //!
