@@ -153,7 +153,7 @@ mod tests {
     #[test]
     fn the_sent_release_source_keeps_the_code_and_drops_the_comments() {
         assert!(!RELEASE_SOURCE.contains("--"));
-        assert!(RELEASE_SOURCE.starts_with("if ARGV[3] == '1' and not ARGV[4]"));
+        assert!(RELEASE_SOURCE.starts_with("local lined\nif ARGV[3] == '1' and not ARGV[4] then"));
         assert!(RELEASE_SOURCE.contains("\nlocal function now_ms()\n"));
         assert!(RELEASE_SOURCE.contains("\nlocal n = tonumber(ARGV[3])\n"));
         assert!(RELEASE_SOURCE.ends_with("\nreturn released"));

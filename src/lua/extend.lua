@@ -54,7 +54,7 @@ for i = 1, n do
   if record and redis.call('PEXPIRETIME', key) == record[2] then
     -- Still stretched past the renewal: the record carries the renewed lease.
     local lease = math.max(record[1], now + tonumber(ARGV[2]))
-    local renewed = ARGV[1] .. '|' .. string.format('%.0f|%.0f', lease, record[2])
+    local renewed = ARGV[1] .. '|' .. string.format('%d|%d', lease, record[2])
     redis.call('SET', KEYS[n + i], renewed, 'KEEPTTL')
   end
 end

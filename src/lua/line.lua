@@ -19,7 +19,7 @@ end
 -- `now`. A line nobody renews goes away with its last entry's lease.
 local function take_place(line, leases, id, order, lease, now)
   redis.call('ZADD', line, order, id)
-  redis.call('ZADD', leases, now + lease, id)
+  redis.call('ZADD', leases, string.format('%d', now + lease), id)
   if redis.call('PTTL', line) < lease then
     redis.call('PEXPIRE', line, lease)
     redis.call('PEXPIRE', leases, lease)
@@ -28,7 +28,7 @@ end
 
 -- Drops the entries whose waiter stopped renewing them.
 local function drop_lapsed(line, leases, now)
-  local lapsed = redis.call('ZRANGE', leases, '-inf', now, 'BYSCORE')
+  local lapsed = redis.call('ZRANGE', leases, '-inf', string.format('%d', now), 'BYSCORE')
   if #lapsed > 0 then
     redis.call('ZREM', line, unpack(lapsed))
     redis.call('ZREM', leases, unpack(lapsed))
@@ -82,8 +82,8 @@ local function stretched_write(key, held, value, lease, lasts, now)
   if string.sub(value, 1, 9) == '~elected:' then
     token = string.sub(value, 10)
   end
-  local reach = string.format('%.0f', lasts + math.max(0, lasts - now))
-  redis.call('SET', held, token .. '|' .. string.format('%.0f|', lease) .. reach, 'PXAT', reach)
+  local reach = string.format('%d', lasts + math.max(0, lasts - now))
+  redis.call('SET', held, token .. '|' .. string.format('%d|', lease) .. reach, 'PXAT', reach)
   redis.call('SET', key, value, 'PXAT', reach)
 end
 
@@ -117,7 +117,7 @@ local function write_for_line(key, held, line, value, lease, now)
     stretched_write(key, held, value, lease, lasts, now)
     return
   end
-  redis.call('SET', key, value, 'PXAT', string.format('%.0f', lease))
+  redis.call('SET', key, value, 'PXAT', string.format('%d', lease))
   if held then
     redis.call('DEL', held)
   end
@@ -148,6 +148,31 @@ local function settle(key, held, line, leases, now)
   end
 end
 
+-- The first live waiter in `line` other than `skip`, and when its entry lapses (nil for an entry
+-- without a lease). The entries that lapsed are dropped only when they stand first: a live head
+-- costs two reads.
+local function live_head(line, leases, now, skip)
+  local dropped = false
+  while true do
+    local head
+    for _, id in ipairs(redis.call('ZRANGE', line, 0, 1)) do
+      if id ~= skip then
+        head = id
+        break
+      end
+    end
+    if not head then
+      return nil
+    end
+    local lapses = tonumber(redis.call('ZSCORE', leases, head))
+    if dropped or (lapses and lapses > now) then
+      return head, lapses
+    end
+    drop_lapsed(line, leases, now)
+    dropped = true
+  end
+end
+
 -- Hands `key` to the first live waiter in its line other than `skip` (with `held`, to `skip`
 -- itself, quietly, when it is the only one), or deletes the key when nobody waits. The key then
 -- holds `~queued:<waiter>`: a value no attempt's token can equal, so
@@ -164,18 +189,14 @@ end
 -- failed attempt publishes nothing, and leaves it in line: that waiter knows, and a wake-up
 -- would make it attempt again at once, against the same holder.
 local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
-  drop_lapsed(line, leases, now)
-  local head
-  for _, id in ipairs(redis.call('ZRANGE', line, 0, 1)) do
-    if id ~= skip then
-      head = id
-      break
-    end
-  end
-  if not head and skip and held and redis.call('ZSCORE', leases, skip) then
+  local head, lapses = live_head(line, leases, now, skip)
+  if not head and skip and held then
     -- Nobody else waits, but `skip` still does: the key stays reserved for it, quietly, so
     -- that no bare `SET NX` takes it ahead of the line (see stretch).
-    head, quiet = skip, skip
+    local own = tonumber(redis.call('ZSCORE', leases, skip))
+    if own and own > now then
+      head, lapses, quiet = skip, own, skip
+    end
   end
   if not head then
     redis.call('DEL', key)
@@ -184,12 +205,11 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
     end
     return
   end
-  local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
-  local lasts = math.max(1, math.min(reserve, lapses - now))
+  local lasts = math.max(1, math.min(reserve, (lapses or now) - now))
   if head ~= quiet then
     redis.call('ZREM', line, head)
     redis.call('ZREM', leases, head)
-    local handed = head .. ':' .. string.format('%.0f:%.0f', now, now + lasts)
+    local handed = head .. ':' .. string.format('%d:%d', now, now + lasts)
     redis.call('SPUBLISH', channel_base(line) .. ':released:' .. string.sub(head, 1, 16), handed)
   end
   -- Written once the head left the line: stretched over whoever is still in it, if anybody.
@@ -225,7 +245,7 @@ local function take_over(key, took, token, ttl, held)
   local own = redis.call('PEXPIRETIME', key)
   expire_no_sooner(key, expires)
   if lease and redis.call('PEXPIRETIME', key) == stretched then
-    local record = token .. '|' .. string.format('%.0f|%.0f', math.max(lease, own), stretched)
+    local record = token .. '|' .. string.format('%d|%d', math.max(lease, own), stretched)
     redis.call('SET', held, record, 'KEEPTTL')
   end
   redis.call('HSET', took, token, replaced)
@@ -262,7 +282,7 @@ end
 local function next_fence(counter, lasts)
   local floor = tonumber(redis.call('TIME')[1]) * 1000000
   local fence = math.max(tonumber(redis.call('GET', counter) or '0') + 1, floor)
-  redis.call('SET', counter, string.format('%.0f', fence), 'PX', lasts)
+  redis.call('SET', counter, string.format('%d', fence), 'PX', lasts)
   return fence
 end
 

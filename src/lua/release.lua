@@ -13,8 +13,13 @@
 -- Returns how many keys were released.
 -- The mutex's own path comes first, ahead of the line's helpers: one key, still this token's, and
 -- nobody in its line. An elected leader's mark, a line and a rollback take the long way.
-if ARGV[3] == '1' and not ARGV[4] and redis.call('EXISTS', KEYS[2]) == 0 then
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- `lined`: whether that one key's line exists, as this path found it (nil when it did not look);
+-- the long way then does not ask again. A line it found may be gone by the hand-off (the
+-- holder's own entry taken out below): hand_over then finds nobody, and deletes the key.
+local lined
+if ARGV[3] == '1' and not ARGV[4] then
+  lined = redis.call('EXISTS', KEYS[2]) == 1
+  if not lined and redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('DEL', KEYS[1])
     return 1
   end
@@ -30,7 +35,8 @@ local handed = string.sub(ARGV[1], 1, 8) == '~queued:' and string.sub(ARGV[1], 9
 for i = 1, n do
   local key, line, leases, held = KEYS[i], KEYS[n + i], KEYS[2 * n + i], KEYS[3 * n + i]
   local value = redis.call('GET', key)
-  if handed then
+  -- (Mostly it is not in line any more: the hand-off took it out, unless it was a quiet one.)
+  if handed and redis.call('ZSCORE', line, handed) then
     redis.call('ZREM', line, handed)
     redis.call('ZREM', leases, handed)
   end
@@ -40,7 +46,7 @@ for i = 1, n do
       -- An elected leader steps down: its observers read who leads now (see election.rs).
       redis.call('SPUBLISH', channel_base(line) .. ':elected', '')
     end
-    if ARGV[4] or redis.call('EXISTS', line) == 1 then
+    if ARGV[4] or lined or (lined == nil and redis.call('EXISTS', line) == 1) then
       local now = now_ms()
       if ARGV[5] then
         take_place(line, leases, ARGV[4], ARGV[5], tonumber(ARGV[6]), now)
