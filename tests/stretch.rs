@@ -1,7 +1,8 @@
 //! A lock key kept alive over its wait line, so that the plain mutex's first attempt can be a
 //! bare `SET NX PX` (see `stretch` in `lua/line.lua` and docs/how-it-works.md): what it must
-//! keep (`line`), the scenarios that try to break it (`attacks`, `attacks_2`), and how far a
-//! stretch reaches (`reach`). One binary, so that they share one build and one run.
+//! keep (`line`), the scenarios that try to break it (`attacks`, `attacks_2`), how far a
+//! stretch reaches (`reach`), and waiters that died in line (`dead_entries`). One binary, so
+//! that they share one build and one run.
 
 mod common;
 
@@ -14,6 +15,8 @@ use quorumlock_testkit::RedisNodes;
 mod attacks;
 #[path = "stretch/attacks_2.rs"]
 mod attacks_2;
+#[path = "stretch/dead_entries.rs"]
+mod dead_entries;
 #[path = "stretch/line.rs"]
 mod line;
 #[path = "stretch/reach.rs"]

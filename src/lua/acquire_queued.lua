@@ -36,6 +36,7 @@ local granted, taken, yours = true, false, nil
 local mine = {}
 for i = 1, n do
   local key, line, leases, record = KEYS[i], KEYS[n + i], KEYS[2 * n + i], KEYS[3 * n + i]
+  drop_lapsed(line, leases, now)
   take_place(line, leases, me, ARGV[5], tonumber(ARGV[6]), now)
   local value = redis.call('GET', key)
   if value and lapsed(key, record, now) then
@@ -50,7 +51,7 @@ for i = 1, n do
       granted = false
       taken = true
     end
-  elseif value == reserved or (not value and live_head(line, leases, now) == me) then
+  elseif value == reserved or (not value and redis.call('ZRANGE', line, 0, 0)[1] == me) then
     mine[#mine + 1] = i
   else
     granted = false

@@ -148,31 +148,6 @@ local function settle(key, held, line, leases, now)
   end
 end
 
--- The first live waiter in `line` other than `skip`, and when its entry lapses (nil for an entry
--- without a lease). The entries that lapsed are dropped only when they stand first: a live head
--- costs two reads.
-local function live_head(line, leases, now, skip)
-  local dropped = false
-  while true do
-    local head
-    for _, id in ipairs(redis.call('ZRANGE', line, 0, 1)) do
-      if id ~= skip then
-        head = id
-        break
-      end
-    end
-    if not head then
-      return nil
-    end
-    local lapses = tonumber(redis.call('ZSCORE', leases, head))
-    if dropped or (lapses and lapses > now) then
-      return head, lapses
-    end
-    drop_lapsed(line, leases, now)
-    dropped = true
-  end
-end
-
 -- Hands `key` to the first live waiter in its line other than `skip` (with `held`, to `skip`
 -- itself, quietly, when it is the only one), or deletes the key when nobody waits. The key then
 -- holds `~queued:<waiter>`: a value no attempt's token can equal, so
@@ -189,14 +164,18 @@ end
 -- failed attempt publishes nothing, and leaves it in line: that waiter knows, and a wake-up
 -- would make it attempt again at once, against the same holder.
 local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
-  local head, lapses = live_head(line, leases, now, skip)
-  if not head and skip and held then
+  drop_lapsed(line, leases, now)
+  local head
+  for _, id in ipairs(redis.call('ZRANGE', line, 0, 1)) do
+    if id ~= skip then
+      head = id
+      break
+    end
+  end
+  if not head and skip and held and redis.call('ZSCORE', leases, skip) then
     -- Nobody else waits, but `skip` still does: the key stays reserved for it, quietly, so
     -- that no bare `SET NX` takes it ahead of the line (see stretch).
-    local own = tonumber(redis.call('ZSCORE', leases, skip))
-    if own and own > now then
-      head, lapses, quiet = skip, own, skip
-    end
+    head, quiet = skip, skip
   end
   if not head then
     redis.call('DEL', key)
@@ -205,7 +184,8 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
     end
     return
   end
-  local lasts = math.max(1, math.min(reserve, (lapses or now) - now))
+  local lapses = tonumber(redis.call('ZSCORE', leases, head)) or now
+  local lasts = math.max(1, math.min(reserve, lapses - now))
   if head ~= quiet then
     redis.call('ZREM', line, head)
     redis.call('ZREM', leases, head)

@@ -44,7 +44,7 @@ if replaced ~= '' then
   local lease, stretched = record_of(key, held)
   redis.call('SET', key, replaced, 'KEEPTTL')
   if lease then
-    local record = replaced .. '|' .. string.format('%.0f|%.0f', lease, stretched)
+    local record = replaced .. '|' .. string.format('%d|%d', lease, stretched)
     redis.call('SET', held, record, 'KEEPTTL')
   end
   stretch(key, held, line, now)
