@@ -19,6 +19,8 @@ mod attacks_2;
 mod dead_entries;
 #[path = "stretch/line.rs"]
 mod line;
+#[path = "stretch/one_master.rs"]
+mod one_master;
 #[path = "stretch/reach.rs"]
 mod reach;
 

@@ -13,32 +13,7 @@ use quorumlock::Redlock;
 use quorumlock_testkit::{RedisNodes, RedisServer};
 
 use crate::common::*;
-
-struct Keys {
-    key: String,
-    line: String,
-    leases: String,
-    held: String,
-}
-
-fn keys(res: &str) -> Keys {
-    let key = lock_key(res);
-    Keys {
-        line: quorumlock::companion_key(&key, ":queue"),
-        leases: quorumlock::companion_key(&key, ":leases"),
-        held: quorumlock::companion_key(&key, ":held"),
-        key,
-    }
-}
-
-fn now_ms(c: &mut redis::Connection) -> i64 {
-    let t: Vec<String> = redis::cmd("TIME").query(c).unwrap();
-    t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000
-}
-
-fn getv(c: &mut redis::Connection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(c).unwrap()
-}
+use crate::one_master::*;
 
 fn pttl_of(c: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(c).unwrap()
@@ -91,70 +66,6 @@ fn dead(c: &mut redis::Connection, k: &Keys, id: &str, order: u64) {
     place(c, k, id, order, -1_000);
 }
 
-fn with_keys<'a>(script: &'a redis::Script, ks: &[&Keys]) -> redis::ScriptInvocation<'a> {
-    let mut call = script.prepare_invoke();
-    for k in ks {
-        call.key(&k.key);
-    }
-    for k in ks {
-        call.key(&k.line);
-    }
-    for k in ks {
-        call.key(&k.leases);
-    }
-    for k in ks {
-        call.key(&k.held);
-    }
-    call
-}
-
-/// A waiter's attempt (`lua/acquire_queued.lua`, no fencing) over `ks`: the reply's first
-/// number (-1/-2/-3 refused) or 0 for a grant.
-#[allow(clippy::too_many_arguments)]
-fn attempt(
-    c: &mut redis::Connection,
-    ks: &[&Keys],
-    token: &str,
-    ttl: u64,
-    id: &str,
-    order: u64,
-    entry: u64,
-) -> i64 {
-    let script = redis::Script::new(&in_line(include_str!("../../src/lua/acquire_queued.lua")));
-    let reply: Vec<i64> = with_keys(&script, ks)
-        .arg(token)
-        .arg(ttl)
-        .arg(ks.len())
-        .arg(id)
-        .arg(order)
-        .arg(entry)
-        .arg(60_000)
-        .invoke(c)
-        .unwrap();
-    reply.first().copied().unwrap_or(0)
-}
-
-/// `lua/release.lua` over `ks`; `cleanup` the waiter's id, order and entry lease for the
-/// cleanup of its failed attempt (order and lease only for a requeue).
-fn release(
-    c: &mut redis::Connection,
-    ks: &[&Keys],
-    token: &str,
-    reserve: u64,
-    cleanup: Option<(&str, Option<(u64, u64)>)>,
-) -> i64 {
-    let script = redis::Script::new(&in_line(include_str!("../../src/lua/release.lua")));
-    let mut call = with_keys(&script, ks);
-    call.arg(token).arg(reserve).arg(ks.len());
-    if let Some((id, requeue)) = cleanup {
-        call.arg(id);
-        if let Some((order, lease)) = requeue {
-            call.arg(order).arg(lease);
-        }
-    }
-    call.invoke(c).unwrap()
-}
-
 fn dequeue(c: &mut redis::Connection, ks: &[&Keys], id: &str, reserve: u64) {
     let script = redis::Script::new(&in_line(include_str!("../../src/lua/dequeue.lua")));
     let _: i64 = with_keys(&script, ks)
@@ -163,18 +74,6 @@ fn dequeue(c: &mut redis::Connection, ks: &[&Keys], id: &str, reserve: u64) {
         .arg(ks.len())
         .invoke(c)
         .unwrap();
-}
-
-fn bare_set_nx(c: &mut redis::Connection, key: &str, token: &str, ttl: u64) -> bool {
-    let set: Option<String> = redis::cmd("SET")
-        .arg(key)
-        .arg(token)
-        .arg("NX")
-        .arg("PX")
-        .arg(ttl)
-        .query(c)
-        .unwrap();
-    set.is_some()
 }
 
 /// Live entries behind a live head and dead ones between them: each release hands the key to

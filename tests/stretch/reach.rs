@@ -10,35 +10,10 @@ use quorumlock::Redlock;
 use quorumlock_testkit::RedisServer;
 
 use crate::common::*;
-
-struct Keys {
-    key: String,
-    line: String,
-    leases: String,
-    held: String,
-}
-
-fn keys(res: &str) -> Keys {
-    let key = lock_key(res);
-    Keys {
-        line: quorumlock::companion_key(&key, ":queue"),
-        leases: quorumlock::companion_key(&key, ":leases"),
-        held: quorumlock::companion_key(&key, ":held"),
-        key,
-    }
-}
-
-fn now_ms(c: &mut redis::Connection) -> i64 {
-    let t: Vec<String> = redis::cmd("TIME").query(c).unwrap();
-    t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000
-}
+use crate::one_master::*;
 
 fn expiretime(c: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
-}
-
-fn getv(c: &mut redis::Connection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(c).unwrap()
 }
 
 /// The record's three fields.
@@ -49,49 +24,6 @@ fn record(c: &mut redis::Connection, k: &Keys) -> Option<(String, i64, i64)> {
     let lease = parts.next().unwrap().parse().unwrap();
     let token = parts.next().unwrap().to_string();
     Some((token, lease, stretched))
-}
-
-/// A waiter's attempt (`lua/acquire_queued.lua`, one key, no fencing): the reply's first
-/// number (-1/-2/-3 refused) or 0 for a grant (an empty array).
-fn queued(
-    c: &mut redis::Connection,
-    k: &Keys,
-    token: &str,
-    ttl: u64,
-    id: &str,
-    order: u64,
-    entry: u64,
-) -> i64 {
-    let script = redis::Script::new(&in_line(include_str!("../../src/lua/acquire_queued.lua")));
-    let reply: Vec<i64> = on_line(&script, k)
-        .arg(token)
-        .arg(ttl)
-        .arg(1)
-        .arg(id)
-        .arg(order)
-        .arg(entry)
-        .arg(60_000)
-        .invoke(c)
-        .unwrap();
-    reply.first().copied().unwrap_or(0)
-}
-
-/// `script` invoked on one key's lock key, line, leases and record, in the order the line's
-/// scripts take them.
-fn on_line<'a>(script: &'a redis::Script, k: &Keys) -> redis::ScriptInvocation<'a> {
-    let mut call = script.prepare_invoke();
-    call.key(&k.key).key(&k.line).key(&k.leases).key(&k.held);
-    call
-}
-
-fn release(c: &mut redis::Connection, k: &Keys, token: &str, reserve: u64) -> i64 {
-    let script = redis::Script::new(&in_line(include_str!("../../src/lua/release.lua")));
-    on_line(&script, k)
-        .arg(token)
-        .arg(reserve)
-        .arg(1)
-        .invoke(c)
-        .unwrap()
 }
 
 fn extend(c: &mut redis::Connection, k: &Keys, token: &str, ttl: u64, mark: bool) -> i64 {
@@ -106,19 +38,11 @@ fn extend(c: &mut redis::Connection, k: &Keys, token: &str, ttl: u64, mark: bool
 
 fn plain(c: &mut redis::Connection, k: &Keys, token: &str, ttl: u64) -> i64 {
     let script = redis::Script::new(&in_line(include_str!("../../src/lua/acquire.lua")));
-    on_line(&script, k).arg(token).arg(ttl).invoke(c).unwrap()
-}
-
-fn bare_set_nx(c: &mut redis::Connection, key: &str, token: &str, ttl: u64) -> bool {
-    let set: Option<String> = redis::cmd("SET")
-        .arg(key)
+    with_keys(&script, &[k])
         .arg(token)
-        .arg("NX")
-        .arg("PX")
         .arg(ttl)
-        .query(c)
-        .unwrap();
-    set.is_some()
+        .invoke(c)
+        .unwrap()
 }
 
 /// Holds when `stretched` is `lasts + (lasts - now)` for some `now` in `[before, after]`.
@@ -138,15 +62,15 @@ fn a_grant_with_others_waiting_is_written_stretched_and_its_lease_bounds_renewal
     let k = keys("rv-grant");
     // Another client holds the key; W2 then W1 (ahead of it) wait.
     set(&server, &k.key, "X", Duration::from_millis(300));
-    assert_eq!(queued(&mut c, &k, "T2", 400, "w2", 2, 3_000), -2);
-    assert_eq!(queued(&mut c, &k, "T1", 400, "w1", 1, 3_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], "T2", 400, "w2", 2, 3_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], "T1", 400, "w1", 1, 3_000), -2);
     let (tok, _, _) = record(&mut c, &k).expect("X's key stretched for its line");
     assert_eq!(tok, "X");
     std::thread::sleep(Duration::from_millis(350));
     // X's lease passed: W1, the head, takes it.
     let before = now_ms(&mut c);
     assert_eq!(
-        queued(&mut c, &k, "T1", 400, "w1", 1, 3_000),
+        attempt(&mut c, &[&k], "T1", 400, "w1", 1, 3_000),
         0,
         "the head is granted"
     );
@@ -179,7 +103,7 @@ fn a_grant_with_others_waiting_is_written_stretched_and_its_lease_bounds_renewal
     assert!(renewed >= at + 300, "renewed lease {renewed} < {at} + 300");
     assert_eq!(expiretime(&mut c, &k.key), stretched);
     // W2 renews its place: the key stays as it was (no rewrite per renewal).
-    assert_eq!(queued(&mut c, &k, "T2", 400, "w2", 2, 3_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], "T2", 400, "w2", 2, 3_000), -2);
     assert_eq!(
         expiretime(&mut c, &k.key),
         stretched,
@@ -209,7 +133,7 @@ fn a_grant_with_others_waiting_is_written_stretched_and_its_lease_bounds_renewal
         "a plain attempt jumped the line"
     );
     assert_eq!(
-        queued(&mut c, &k, "T2", 400, "w2", 2, 3_000),
+        attempt(&mut c, &[&k], "T2", 400, "w2", 2, 3_000),
         0,
         "the head is granted"
     );
@@ -233,8 +157,8 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
     let k = keys("rv-handoff");
     assert!(bare_set_nx(&mut c, &k.key, "X", 5_000));
     // W1 first with a short entry, W2 behind with a longer one: the line outlasts W1's entry.
-    assert_eq!(queued(&mut c, &k, "T1", 400, "w1", 1, 300), -2);
-    assert_eq!(queued(&mut c, &k, "T2", 400, "w2", 2, 600), -2);
+    assert_eq!(attempt(&mut c, &[&k], "T1", 400, "w1", 1, 300), -2);
+    assert_eq!(attempt(&mut c, &[&k], "T2", 400, "w2", 2, 600), -2);
     assert!(
         record(&mut c, &k).is_none(),
         "the line never outlasted X's own TTL"
@@ -245,7 +169,7 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
         .query(&mut c)
         .unwrap();
     let before = now_ms(&mut c);
-    assert_eq!(release(&mut c, &k, "X", 10_000), 1);
+    assert_eq!(release(&mut c, &[&k], "X", 10_000, None), 1);
     let after = now_ms(&mut c);
     assert_eq!(getv(&mut c, &k.key).as_deref(), Some("~queued:w1"));
     let lasts = expiretime(&mut c, &k.line);
@@ -279,7 +203,7 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
     assert_eq!(getv(&mut c, &k.key).as_deref(), Some("P"));
     assert!(record(&mut c, &k).is_none());
     assert!(pttl(&server, &k.key) <= 1_000);
-    assert_eq!(release(&mut c, &k, "P", 10_000), 1);
+    assert_eq!(release(&mut c, &[&k], "P", 10_000, None), 1);
     let left: Vec<String> = redis::cmd("KEYS")
         .arg("*rv-handoff*")
         .query(&mut c)
@@ -301,7 +225,7 @@ fn an_elected_key_stretched_keeps_its_record_and_refuses_a_late_renewal() {
     let mut c = direct(&server);
     let k = keys("rv-elected");
     set(&server, &k.key, "~elected:L", Duration::from_millis(300));
-    assert_eq!(queued(&mut c, &k, "C", 400, "c1", 1, 3_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], "C", 400, "c1", 1, 3_000), -2);
     let (tok, _, stretched) = record(&mut c, &k).unwrap();
     assert_eq!(
         tok, "L",
@@ -330,7 +254,7 @@ fn an_elected_key_stretched_keeps_its_record_and_refuses_a_late_renewal() {
         (None, -2),
         "a leader past its lease is still reported"
     );
-    assert_eq!(queued(&mut c, &k, "C", 400, "c1", 1, 3_000), 0);
+    assert_eq!(attempt(&mut c, &[&k], "C", 400, "c1", 1, 3_000), 0);
 }
 
 /// A waiter over two keys refused for the second passes the first on to itself, quietly (it
