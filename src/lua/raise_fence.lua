@@ -14,6 +14,6 @@ end
 for i = 1, n do
   local current = tonumber(redis.call('GET', KEYS[n + i]) or '0')
   local fence = math.max(current, tonumber(ARGV[2 + i]))
-  redis.call('SET', KEYS[n + i], string.format('%.0f', fence), 'PX', ARGV[2])
+  redis.call('SET', KEYS[n + i], string.format('%d', fence), 'PX', ARGV[2])
 end
 return 1
