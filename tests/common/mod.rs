@@ -228,7 +228,6 @@ pub fn urls(proxies: &[FaultProxy]) -> Vec<String> {
 
 /// The library's own script `body` (src/lua) as it sends it: `line.lua`, the line's helpers, in
 /// place of its `--@line` marker, or ahead of it.
-#[allow(dead_code)]
 pub fn in_line(body: &str) -> String {
     let helpers = include_str!("../../src/lua/line.lua");
     match body.split_once("--@line\n") {

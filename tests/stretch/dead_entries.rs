@@ -19,11 +19,6 @@ fn pttl_of(c: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(c).unwrap()
 }
 
-fn exists(c: &mut redis::Connection, key: &str) -> bool {
-    let n: i64 = redis::cmd("EXISTS").arg(key).query(c).unwrap();
-    n == 1
-}
-
 fn members(c: &mut redis::Connection, zset: &str) -> Vec<String> {
     redis::cmd("ZRANGE")
         .arg(zset)
@@ -114,9 +109,8 @@ fn each_release_hands_to_the_next_live_waiter_past_dead_entries() {
     );
     assert_eq!(attempt(&mut c, &[&k], "tB", 5_000, "B", 40, 5_000), 0);
     assert_eq!(release(&mut c, &[&k], "tB", 5_000, None), 1);
-    for z in [&k.key, &k.line, &k.leases, &k.held] {
-        assert!(!exists(&mut c, z), "{z} left behind");
-    }
+    let left = left_behind(&mut c, &k);
+    assert!(left.is_empty(), "{left:?} left behind");
 }
 
 /// A waiter refused on one key of several passes on the other key, free while it heads that
@@ -266,9 +260,8 @@ fn a_handed_holder_still_in_line_releases_past_its_own_entry() {
             assert_eq!(getv(&mut c, &k.key).as_deref(), Some("~queued:L"));
             assert!(members(&mut c, &k.line).is_empty(), "{case}");
         } else {
-            for z in [&k.key, &k.line, &k.leases, &k.held] {
-                assert!(!exists(&mut c, z), "{case}: {z} left behind");
-            }
+            let left = left_behind(&mut c, &k);
+            assert!(left.is_empty(), "{case}: {left:?} left behind");
         }
         // A handed holder not in line (the usual case) releases just the same.
         let k = keys(&format!("de-handed-out-{case}"));
@@ -277,9 +270,11 @@ fn a_handed_holder_still_in_line_releases_past_its_own_entry() {
         }
         set(&server, &k.key, "~queued:H", Duration::from_secs(5));
         assert_eq!(release(&mut c, &[&k], "~queued:H", 5_000, None), 1);
-        for z in [&k.key, &k.line, &k.leases, &k.held] {
-            assert!(!exists(&mut c, z), "{case} (out of line): {z} left behind");
-        }
+        let left = left_behind(&mut c, &k);
+        assert!(
+            left.is_empty(),
+            "{case} (out of line): {left:?} left behind"
+        );
     }
 }
 
@@ -324,9 +319,8 @@ fn a_failed_attempts_cleanup_requeues_past_dead_entries() {
     dead(&mut c, &k, "D0", 10);
     set(&server, &k.key, "tM", Duration::from_secs(5));
     assert_eq!(release(&mut c, &[&k], "tM", 5_000, Some(("M", None))), 1);
-    for z in [&k.key, &k.line, &k.leases, &k.held] {
-        assert!(!exists(&mut c, z), "{z} left behind");
-    }
+    let left = left_behind(&mut c, &k);
+    assert!(left.is_empty(), "{left:?} left behind");
 }
 
 /// A waiter leaving a key reserved for it passes it to the next live waiter past dead entries
@@ -349,9 +343,8 @@ fn leaving_a_reserved_key_passes_it_past_dead_entries() {
     dead(&mut c, &k, "D0", 10);
     set(&server, &k.key, "~queued:M", Duration::from_secs(5));
     dequeue(&mut c, &[&k], "M", 5_000);
-    for z in [&k.key, &k.line, &k.leases, &k.held] {
-        assert!(!exists(&mut c, z), "{z} left behind");
-    }
+    let left = left_behind(&mut c, &k);
+    assert!(left.is_empty(), "{left:?} left behind");
 }
 
 /// An entry in the line without a lease (its lease entry lost) is handed the key for a moment

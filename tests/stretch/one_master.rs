@@ -110,3 +110,18 @@ pub(crate) fn bare_set_nx(c: &mut redis::Connection, key: &str, token: &str, ttl
         .unwrap();
     set.is_some()
 }
+
+/// Whether `key` exists.
+pub(crate) fn exists(c: &mut redis::Connection, key: &str) -> bool {
+    let n: i64 = redis::cmd("EXISTS").arg(key).query(c).unwrap();
+    n == 1
+}
+
+/// Which of `k`'s lock key, line, leases and record still exist.
+pub(crate) fn left_behind<'a>(c: &mut redis::Connection, k: &'a Keys) -> Vec<&'a str> {
+    [&k.key, &k.line, &k.leases, &k.held]
+        .into_iter()
+        .filter(|z| exists(c, z))
+        .map(String::as_str)
+        .collect()
+}

@@ -184,10 +184,7 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
     // Everybody dies: the line lapses, the key is kept until its reach.
     let wait = (lasts - now_ms(&mut c) + 30).max(0) as u64;
     std::thread::sleep(Duration::from_millis(wait));
-    assert!(
-        !server_has(&mut c, &k.line),
-        "the line outlived its entries"
-    );
+    assert!(!exists(&mut c, &k.line), "the line outlived its entries");
     assert!(
         getv(&mut c, &k.key).is_some(),
         "kept past its line (the documented extra reach)"
@@ -209,11 +206,6 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
         .query(&mut c)
         .unwrap();
     assert!(left.is_empty(), "left behind: {left:?}");
-}
-
-fn server_has(c: &mut redis::Connection, key: &str) -> bool {
-    let n: i64 = redis::cmd("EXISTS").arg(key).query(c).unwrap();
-    n == 1
 }
 
 /// An elected leader's key stretched for a waiting candidate: the record names the token
