@@ -48,22 +48,20 @@ async fn holds_as_it_says(nodes: &RedisNodes, lock: &Lock, until: Instant) -> us
         if says < Duration::from_millis(50) {
             break;
         }
-        let mut left: Vec<i64> = nodes.iter().map(|s| pttl(s, &key)).collect();
-        left.sort_unstable_by(|a, b| b.cmp(a));
-        let quorum = nodes.len() / 2 + 1;
-        assert!(
-            left[quorum - 1] >= says.as_millis() as i64 - 5,
-            "the holder says {says:?} left; the masters keep the key {left:?} ms"
-        );
+        assert_quorum_keeps(nodes, "the holder", || lock.remaining(), |s| pttl(s, &key));
         if let Ok(taken) = other
             .try_acquire(lock.resource(), Duration::from_secs(10))
             .await
         {
-            panic!(
-                "a second client acquired {:?} while the holder said {:?} left",
+            // Granted before the deadline for sure only if the deadline is still ahead once
+            // the grant is back; a grant that a stall let run past it proves nothing.
+            let left = lock.remaining();
+            assert!(
+                left.is_zero(),
+                "a second client acquired {:?} while the holder said {left:?} left",
                 taken.resource(),
-                lock.remaining()
             );
+            break;
         }
         checks += 1;
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use quorumlock::{Error, Lock, Redlock};
-use quorumlock_testkit::{FaultProxy, RedisNodes};
+use quorumlock_testkit::{FaultProxy, RedisNodes, RedisServer};
 use tokio::task::JoinHandle;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -48,10 +48,13 @@ async fn exclusive(nodes: &RedisNodes, lock: &Lock, what: &str) -> Result<(), St
         return Err(format!("[{what}] the lock ran out: {says:?}"));
     }
     let quorum = nodes.len() / 2 + 1;
-    let keeping = vals
+    let holds_token = |s: &RedisServer| match get(s, &key) {
+        Some(v) if v == token => pttl(s, &key),
+        _ => i64::MIN / 2,
+    };
+    let keeping = kept_past_deadline(nodes, holds_token, || lock.remaining())
         .iter()
-        .zip(&left)
-        .filter(|(v, t)| v.as_deref() == Some(&token) && **t >= says.as_millis() as i64 - 50)
+        .filter(|past| **past >= -50)
         .count();
     let other = Redlock::builder(nodes.urls())
         .acquire_timeout(Duration::ZERO)
@@ -618,13 +621,11 @@ async fn while_a_dropped_takeovers_rollback_is_on_its_way_nobody_else_gets_in_an
         "V never came back: {:?}",
         values(&nodes, &key)
     );
-    let says = held.remaining();
+    let past = kept_past_deadline(&nodes, |s| pttl(s, &key), || held.remaining());
     assert!(
-        ttls(&nodes, &key)
-            .iter()
-            .all(|ms| *ms >= says.as_millis() as i64 - 50),
-        "A says {says:?}; masters keep {:?}",
-        ttls(&nodes, &key)
+        past.iter().all(|ms| *ms >= -50),
+        "A says {:?}; masters keep the key {past:?} ms past that",
+        held.remaining()
     );
     held.extend(TTL).await.unwrap();
     exclusive(&nodes, &held, "after the rollback")

@@ -83,6 +83,41 @@ pub fn pttl(server: &RedisServer, key: &str) -> i64 {
         .unwrap()
 }
 
+/// How long each master keeps a hold past the deadline its holder counts on, in ms, longest
+/// first (negative: the hold lapses there first): what `keeps` reads on the master (its hold's
+/// remaining life, in ms) less what `remaining` says right after that read. Read in this
+/// order, a stall between the two reads (a loaded machine) can only make a master look as if
+/// it kept the hold longer, never shorter, so the figure errs towards passing by the stall and
+/// never fails on timing alone; read the other way round, a stall of a few milliseconds did.
+pub fn kept_past_deadline(
+    nodes: &RedisNodes,
+    keeps: impl Fn(&RedisServer) -> i64,
+    remaining: impl Fn() -> Duration,
+) -> Vec<i64> {
+    let mut past: Vec<i64> = nodes
+        .iter()
+        .map(|s| keeps(s) - remaining().as_millis() as i64)
+        .collect();
+    past.sort_unstable_by(|a, b| b.cmp(a));
+    past
+}
+
+/// Asserts that a quorum of `nodes` keeps a hold (`keeps`: its life on one master, in ms) at
+/// least as long as its holder says (`remaining`), within the masters' whole milliseconds.
+pub fn assert_quorum_keeps(
+    nodes: &RedisNodes,
+    what: &str,
+    remaining: impl Fn() -> Duration,
+    keeps: impl Fn(&RedisServer) -> i64,
+) {
+    let past = kept_past_deadline(nodes, keeps, &remaining);
+    assert!(
+        past[nodes.len() / 2] >= -5,
+        "{what}: the holder says {:?} left; the masters keep it {past:?} ms past that",
+        remaining()
+    );
+}
+
 /// Sets `key` to `value` on `server` with a TTL, as another client would.
 pub fn set(server: &RedisServer, key: &str, value: &str, ttl: Duration) {
     let _: () = redis::cmd("SET")
