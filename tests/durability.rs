@@ -173,27 +173,34 @@ async fn the_wait_for_replicas_shortens_the_validity() {
         v.replica.pause().unwrap();
     }
     let resume_after = Duration::from_millis(400);
-    let resumed = std::thread::scope(|scope| {
-        scope.spawn(|| {
+    let (resumed_at, acquired_at, lock) = std::thread::scope(|scope| {
+        let resuming = scope.spawn(|| {
             std::thread::sleep(resume_after);
+            // No replica can confirm before this instant.
+            let at = Instant::now();
             for v in &voters {
                 v.replica.resume().unwrap();
             }
+            at
         });
-        let started = Instant::now();
         let lock = tokio::task::block_in_place(|| {
             tokio::runtime::Handle::current().block_on(rl.acquire("ledger", TTL))
         })
         .unwrap();
-        (started.elapsed(), lock)
+        (resuming.join().unwrap(), Instant::now(), lock)
     });
-    let (took, lock) = resumed;
-    assert!(took >= resume_after, "acquired in {took:?}");
-    // Measured from the attempt's start: the wait for the replicas is gone from it.
     assert!(
-        lock.remaining() <= TTL - resume_after,
-        "{:?}",
-        lock.remaining()
+        acquired_at >= resumed_at,
+        "acquired {:?} before the replicas resumed",
+        resumed_at - acquired_at
+    );
+    // Measured from the attempt's start, which came before the replicas resumed: the wait for
+    // them is gone from it. (Measured from the wait's end, it would reach past this.)
+    let drift = TTL.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2);
+    assert!(
+        lock.deadline() < resumed_at + TTL - drift,
+        "the validity runs {:?} past the replicas' resume, a whole TTL less the drift",
+        lock.deadline() - resumed_at
     );
     lock.release().await.unwrap();
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -276,40 +276,59 @@ async fn a_leader_cut_off_from_every_master_steps_down_before_the_next_is_electe
         .build()
         .unwrap();
     let ttl = Duration::from_secs(1);
+    // The first leader steps down when its body is dropped: the guard notes when. (When its
+    // campaign returns is later: the release to masters it cannot reach times out first.)
+    struct SteppedDown(Arc<OnceLock<Instant>>);
+    impl Drop for SteppedDown {
+        fn drop(&mut self) {
+            let _ = self.0.set(Instant::now());
+        }
+    }
+    let stepped_down = Arc::new(OnceLock::new());
     let (elected, told) = tokio::sync::oneshot::channel();
-    let first = tokio::spawn(async move {
-        let e = cut_off
-            .campaign("leader", ttl, "first", |held| async move {
-                let _ = elected.send(held.fencing_token());
-                held.lost().await;
-                Instant::now()
-            })
-            .await;
-        // The body was dropped at the loss: with_lock returns Lost.
-        (e, Instant::now())
-    });
+    let first = {
+        let guard = SteppedDown(stepped_down.clone());
+        tokio::spawn(async move {
+            cut_off
+                .campaign("leader", ttl, "first", |held| async move {
+                    let _guard = guard;
+                    let _ = elected.send(held.fencing_token());
+                    held.lost().await;
+                })
+                .await
+        })
+    };
     let first_term = told.await.unwrap().unwrap();
 
     let second = client(&nodes);
-    let next = tokio::spawn(async move {
-        second
-            .campaign("leader", ttl, "second", |held| async move {
-                (Instant::now(), held.fencing_token())
-            })
-            .await
-            .unwrap()
-    });
+    let next = {
+        let stepped_down = stepped_down.clone();
+        tokio::spawn(async move {
+            second
+                .campaign("leader", ttl, "second", |held| async move {
+                    // Read as the next leader's body starts: the first must be gone by then.
+                    let first_gone = stepped_down.get().copied();
+                    (Instant::now(), held.fencing_token(), first_gone)
+                })
+                .await
+                .unwrap()
+        })
+    };
     let cut = Instant::now();
     for p in &proxies {
         p.blackhole();
     }
-    let (lost, stepped_down) = first.await.unwrap();
+    let lost = first.await.unwrap();
+    // The body was dropped at the loss: the campaign returns Lost.
     assert!(matches!(lost, Err(Error::Lost { .. })), "{lost:?}");
-    let (elected_at, term) = next.await.unwrap();
+    let (elected_at, term, first_gone) = next.await.unwrap();
     assert!(term.unwrap() > first_term, "{term:?} after {first_term}");
     assert!(
-        stepped_down <= elected_at,
-        "the next leader was elected before the first stepped down"
+        first_gone.is_some_and(|at| at <= elected_at),
+        "the next leader's body started while the first's still ran (stepped down at {:?})",
+        stepped_down
+            .get()
+            .map(|at| at.saturating_duration_since(cut))
     );
     let failover = elected_at - cut;
     assert!(failover < Duration::from_secs(5), "{failover:?}");

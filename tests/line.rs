@@ -64,8 +64,14 @@ async fn each_release_hands_the_lock_to_the_next_client_in_arrival_order() {
             tokio::time::sleep(Duration::from_millis(20)).await;
             lock.release().await.map(|_| ())
         }));
-        // Arrivals far enough apart to have one order.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // One arrival at a time: each in line on every master before the next comes.
+        assert!(
+            eventually(Duration::from_secs(5), || nodes
+                .iter()
+                .all(|s| line_len(s, "job") == i + 1))
+            .await,
+            "waiter {i} never took its place in line"
+        );
     }
     let released = Instant::now();
     holder.release().await.unwrap();
@@ -215,6 +221,8 @@ async fn a_crashed_waiter_at_the_head_blocks_the_line_for_at_most_its_entry_leas
         quorumlock::companion_key(&lock_key("job"), ":queue"),
         quorumlock::companion_key(&lock_key("job"), ":leases"),
     );
+    // Before the first entry is written: every entry lapses a whole entry lease after this.
+    let entered = Instant::now();
     for node in nodes.iter() {
         let now: (u64, u64) = redis::cmd("TIME").query(&mut direct(node)).unwrap();
         let now_ms = now.0 * 1000 + now.1 / 1000;
@@ -237,7 +245,6 @@ async fn a_crashed_waiter_at_the_head_blocks_the_line_for_at_most_its_entry_leas
             .query(&mut direct(node))
             .unwrap();
     }
-    let entered = Instant::now();
     let waiter = client(&nodes);
     let next = {
         let waiter = waiter.clone();

@@ -49,6 +49,9 @@ async fn waiters_wake_on_release_far_sooner_than_the_retry_delay() {
     let clients: Vec<Redlock> = (0..8)
         .map(|_| {
             builder(&nodes)
+                // A place in line renewed every 3.3 s (a third of its 10 s lease): no renewal, which counts
+                // as an attempt not woken by a release, fits in the run however slow it is.
+                .node_timeout(Duration::from_secs(1))
                 .retry_delay(retry_delay)
                 .retry_jitter(Duration::ZERO)
                 .retry_count(10_000)
@@ -150,8 +153,15 @@ async fn waiters_wake_on_release_far_sooner_than_the_retry_delay() {
 #[tokio::test(flavor = "multi_thread")]
 async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leave_it_when_done() {
     let nodes = five();
-    let holder = client(&nodes);
+    // Places in line renewed every 3.3 s (a third of a 10 s entry lease): none between taking
+    // a place and the hand-off. The holder's releases reserve a key as long (its own entry
+    // lease), far more than the node timeout a handed lock must have left to be held.
+    let holder = builder(&nodes)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let waiters = builder(&nodes)
+        .node_timeout(Duration::from_secs(1))
         .retry_delay(Duration::from_secs(2))
         .retry_jitter(Duration::ZERO)
         .retry_count(100)

@@ -266,14 +266,18 @@ async fn a_dropped_owner_attempt_rolled_back_after_the_stretch_moved_keeps_the_h
     let mut checks = 0;
     while a.remaining() > Duration::from_millis(300) {
         let vals = values(&nodes, &key);
+        // What the masters held counts against the lock only if it still held once they
+        // were read (a stall of this task may carry the reads past its deadline), and so does
+        // another client's grant once it is back.
+        let read_in_time = !a.remaining().is_zero();
         let plain = other.try_acquire(res, Duration::from_secs(5)).await;
         let intruder = other
             .acquire_as(res, "intruder", Duration::from_secs(5))
             .await;
+        let left = a.remaining();
         assert!(
-            plain.is_err() && intruder.is_err(),
-            "TWO HOLDERS: the owner's lock says {:?} left, yet plain {} / other owner {}; masters {vals:?}",
-            a.remaining(),
+            (plain.is_err() && intruder.is_err()) || left.is_zero(),
+            "TWO HOLDERS: the owner's lock says {left:?} left, yet plain {} / other owner {}; masters {vals:?}",
             plain.is_ok(),
             intruder.is_ok()
         );
@@ -281,7 +285,7 @@ async fn a_dropped_owner_attempt_rolled_back_after_the_stretch_moved_keeps_the_h
             .filter(|&i| vals[i].as_deref() == Some(a_token.as_str()))
             .collect();
         assert!(
-            own == held,
+            own == held || !read_in_time,
             "the owner's lock says {:?} left but holds masters {own:?}, not {held:?}: {vals:?} (ttls {:?})",
             a.remaining(),
             ttls(&nodes, &key)
@@ -298,7 +302,8 @@ async fn a_dropped_owner_attempt_rolled_back_after_the_stretch_moved_keeps_the_h
         checks > 0,
         "the owner's lock ran out before the first check"
     );
-    let a_until = Instant::now();
+    // Held until the release, or its deadline if a stall of this task let that pass first.
+    let a_until = Instant::now().min(a.deadline());
     a.release().await.unwrap();
     for (name, task) in [("first waiter", w1_task), ("second waiter", w2_task)] {
         let (at, lock) = tokio::time::timeout(Duration::from_secs(10), task)

@@ -56,12 +56,20 @@ async fn a_bare_set_never_takes_a_key_whose_holder_lapsed_while_somebody_waits()
     let res = "lapsed-holder";
     let key = lock_key(res);
     let holder = client(&nodes);
+    // Connected first, so that no grant is cut short by a connection's setup on a loaded
+    // machine; the grants still on their way when the lock returns land before the waiter.
+    holder.connect().await.unwrap();
     let held = holder
         .acquire(res, Duration::from_millis(600))
         .await
         .unwrap();
     let lease_end = held.deadline();
     let token = held.token().expose().to_owned();
+    assert!(
+        eventually(Duration::from_secs(1), || holders(&nodes, &key, &token)
+            == 5)
+        .await
+    );
     std::mem::forget(held);
     let waiter = slow_polling_waiter(&nodes);
     let w_task = tokio::spawn(async move {
@@ -206,11 +214,18 @@ async fn a_holder_past_its_lease_cannot_extend_a_key_kept_for_the_line() {
     let res = "late-extend";
     let key = lock_key(res);
     let holder = client(&nodes);
+    // Connected first, and granted on every master before the waiter comes (see above).
+    holder.connect().await.unwrap();
     let held = holder
         .acquire(res, Duration::from_millis(500))
         .await
         .unwrap();
     let token = held.token().expose().to_owned();
+    assert!(
+        eventually(Duration::from_secs(1), || holders(&nodes, &key, &token)
+            == 5)
+        .await
+    );
     let waiter = slow_polling_waiter(&nodes);
     let w_task = tokio::spawn(async move { waiter.acquire(res, Duration::from_secs(5)).await });
     waiters_in_line(&nodes, &key, 1).await;

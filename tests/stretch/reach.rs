@@ -310,12 +310,15 @@ struct Hold {
     until: Instant,
 }
 
+/// Every pair of holds of different holders that overlap. A hold seen only once its deadline
+/// had passed (the task stalled past it) is empty and overlaps nothing.
 fn overlapping(holds: &[Hold]) -> Vec<(Hold, Hold)> {
     let mut bad = Vec::new();
+    let holds: Vec<&Hold> = holds.iter().filter(|h| h.from < h.until).collect();
     for (i, a) in holds.iter().enumerate() {
         for b in &holds[i + 1..] {
             if a.who != b.who && a.from < b.until && b.from < a.until {
-                bad.push((a.clone(), b.clone()));
+                bad.push(((*a).clone(), (*b).clone()));
             }
         }
     }
@@ -361,8 +364,9 @@ async fn mixed_leases_dead_waiters_and_late_renewals_never_give_two_holders() {
                 let who = format!("w{w}");
                 match (w + round) % 4 {
                     0 => {
-                        // Release at once.
-                        let until = Instant::now();
+                        // Release at once (held no further than its deadline, whatever a
+                        // stall of this task makes of "at once").
+                        let until = Instant::now().min(l.deadline());
                         holds.lock().unwrap().push(Hold { who, from, until });
                         let _ = l.release().await;
                     }
@@ -372,10 +376,11 @@ async fn mixed_leases_dead_waiters_and_late_renewals_never_give_two_holders() {
                         let _ = l.extend(ttl).await;
                         let until = l.deadline().min(Instant::now() + ttl / 3);
                         tokio::time::sleep(until.saturating_duration_since(Instant::now())).await;
+                        // The extend may have failed (a stall): held to the deadline at most.
                         holds.lock().unwrap().push(Hold {
                             who,
                             from,
-                            until: Instant::now(),
+                            until: Instant::now().min(l.deadline()),
                         });
                         let _ = l.release().await;
                     }
@@ -440,7 +445,7 @@ async fn mixed_leases_dead_waiters_and_late_renewals_never_give_two_holders() {
                 plain_holds.lock().unwrap().push(Hold {
                     who: "plain".into(),
                     from,
-                    until: Instant::now(),
+                    until: Instant::now().min(l.deadline()),
                 });
                 let _ = l.release().await;
             }
