@@ -157,6 +157,12 @@ async fn a_master_clock_ahead_by_more_than_the_grace_repeats_a_fence() {
             at - second,
             done - second
         );
+        if done >= second + Duration::from_secs(3) {
+            // Past S + 3 the others' floor has moved on: the setup no longer makes a repeat.
+            println!("the next holder finished after S + 3 s: set up again");
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            continue;
+        }
         assert!(f2 <= f1, "{f2} after {f1}: the control saw no repeat");
         return;
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use quorumlock::{Lock, Redlock};
-use quorumlock_testkit::{FaultProxy, RedisNodes};
+use quorumlock_testkit::{FaultProxy, RedisNodes, RedisServer};
 
 /// How long the slow route holds each request on its way to a master.
 const SLOW: Duration = Duration::from_secs(3);
@@ -210,13 +210,22 @@ async fn an_owners_lost_attempt_still_on_its_way_never_takes_over_a_later_grant(
         .acquire_timeout(Duration::ZERO)
         .build()
         .unwrap();
+    assert_eq!(second.connect().await.unwrap().reachable, 3);
     // Someone else holds masters 0 and 1: the first attempt loses there at once, while its
     // request to master 2 is still on its way.
     set(&nodes[0], &key, "someone-else", ttl);
     set(&nodes[1], &key, "someone-else", ttl);
+    let scripts = |s: &RedisServer| command_calls(s, "evalsha") + command_calls(s, "eval");
+    let before: Vec<u64> = nodes.iter().map(scripts).collect();
     route.delay(Duration::from_millis(400), Duration::ZERO, Duration::ZERO);
     let lost = tokio::spawn(async move { first.acquire_as("r", "worker-7", ttl).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Lost on masters 0 and 1 (however late the task started), and not yet on master 2.
+    assert!(
+        eventually(Duration::from_secs(2), || (0..2)
+            .all(|i| scripts(&nodes[i]) > before[i]))
+        .await,
+        "the first attempt never reached masters 0 and 1"
+    );
     // Master 1 falls free; another task's attempt under the same owner wins masters 1 and 2
     // before the first attempt's request reaches master 2.
     del(&nodes[1], &key);

@@ -252,7 +252,7 @@ async fn fenced_acquires_and_extends_on_a_restarted_master_need_one_round_trip()
     let mut nodes = RedisNodes::spawn_with(1, &RedisServer::builder().aof(true)).unwrap();
     let proxy = FaultProxy::start(nodes[0].addr()).unwrap();
     let rl = Redlock::builder([proxy.url()])
-        .node_timeout(Duration::from_millis(400))
+        .node_timeout(Duration::from_secs(3))
         .fencing(true)
         .build()
         .unwrap();
@@ -260,13 +260,6 @@ async fn fenced_acquires_and_extends_on_a_restarted_master_need_one_round_trip()
 
     // The master keeps its keys (AOF) but forgets its scripts.
     nodes[0].restart().unwrap();
-    // One round trip (200 ms) fits the node timeout; the three of a NOSCRIPT fallback
-    // (EVALSHA, SCRIPT LOAD, EVALSHA) do not.
-    proxy.delay(
-        Duration::from_millis(100),
-        Duration::from_millis(100),
-        Duration::ZERO,
-    );
     let mut connected = false;
     for _ in 0..20 {
         if rl.connect().await.is_ok() {
@@ -277,9 +270,23 @@ async fn fenced_acquires_and_extends_on_a_restarted_master_need_one_round_trip()
     }
     assert!(connected, "the client reconnects to the restarted master");
 
+    // One round trip each: the scripts were loaded with the connection, so neither request
+    // meets a NOSCRIPT and falls back to loading them (EVALSHA, SCRIPT LOAD, EVALSHA).
+    let loads_before = command_calls(&nodes[0], "script|load");
     lock.extend(TTL).await.unwrap();
     let fenced = rl.try_acquire("fresh", TTL).await.unwrap();
     assert!(fenced.fencing_token().is_some_and(|fence| fence > 0));
+    assert!(loads_before > 0, "the connection loaded the scripts");
+    assert_eq!(command_calls(&nodes[0], "script|load"), loads_before);
+    assert_eq!(noscript_errors(&nodes[0]), 0);
+}
+
+/// How many replies `server` has given a NOSCRIPT error since it started.
+fn noscript_errors(server: &RedisServer) -> u64 {
+    let info: String = query(server, redis::cmd("INFO").arg("errorstats"));
+    info.lines()
+        .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
+        .map_or(0, |count| count.trim().parse().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use quorumlock::{Lock, Redlock};
-use quorumlock_testkit::{FaultProxy, RedisNodes};
+use quorumlock_testkit::{FaultProxy, RedisNodes, RedisServer};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -159,16 +159,21 @@ async fn a_lost_attempt_with_a_later_number_never_takes_over_a_grant_won_after_i
 
     // The winner's attempt draws its number first: refused on master 0, granted on master 2,
     // its request to master 1 on its way.
+    // Each step waits until the masters have run what it sent (however late its task started),
+    // well within the routes' delays.
+    let scripts = |s: &RedisServer| command_calls(s, "evalsha") + command_calls(s, "eval");
+    let before: Vec<u64> = nodes.iter().map(scripts).collect();
+    let ran = |on: &[(usize, u64)]| on.iter().all(|&(i, n)| scripts(&nodes[i]) >= before[i] + n);
     let winning = tokio::spawn(async move { winner.acquire_as("r", "worker-7", TTL).await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(eventually(Duration::from_secs(2), || ran(&[(0, 1), (2, 1)])).await);
     // The loser's attempt draws the next number: refused on masters 0 and 1 at once, lost; its
     // request to master 2 is still on its way.
     let losing = tokio::spawn(async move {
         let lost = loser.acquire_as("r", "worker-7", TTL).await;
         (loser, lost)
     });
+    assert!(eventually(Duration::from_secs(2), || ran(&[(0, 2), (1, 1)])).await);
     // Master 1 falls free before the winner's request lands there.
-    tokio::time::sleep(Duration::from_millis(150)).await;
     del(&nodes[1], &key);
     let lock = winning.await.unwrap().unwrap();
     let token = lock.token().expose().to_owned();

@@ -322,8 +322,9 @@ async fn an_extend_within_the_line_is_honoured_by_the_head() {
     let res = "stretch-extend-honoured";
     let key = lock_key(res);
     let holder = client(&nodes);
+    // Long enough to outlast the waiter's arrival in line on a loaded machine.
     let mut lock = holder
-        .acquire(res, Duration::from_millis(400))
+        .acquire(res, Duration::from_millis(1000))
         .await
         .unwrap();
     let waiter = Redlock::builder(nodes.urls())
@@ -336,7 +337,7 @@ async fn an_extend_within_the_line_is_honoured_by_the_head() {
         .unwrap();
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
     waiters_in_line(&nodes, &key, 1).await;
-    lock.extend(Duration::from_millis(1500)).await.unwrap();
+    lock.extend(Duration::from_millis(2000)).await.unwrap();
     let deadline = lock.deadline();
     let w = tokio::time::timeout(Duration::from_secs(10), w_task).await;
     if let Ok(Ok((at, Ok(_)))) = w {

@@ -157,8 +157,9 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
     let k = keys("rv-handoff");
     assert!(bare_set_nx(&mut c, &k.key, "X", 5_000));
     // W1 first with a short entry, W2 behind with a longer one: the line outlasts W1's entry.
-    assert_eq!(attempt(&mut c, &[&k], "T1", 400, "w1", 1, 300), -2);
-    assert_eq!(attempt(&mut c, &[&k], "T2", 400, "w2", 2, 600), -2);
+    // (Both long enough to outlast the steps up to the release on a loaded machine.)
+    assert_eq!(attempt(&mut c, &[&k], "T1", 400, "w1", 1, 1_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], "T2", 400, "w2", 2, 2_000), -2);
     assert!(
         record(&mut c, &k).is_none(),
         "the line never outlasted X's own TTL"
@@ -216,7 +217,7 @@ fn an_elected_key_stretched_keeps_its_record_and_refuses_a_late_renewal() {
     let server = RedisServer::spawn().unwrap();
     let mut c = direct(&server);
     let k = keys("rv-elected");
-    set(&server, &k.key, "~elected:L", Duration::from_millis(300));
+    set(&server, &k.key, "~elected:L", Duration::from_millis(1_000));
     assert_eq!(attempt(&mut c, &[&k], "C", 400, "c1", 1, 3_000), -2);
     let (tok, _, stretched) = record(&mut c, &k).unwrap();
     assert_eq!(
