@@ -173,34 +173,55 @@ async fn the_wait_for_replicas_shortens_the_validity() {
         v.replica.pause().unwrap();
     }
     let resume_after = Duration::from_millis(400);
-    let (resumed_at, acquired_at, lock) = std::thread::scope(|scope| {
+    // A grant is a SET or a script on a primary; the wait for its replica follows.
+    let grants = |v: &Voter| {
+        ["set", "evalsha", "eval"]
+            .iter()
+            .map(|command| command_calls(&v.primary, command))
+            .sum::<u64>()
+    };
+    let before: Vec<u64> = voters.iter().map(grants).collect();
+    let (granted_at, resumed_at, acquired_at, lock) = std::thread::scope(|scope| {
         let resuming = scope.spawn(|| {
+            // Once a quorum of primaries has granted, the attempt has started: from then on,
+            // the replicas stay paused a while longer.
+            let granted = || {
+                (0..voters.len())
+                    .filter(|&i| grants(&voters[i]) > before[i])
+                    .count()
+            };
+            while granted() < 2 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let granted_at = Instant::now();
             std::thread::sleep(resume_after);
             // No replica can confirm before this instant.
-            let at = Instant::now();
+            let resumed_at = Instant::now();
             for v in &voters {
                 v.replica.resume().unwrap();
             }
-            at
+            (granted_at, resumed_at)
         });
         let lock = tokio::task::block_in_place(|| {
             tokio::runtime::Handle::current().block_on(rl.acquire("ledger", TTL))
         })
         .unwrap();
-        (resuming.join().unwrap(), Instant::now(), lock)
+        let (granted_at, resumed_at) = resuming.join().unwrap();
+        (granted_at, resumed_at, Instant::now(), lock)
     });
     assert!(
         acquired_at >= resumed_at,
         "acquired {:?} before the replicas resumed",
         resumed_at - acquired_at
     );
-    // Measured from the attempt's start, which came before the replicas resumed: the wait for
-    // them is gone from it. (Measured from the wait's end, it would reach past this.)
+    // Measured from the attempt's start, before a quorum granted: the wait for the replicas is
+    // gone from it. (Measured from the wait's end, past the resume, it would reach past this
+    // by the 400 ms the replicas stayed paused after the grants.)
     let drift = TTL.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + Duration::from_millis(2);
     assert!(
-        lock.deadline() < resumed_at + TTL - drift,
-        "the validity runs {:?} past the replicas' resume, a whole TTL less the drift",
-        lock.deadline() - resumed_at
+        lock.deadline() < granted_at + TTL - drift,
+        "the validity runs {:?} past the grants, a whole TTL less the drift",
+        lock.deadline() - granted_at
     );
     lock.release().await.unwrap();
 }

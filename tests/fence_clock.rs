@@ -166,5 +166,8 @@ async fn a_master_clock_ahead_by_more_than_the_grace_repeats_a_fence() {
         assert!(f2 <= f1, "{f2} after {f1}: the control saw no repeat");
         return;
     }
-    panic!("in 10 tries the first holder never took the fast master's floor by S + 0.7 s");
+    panic!(
+        "in 10 tries the setup never held: the first holder never took the fast master's floor \
+         by S + 0.7 s with the next holder done by S + 3 s"
+    );
 }

@@ -99,14 +99,14 @@ async fn the_loss_signal_fires_before_the_deadline_when_three_of_five_masters_ar
                     signal.renewals(),
                 )
             }));
-            // Another wakes at the deadline and reads whether the loss was signalled by then:
-            // a stall of that task only reads it later, while the watcher's instant would move
-            // past the deadline with a stall of its own.
+            // Another wakes just before the deadline and reads whether the loss was signalled by
+            // then: a stall of that task only reads it later, while the watcher's instant would
+            // move past the deadline with a stall of its own.
             let at_deadline = held.clone();
             *checker.lock().unwrap() = Some(tokio::spawn(async move {
                 loop {
                     let deadline = at_deadline.deadline();
-                    tokio::time::sleep_until(deadline.into()).await;
+                    tokio::time::sleep_until((deadline - Duration::from_millis(1)).into()).await;
                     if at_deadline.deadline() == deadline {
                         return at_deadline.loss();
                     }
@@ -155,7 +155,7 @@ async fn the_loss_signal_fires_before_the_deadline_when_three_of_five_masters_ar
     assert_eq!(
         loss_by_deadline,
         Some(LossReason::NotRenewed),
-        "the loss was not signalled by the deadline (the watcher saw it {:?} past it)",
+        "the loss was not signalled before the deadline (the watcher saw it {:?} past it)",
         fired.saturating_duration_since(deadline)
     );
     let margin = deadline.saturating_duration_since(fired);

@@ -218,6 +218,8 @@ async fn an_owners_lost_attempt_still_on_its_way_never_takes_over_a_later_grant(
     let scripts = |s: &RedisServer| command_calls(s, "evalsha") + command_calls(s, "eval");
     let before: Vec<u64> = nodes.iter().map(scripts).collect();
     route.delay(Duration::from_millis(400), Duration::ZERO, Duration::ZERO);
+    // What the route has passed on to master 2: nothing new until the first's request lands.
+    let first_sent = route.stats().bytes_up;
     let lost = tokio::spawn(async move { first.acquire_as("r", "worker-7", ttl).await });
     // Lost on masters 0 and 1 (however late the task started), and not yet on master 2.
     assert!(
@@ -230,6 +232,11 @@ async fn an_owners_lost_attempt_still_on_its_way_never_takes_over_a_later_grant(
     // before the first attempt's request reaches master 2.
     del(&nodes[1], &key);
     let lock = second.acquire_as("r", "worker-7", ttl).await.unwrap();
+    assert_eq!(
+        route.stats().bytes_up,
+        first_sent,
+        "the first attempt reached master 2 before the second won: the scenario did not happen"
+    );
     let token = lock.token().expose().to_owned();
     assert_eq!(holders(&nodes, &key, &token), 2);
     assert!(lost.await.unwrap().is_err());

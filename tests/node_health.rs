@@ -273,12 +273,18 @@ async fn fenced_acquires_and_extends_on_a_restarted_master_need_one_round_trip()
     // One round trip each: the scripts were loaded with the connection, so neither request
     // meets a NOSCRIPT and falls back to loading them (EVALSHA, SCRIPT LOAD, EVALSHA).
     let loads_before = command_calls(&nodes[0], "script|load");
+    let scripts_before = command_calls(&nodes[0], "evalsha");
     lock.extend(TTL).await.unwrap();
     let fenced = rl.try_acquire("fresh", TTL).await.unwrap();
     assert!(fenced.fencing_token().is_some_and(|fence| fence > 0));
     assert!(loads_before > 0, "the connection loaded the scripts");
     assert_eq!(command_calls(&nodes[0], "script|load"), loads_before);
     assert_eq!(noscript_errors(&nodes[0]), 0);
+    assert_eq!(
+        command_calls(&nodes[0], "evalsha") - scripts_before,
+        2,
+        "one script call each for the extend and the acquire"
+    );
 }
 
 /// How many replies `server` has given a NOSCRIPT error since it started.

@@ -164,6 +164,8 @@ async fn a_lost_attempt_with_a_later_number_never_takes_over_a_grant_won_after_i
     let scripts = |s: &RedisServer| command_calls(s, "evalsha") + command_calls(s, "eval");
     let before: Vec<u64> = nodes.iter().map(scripts).collect();
     let ran = |on: &[(usize, u64)]| on.iter().all(|&(i, n)| scripts(&nodes[i]) >= before[i] + n);
+    // What the winner's route has passed on to master 1: nothing new until its request lands.
+    let winner_sent = winner_route.stats().bytes_up;
     let winning = tokio::spawn(async move { winner.acquire_as("r", "worker-7", TTL).await });
     assert!(eventually(Duration::from_secs(2), || ran(&[(0, 1), (2, 1)])).await);
     // The loser's attempt draws the next number: refused on masters 0 and 1 at once, lost; its
@@ -175,6 +177,11 @@ async fn a_lost_attempt_with_a_later_number_never_takes_over_a_grant_won_after_i
     assert!(eventually(Duration::from_secs(2), || ran(&[(0, 2), (1, 1)])).await);
     // Master 1 falls free before the winner's request lands there.
     del(&nodes[1], &key);
+    assert_eq!(
+        winner_route.stats().bytes_up,
+        winner_sent,
+        "the winner's request reached master 1 before it fell free: the scenario did not happen"
+    );
     let lock = winning.await.unwrap().unwrap();
     let token = lock.token().expose().to_owned();
     println!("won {token} at {:?}", values(&nodes, &key));

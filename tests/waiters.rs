@@ -45,12 +45,13 @@ fn pubsub_connections(server: &RedisServer) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn waiters_wake_on_release_far_sooner_than_the_retry_delay() {
     let nodes = five();
-    let retry_delay = Duration::from_millis(500);
+    // A waiter in line polls every retry delay, or every third of its entry lease (10 node
+    // timeouts) if that is sooner: every 3.3 s here, so that polls, which count as retries not
+    // woken by a release, stay few however slow the run.
+    let retry_delay = Duration::from_millis(3500);
     let clients: Vec<Redlock> = (0..8)
         .map(|_| {
             builder(&nodes)
-                // A place in line renewed every 3.3 s (a third of its 10 s lease): no renewal, which counts
-                // as an attempt not woken by a release, fits in the run however slow it is.
                 .node_timeout(Duration::from_secs(1))
                 .retry_delay(retry_delay)
                 .retry_jitter(Duration::ZERO)
@@ -153,9 +154,10 @@ async fn waiters_wake_on_release_far_sooner_than_the_retry_delay() {
 #[tokio::test(flavor = "multi_thread")]
 async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leave_it_when_done() {
     let nodes = five();
-    // Places in line renewed every 3.3 s (a third of a 10 s entry lease): none between taking
-    // a place and the hand-off. The holder's releases reserve a key as long (its own entry
-    // lease), far more than the node timeout a handed lock must have left to be held.
+    // Waiters poll every 2 s (the retry delay, under a third of a 10 s entry lease): none
+    // between taking a place and the hand-off. The holder's releases reserve a key for the
+    // head as long as its own entry lease, far more than the node timeout a handed lock must
+    // have left to be held.
     let holder = builder(&nodes)
         .node_timeout(Duration::from_secs(1))
         .build()

@@ -60,7 +60,7 @@ async fn a_bare_set_never_takes_a_key_whose_holder_lapsed_while_somebody_waits()
     // machine; the grants still on their way when the lock returns land before the waiter.
     holder.connect().await.unwrap();
     let held = holder
-        .acquire(res, Duration::from_millis(600))
+        .acquire(res, Duration::from_millis(1500))
         .await
         .unwrap();
     let lease_end = held.deadline();
@@ -68,7 +68,9 @@ async fn a_bare_set_never_takes_a_key_whose_holder_lapsed_while_somebody_waits()
     assert!(
         eventually(Duration::from_secs(1), || holders(&nodes, &key, &token)
             == 5)
-        .await
+        .await,
+        "the holder's grant never reached every master: {:?}",
+        values(&nodes, &key)
     );
     std::mem::forget(held);
     let waiter = slow_polling_waiter(&nodes);
@@ -217,14 +219,16 @@ async fn a_holder_past_its_lease_cannot_extend_a_key_kept_for_the_line() {
     // Connected first, and granted on every master before the waiter comes (see above).
     holder.connect().await.unwrap();
     let held = holder
-        .acquire(res, Duration::from_millis(500))
+        .acquire(res, Duration::from_millis(1500))
         .await
         .unwrap();
     let token = held.token().expose().to_owned();
     assert!(
         eventually(Duration::from_secs(1), || holders(&nodes, &key, &token)
             == 5)
-        .await
+        .await,
+        "the holder's grant never reached every master: {:?}",
+        values(&nodes, &key)
     );
     let waiter = slow_polling_waiter(&nodes);
     let w_task = tokio::spawn(async move { waiter.acquire(res, Duration::from_secs(5)).await });

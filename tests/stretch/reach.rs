@@ -464,11 +464,8 @@ async fn mixed_leases_dead_waiters_and_late_renewals_never_give_two_holders() {
     let bad = overlapping(&holds);
     eprintln!("{} holds", holds.len());
     assert!(bad.is_empty(), "TWO HOLDERS: {bad:#?}");
-    assert!(
-        holds.len() >= 20,
-        "too few holds to mean anything: {}",
-        holds.len()
-    );
+    let held = holds.iter().filter(|h| h.from < h.until).count();
+    assert!(held >= 20, "too few holds to mean anything: {held}");
     // Nothing left forever: every key of the resource gone within its longest TTL plus
     // twice the longest entry lease (5 s) after everybody is done.
     crate::nothing_left(&nodes, res, Duration::from_secs(15)).await;
