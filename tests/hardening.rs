@@ -191,12 +191,25 @@ async fn a_resource_named_like_another_resources_fence_counter_is_a_lock_of_its_
     // `x:fence` is a resource like any other (key layout 3, a name without a hash tag): its keys
     // are `x:fence` and `{x:fence}:fence`, apart from x's `{x}:fence`. It is held while x is held, and taking and releasing it
     // leaves x's lock and x's counter as they were.
+    // The first release returned at a quorum too: until the last master's lands, that master
+    // rightly refuses the next grant of x.
+    assert!(
+        eventually(Duration::from_secs(2), || present(&nodes, &lock_key("x"))
+            == 0)
+        .await,
+        "the first release never reached every master: {:?}",
+        values(&nodes, &lock_key("x"))
+    );
     let x = rl.acquire("x", LONG).await.unwrap();
     let x_fence = x.fencing_token().unwrap();
     assert!(x_fence > fence);
     // (acquire returns once a quorum granted: the last grant may still be on its way.)
     let everywhere = || holders(&nodes, &lock_key("x"), x.token().expose()) == 3;
-    assert!(eventually(Duration::from_secs(2), everywhere).await);
+    assert!(
+        eventually(Duration::from_secs(2), everywhere).await,
+        "x's grant never reached every master: {:?}",
+        values(&nodes, &lock_key("x"))
+    );
     let before = counters();
     let named = rl.try_acquire("x:fence", LONG).await.unwrap();
     let named_fence = named.fencing_token().unwrap().to_string();
