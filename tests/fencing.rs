@@ -135,6 +135,14 @@ async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_pr
     // The second round raised masters 1 and 2 to A's fence: a quorum now holds it.
     assert_eq!(counters(&nodes, key), ahead([6, 6, 6, 1, 1]).to_vec());
     lock_a.release().await.unwrap();
+    // (The release returned at a quorum: master 2's may still be on its way, and B needs it.)
+    assert!(
+        eventually(Duration::from_secs(2), || (0..3)
+            .all(|i| get(&nodes[i], key).is_none()))
+        .await,
+        "A's release never reached masters 0 to 2: {:?}",
+        values(&nodes, key)
+    );
     for i in [3, 4] {
         del(&nodes[i], key);
     }

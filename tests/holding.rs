@@ -239,10 +239,15 @@ async fn with_lock_stops_at_the_next_renewal_when_a_quorum_no_longer_holds_the_t
         3,
         "the newcomer's keys are untouched"
     );
-    assert_eq!(
-        present(&nodes, &lock_key("taken-over")),
-        3,
-        "its own keys were released"
+    // (The release returned at a quorum: the last master's may still be on its way.)
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("taken-over")
+        ) == 3)
+        .await,
+        "its own keys were not released: {:?}",
+        values(&nodes, &lock_key("taken-over"))
     );
 }
 
@@ -379,5 +384,13 @@ async fn max_hold_stops_the_body_and_returns_lost_with_the_hold_limit() {
     assert!(!err.is_retriable());
     assert!(took >= max_hold, "{took:?}");
     assert!(took < TTL, "{took:?}");
-    assert_eq!(present(&nodes, &lock_key("capped")), 0);
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("capped")
+        ) == 0)
+        .await,
+        "{:?}",
+        values(&nodes, &lock_key("capped"))
+    );
 }

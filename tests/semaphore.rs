@@ -208,7 +208,15 @@ async fn separate_clients_never_hold_more_than_k_permits_and_use_all_k() {
     let most = most.load(Ordering::SeqCst);
     assert!(most <= K as usize, "{most} holders of {K} permits at once");
     assert_eq!(most, K as usize, "eight clients never filled the {K} slots");
-    assert_eq!(queued_anywhere(&nodes, "pool", K), 0);
+    // (A holder leaves the other lines in the background.)
+    assert!(
+        eventually(Duration::from_secs(5), || queued_anywhere(
+            &nodes, "pool", K
+        ) == 0)
+        .await,
+        "{} entries left in line",
+        queued_anywhere(&nodes, "pool", K)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -35,6 +35,16 @@ async fn stats_count_attempts_grants_contention_and_node_errors() {
     let s = rl.stats();
     assert_eq!((s.attempts, s.acquired, s.contended), (4, 1, 3));
     lock.release().await.unwrap();
+    // (The release returned at a quorum; the next acquire needs it on 3 of the 4 left.)
+    assert!(
+        eventually(Duration::from_secs(2), || present(
+            &nodes,
+            &lock_key("counted")
+        ) == 0)
+        .await,
+        "{:?}",
+        values(&nodes, &lock_key("counted"))
+    );
 
     nodes[4].kill().unwrap();
     rl.acquire("counted", TTL)

@@ -114,8 +114,13 @@ async fn acquire_many_over_slots_of_cluster_voters_is_all_or_nothing_per_voter()
         );
     }
     many.release().await.unwrap();
+    // (The release returns once a quorum answered: the last voter's may still be on its way.)
     for cluster in &clusters[1..] {
-        assert_eq!(keys_in(cluster), BTreeSet::new());
+        assert!(
+            eventually(|| keys_in(cluster).is_empty()).await,
+            "left on a granting voter: {:?}",
+            keys_in(cluster)
+        );
     }
 
     // Held on two voters: no quorum, and nothing of the attempt left anywhere.
@@ -332,8 +337,17 @@ async fn every_primitive_works_on_every_voter_kind_and_mixed() {
         keys.remove(&fence);
         keys
     };
-    assert_eq!(left(keys_in(&cluster)), BTreeSet::new());
-    assert_eq!(left(keys_on(&master.url())), BTreeSet::new());
+    // (Each release returned at a quorum: the last voter's may still be on its way.)
+    assert!(
+        eventually(|| left(keys_in(&cluster)).is_empty()).await,
+        "{:?}",
+        left(keys_in(&cluster))
+    );
+    assert!(
+        eventually(|| left(keys_on(&master.url())).is_empty()).await,
+        "{:?}",
+        left(keys_on(&master.url()))
+    );
 }
 
 /// The wait line, a semaphore, a read-write lock and an election over `urls`.
