@@ -234,7 +234,9 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
         return Err(format!("inspect shows no waiter: {status:?}"));
     }
     let released = lock.release().await.map_err(|e| format!("release: {e}"))?;
-    if released.deleted < rl.quorum() {
+    // A quorum of answers, and the key deleted on at least one: a master the grant never
+    // reached (a loaded machine) answers "absent", and may answer first.
+    if released.deleted == 0 || released.deleted + released.absent < rl.quorum() {
         return Err(format!("release deleted {released:?}"));
     }
     let handed = match waiting.await {
@@ -784,7 +786,22 @@ mod tls {
             .await
             .unwrap_err()
             .is_contention());
-        assert!(lock.release().await.unwrap().deleted >= 2);
+        // The release returns at a quorum of answers, a master the grant never reached
+        // answering "absent": the keys themselves are checked once the rest has landed.
+        let released = lock.release().await.unwrap();
+        assert!(
+            released.deleted >= 1 && released.deleted + released.absent >= 2,
+            "{released:?}"
+        );
+        let gone = || {
+            servers
+                .iter()
+                .all(|s| get(&s.server, &lock_key("tls:job")).is_none())
+        };
+        assert!(
+            eventually(Duration::from_secs(2), gone).await,
+            "the release over TLS left the key behind"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread")]
