@@ -46,15 +46,7 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
     held.release().await.unwrap();
     // The release returned at a quorum: a master it has not reached yet would rightly refuse
     // the whole multi-key grant there.
-    assert!(
-        eventually(Duration::from_secs(2), || present(
-            &nodes,
-            &lock_key("acct:2")
-        ) == 0)
-        .await,
-        "the other holder's release never reached every master: {:?}",
-        values(&nodes, &lock_key("acct:2"))
-    );
+    assert_gone_everywhere(&nodes, &lock_key("acct:2")).await;
     let mut lock = rl.acquire_many(&["acct:1", "acct:2"], TTL).await.unwrap();
     assert_eq!(lock.resources(), ["acct:1", "acct:2"]);
     let token = lock.token().expose().to_owned();

@@ -384,13 +384,5 @@ async fn max_hold_stops_the_body_and_returns_lost_with_the_hold_limit() {
     assert!(!err.is_retriable());
     assert!(took >= max_hold, "{took:?}");
     assert!(took < TTL, "{took:?}");
-    assert!(
-        eventually(Duration::from_secs(2), || present(
-            &nodes,
-            &lock_key("capped")
-        ) == 0)
-        .await,
-        "{:?}",
-        values(&nodes, &lock_key("capped"))
-    );
+    assert_gone_everywhere(&nodes, &lock_key("capped")).await;
 }

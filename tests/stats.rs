@@ -36,15 +36,7 @@ async fn stats_count_attempts_grants_contention_and_node_errors() {
     assert_eq!((s.attempts, s.acquired, s.contended), (4, 1, 3));
     lock.release().await.unwrap();
     // (The release returned at a quorum; the next acquire needs it on 3 of the 4 left.)
-    assert!(
-        eventually(Duration::from_secs(2), || present(
-            &nodes,
-            &lock_key("counted")
-        ) == 0)
-        .await,
-        "{:?}",
-        values(&nodes, &lock_key("counted"))
-    );
+    assert_gone_everywhere(&nodes, &lock_key("counted")).await;
 
     nodes[4].kill().unwrap();
     rl.acquire("counted", TTL)

@@ -118,6 +118,16 @@ pub fn assert_quorum_keeps(
     );
 }
 
+/// Waits (up to 2 s) until no master holds `key`, and panics naming what they hold if one
+/// still does: a release returns once a quorum answered, and the rest lands after it.
+pub async fn assert_gone_everywhere(nodes: &RedisNodes, key: &str) {
+    assert!(
+        eventually(Duration::from_secs(2), || present(nodes, key) == 0).await,
+        "{key} left behind: {:?}",
+        values(nodes, key)
+    );
+}
+
 /// Sets `key` to `value` on `server` with a TTL, as another client would.
 pub fn set(server: &RedisServer, key: &str, value: &str, ttl: Duration) {
     let _: () = redis::cmd("SET")

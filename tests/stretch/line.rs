@@ -24,6 +24,16 @@ fn slow_polling_waiter(nodes: &RedisNodes) -> Redlock {
         .unwrap()
 }
 
+/// Waits (up to 1 s) until every master holds `token` at `key`: a lock returns once a quorum
+/// granted, and the rest lands after it.
+async fn granted_everywhere(nodes: &RedisNodes, key: &str, token: &str) {
+    assert!(
+        eventually(Duration::from_secs(1), || holders(nodes, key, token) == 5).await,
+        "the holder's grant never reached every master: {:?}",
+        values(nodes, key)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_uncontended_cycle_costs_each_master_one_set_and_one_script() {
     let nodes = five();
@@ -65,13 +75,7 @@ async fn a_bare_set_never_takes_a_key_whose_holder_lapsed_while_somebody_waits()
         .unwrap();
     let lease_end = held.deadline();
     let token = held.token().expose().to_owned();
-    assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, &key, &token)
-            == 5)
-        .await,
-        "the holder's grant never reached every master: {:?}",
-        values(&nodes, &key)
-    );
+    granted_everywhere(&nodes, &key, &token).await;
     std::mem::forget(held);
     let waiter = slow_polling_waiter(&nodes);
     let w_task = tokio::spawn(async move {
@@ -233,13 +237,7 @@ async fn a_holder_past_its_lease_cannot_extend_a_key_kept_for_the_line() {
         .await
         .unwrap();
     let token = held.token().expose().to_owned();
-    assert!(
-        eventually(Duration::from_secs(1), || holders(&nodes, &key, &token)
-            == 5)
-        .await,
-        "the holder's grant never reached every master: {:?}",
-        values(&nodes, &key)
-    );
+    granted_everywhere(&nodes, &key, &token).await;
     let waiter = slow_polling_waiter(&nodes);
     let w_task = tokio::spawn(async move { waiter.acquire(res, Duration::from_secs(5)).await });
     waiters_in_line(&nodes, &key, 1).await;
