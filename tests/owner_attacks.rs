@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use quorumlock::{Lock, Redlock};
-use quorumlock_testkit::{FaultProxy, RedisNodes, RedisServer};
+use quorumlock_testkit::{FaultProxy, RedisNodes};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -161,9 +161,11 @@ async fn a_lost_attempt_with_a_later_number_never_takes_over_a_grant_won_after_i
     // its request to master 1 on its way.
     // Each step waits until the masters have run what it sent (however late its task started),
     // well within the routes' delays.
-    let scripts = |s: &RedisServer| command_calls(s, "evalsha") + command_calls(s, "eval");
-    let before: Vec<u64> = nodes.iter().map(scripts).collect();
-    let ran = |on: &[(usize, u64)]| on.iter().all(|&(i, n)| scripts(&nodes[i]) >= before[i] + n);
+    let before: Vec<u64> = nodes.iter().map(script_calls).collect();
+    let ran = |on: &[(usize, u64)]| {
+        on.iter()
+            .all(|&(i, n)| script_calls(&nodes[i]) >= before[i] + n)
+    };
     // What the winner's route has passed on to master 1: nothing new until its request lands.
     let winner_sent = winner_route.stats().bytes_up;
     let winning = tokio::spawn(async move { winner.acquire_as("r", "worker-7", TTL).await });

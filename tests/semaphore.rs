@@ -12,6 +12,19 @@ use quorumlock_testkit::RedisNodes;
 
 const TTL: Duration = Duration::from_secs(10);
 
+/// Waits (up to 5 s) until none of the `permits` slots of `resource` has anybody in line on
+/// any master: a holder leaves the other slots' lines in the background.
+async fn nothing_queued(nodes: &RedisNodes, resource: &str, permits: u32) {
+    assert!(
+        eventually(Duration::from_secs(5), || queued_anywhere(
+            nodes, resource, permits
+        ) == 0)
+        .await,
+        "{} entries left in line",
+        queued_anywhere(nodes, resource, permits)
+    );
+}
+
 /// How many entries the lines of the K slots of `resource` have, over every master (a slot
 /// is the resource `<resource>:permit:<i>`, its line `{<resource>:permit:<i>}:queue`).
 fn queued_anywhere(nodes: &RedisNodes, resource: &str, permits: u32) -> usize {
@@ -122,14 +135,7 @@ async fn a_waiter_takes_whichever_slot_is_released_first_and_leaves_the_other_li
     assert_eq!(permit.slot(), slot);
     assert!(waiter.stats().wakeups >= 1, "{:?}", waiter.stats());
     // The waiter left the lines of the slots it did not get.
-    assert!(
-        eventually(Duration::from_secs(5), || queued_anywhere(
-            &nodes, "crawl", K
-        ) == 0)
-        .await,
-        "lines left behind: {}",
-        queued_anywhere(&nodes, "crawl", K)
-    );
+    nothing_queued(&nodes, "crawl", K).await;
     // The others' slots are untouched: their holders can still extend.
     for p in &mut held {
         p.extend(TTL).await.unwrap();
@@ -209,14 +215,7 @@ async fn separate_clients_never_hold_more_than_k_permits_and_use_all_k() {
     assert!(most <= K as usize, "{most} holders of {K} permits at once");
     assert_eq!(most, K as usize, "eight clients never filled the {K} slots");
     // (A holder leaves the other lines in the background.)
-    assert!(
-        eventually(Duration::from_secs(5), || queued_anywhere(
-            &nodes, "pool", K
-        ) == 0)
-        .await,
-        "{} entries left in line",
-        queued_anywhere(&nodes, "pool", K)
-    );
+    nothing_queued(&nodes, "pool", K).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

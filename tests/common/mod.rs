@@ -258,6 +258,11 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
         .map_or(0, |calls| calls.parse().unwrap())
 }
 
+/// How many scripts `server` has run (`EVALSHA` and `EVAL`) since it started.
+pub fn script_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "evalsha") + command_calls(server, "eval")
+}
+
 /// Proxies in front of every master, all passing.
 pub fn proxies(nodes: &RedisNodes) -> Vec<FaultProxy> {
     nodes
