@@ -274,8 +274,20 @@ fn masters_without_docker(block: &Block) -> usize {
         .iter()
         .map(|p| format!("redis-cli -p {p} shutdown nosave >/dev/null 2>&1"))
         .collect();
+    // `--daemonize yes` returns before the server listens: wait (up to 10 s each) until each
+    // answers.
+    let ready: Vec<String> = ports
+        .iter()
+        .map(|p| {
+            format!(
+                "for _ in $(seq 100); do [ \"$(redis-cli -p {p} ping 2>/dev/null)\" = PONG ] \
+                 && break; sleep 0.1; done"
+            )
+        })
+        .collect();
     let script = format!(
-        "{script}\nsleep 0.5\nquorumlock status masters-without-docker; code=$?\n{}\nexit $code",
+        "{script}\n{}\nquorumlock status masters-without-docker; code=$?\n{}\nexit $code",
+        ready.join("\n"),
         shutdown.join("\n")
     );
     run(

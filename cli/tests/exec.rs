@@ -7,7 +7,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{exec, quorumlock, text, wait_for_file, wait_until, Witness};
+use common::{
+    exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until, Witness,
+};
 use quorumlock_testkit::RedisNodes;
 
 #[test]
@@ -84,15 +86,36 @@ fn exec_returns_the_commands_exit_code_and_passes_the_resource_and_fence() {
     assert!(second > first, "{first} then {second}: {}", text(&again));
 }
 
+/// Waits until a waiter stands in `resource`'s line on some master: it is waiting, not about
+/// to take the lock after the holder is gone.
+fn in_line(nodes: &RedisNodes, resource: &str) {
+    wait_for_report(
+        || json_status(nodes, resource),
+        "a waiter in line",
+        |r| {
+            r["nodes"].as_array().is_some_and(|nodes| {
+                nodes
+                    .iter()
+                    .any(|n| n["queue"].as_array().is_some_and(|q| !q.is_empty()))
+            })
+        },
+    );
+}
+
 #[test]
 fn exec_exits_with_the_conflict_code_when_the_lock_is_busy() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let started = dir.path().join("started");
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    // The holder holds until told to stop, however long the attempts below take.
     let mut holder = exec(
         &nodes,
         &["--resource", "busy", "--ttl", "3s"],
-        &format!("touch {}; sleep 2", started.display()),
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            started.display(),
+            go.display()
+        ),
     )
     .spawn()
     .unwrap();
@@ -108,9 +131,14 @@ fn exec_exits_with_the_conflict_code_when_the_lock_is_busy() {
         .unwrap();
     assert_eq!(custom.status.code(), Some(9), "{}", text(&custom));
     // Waiting long enough gets it once the holder is done.
-    let waited = exec(&nodes, &["--resource", "busy", "--wait", "10s"], "echo ran")
-        .output()
+    let waiting = exec(&nodes, &["--resource", "busy", "--wait", "10s"], "echo ran")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    in_line(&nodes, "busy");
+    std::fs::write(&go, "").unwrap();
+    let waited = waiting.wait_with_output().unwrap();
     assert_eq!(waited.status.code(), Some(0), "{}", text(&waited));
     assert!(holder.wait().unwrap().success());
 }
@@ -160,7 +188,10 @@ fn exec_sends_sigterm_and_exits_76_when_the_lock_is_lost() {
         termed.display(),
         started.display()
     );
-    let child = exec(&nodes, &["--resource", "lost", "--ttl", "1s"], &script)
+    // A lease of 3 s: at 1 s, each request to a master times out after 50 ms and the loss is
+    // signalled a third of a second before the deadline, which a stall on a loaded machine can
+    // turn into a loss before the command starts, or a SIGKILL before its trap runs.
+    let child = exec(&nodes, &["--resource", "lost", "--ttl", "3s"], &script)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -235,11 +266,16 @@ fn bench_measures_cycles_against_the_given_masters_and_leaves_no_key() {
 fn no_wait_wait_forever_and_negative_durations_behave_like_flock() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let witness = Witness::new();
-    let started = witness.path("started");
+    let (started, go) = (witness.path("started"), witness.path("go"));
+    // The holder holds until told to stop, however long the attempt below takes.
     let mut holder = exec(
         &nodes,
         &["--resource", "habits"],
-        &format!("touch {}; sleep 1.5", started.display()),
+        &format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+            started.display(),
+            go.display()
+        ),
     )
     .spawn()
     .unwrap();
@@ -255,8 +291,13 @@ fn no_wait_wait_forever_and_negative_durations_behave_like_flock() {
         &["--resource", "habits", "-w", "forever"],
         "echo waited",
     )
-    .output()
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
     .unwrap();
+    in_line(&nodes, "habits");
+    std::fs::write(&go, "").unwrap();
+    let forever = forever.wait_with_output().unwrap();
     assert_eq!(forever.status.code(), Some(0), "{}", text(&forever));
     assert_eq!(String::from_utf8_lossy(&forever.stdout).trim(), "waited");
     assert!(holder.wait().unwrap().success());

@@ -8,7 +8,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{exec, quorumlock, text, wait_for_file, wait_until, Witness};
+use common::{
+    exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until, Witness,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use quorumlock_testkit::{RedisNodes, RedisServerBuilder};
@@ -107,6 +109,18 @@ fn permits_that_do_not_match_the_holders_are_refused() {
     .spawn()
     .unwrap();
     assert!(wait_for_file(&started, Duration::from_secs(10)));
+    // The K of the holders is read from their descriptions, written beside their permits while
+    // their commands start.
+    let pid = holder.id();
+    wait_for_report(
+        || json_status(&nodes, "exports"),
+        "the permit holder's description",
+        |r| {
+            r["slots"]
+                .as_array()
+                .is_some_and(|slots| slots.iter().any(|s| s["holder"]["pid"] == pid))
+        },
+    );
 
     let other = exec(
         &nodes,

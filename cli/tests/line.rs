@@ -7,7 +7,10 @@ mod common;
 use std::process::{Child, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
-use common::{exec, quorumlock, text, wait_for_file, wait_until, Witness};
+use common::{
+    every_master, exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
+    Witness,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use quorumlock_testkit::RedisNodes;
@@ -145,6 +148,17 @@ fn wait_for_line(nodes: &RedisNodes, resource: &str, len: usize) -> Value {
     last
 }
 
+/// Waits until every master holds `resource`. The holder's acquire returned at a quorum and
+/// reaches the last master after: a waiter that came there first would be granted there, not
+/// take its place in that master's line.
+fn wait_held_everywhere(nodes: &RedisNodes, resource: &str) {
+    wait_for_report(
+        || json_status(nodes, resource),
+        "the lock on every master",
+        |r| every_master(r, |n| n["state"] == "held"),
+    );
+}
+
 #[test]
 fn status_shows_each_masters_line_in_arrival_order_and_a_key_handed_over_to_its_head() {
     let nodes = RedisNodes::spawn(3).unwrap();
@@ -155,6 +169,7 @@ fn status_shows_each_masters_line_in_arrival_order_and_a_key_handed_over_to_its_
         &witness.path("holder.started"),
         Duration::from_secs(10)
     ));
+    wait_held_everywhere(&nodes, "report");
 
     // Entry leases of ten node timeouts: 10 s with a 30 s TTL.
     let waiter = |name: &str| {
@@ -281,6 +296,7 @@ fn status_and_list_say_a_key_is_handed_over_to_the_waiter_it_names() {
         &witness.path("holder.started"),
         Duration::from_secs(10)
     ));
+    wait_held_everywhere(&nodes, "job");
     let waiting = procs.start(exec(
         &nodes,
         &["--resource", "job", "--ttl", "30s", "--wait", "30s"],
@@ -345,6 +361,7 @@ fn eight_exec_processes_waiting_for_one_resource_run_one_at_a_time_in_arrival_or
         &witness.path("holder.started"),
         Duration::from_secs(10)
     ));
+    wait_held_everywhere(&nodes, "R");
 
     // Each starts once the one before it has taken its place in line on every master.
     let mut ids = Vec::new();

@@ -9,7 +9,10 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{exec, quorumlock, text, wait_for_file, wait_until, Witness};
+use common::{
+    every_master, exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
+    Witness,
+};
 use quorumlock_testkit::RedisNodes;
 
 const PASSWORD: &str = "s3cret-readme-acl";
@@ -156,6 +159,16 @@ fn list_under_the_readme_acl_shows_a_held_and_a_read_held_lock() {
             &[&prefix[..], &["--resource", "catalog", "--read"]].concat(),
         ),
     ];
+    // The read hold returned at a quorum: the last master gets it just after.
+    wait_for_report(
+        || {
+            let mut cmd = json_status(&nodes, "catalog");
+            cmd.args(prefix);
+            cmd
+        },
+        "the reader on every master",
+        |r| every_master(r, |n| n["readers"] == 1),
+    );
     let out = run(quorumlock(&nodes)
         .env("QUORUMLOCK_NODES", acl_urls(&nodes))
         .arg("list")

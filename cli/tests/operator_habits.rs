@@ -9,7 +9,10 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{exec, quorumlock, text, wait_for_file, wait_until, Witness};
+use common::{
+    every_master, exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
+    Witness,
+};
 use quorumlock_testkit::RedisNodes;
 
 fn until_done(witness: &Witness, mark: &str) -> String {
@@ -59,6 +62,13 @@ fn a_busy_lock_says_how_many_of_how_many_masters_granted_and_how_many_are_needed
     let nodes = RedisNodes::spawn(5).unwrap();
     let witness = Witness::new();
     let holder = hold(&nodes, &witness, "first", &["--resource", "job"]);
+    // The holder's acquire returned at a quorum (3): a master it has not reached yet would
+    // grant this attempt there.
+    wait_for_report(
+        || json_status(&nodes, "job"),
+        "the lock on every master",
+        |r| every_master(r, |n| n["state"] == "held"),
+    );
     let out = run(&mut exec(&nodes, &["--resource", "job", "-n"], "true"));
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert!(
@@ -163,6 +173,12 @@ fn unlock_deletes_a_read_held_lock_and_names_a_semaphores_permits() {
         "reader",
         &["--resource", "catalog", "--read"],
     );
+    // The read hold returned at a quorum: the last master gets it just after.
+    wait_for_report(
+        || json_status(&nodes, "catalog"),
+        "the reader on every master",
+        |r| every_master(r, |n| n["readers"] == 1),
+    );
     let dry = run(quorumlock(&nodes).args(["unlock", "catalog"]));
     assert_eq!(dry.status.code(), Some(0), "{}", text(&dry));
     assert!(stdout(&dry).contains("held by readers"), "{}", text(&dry));
@@ -194,6 +210,12 @@ fn unlock_deletes_a_read_held_lock_and_names_a_semaphores_permits() {
     let slot = (0..2)
         .find(|i| shown.contains(&format!("\"exports:permit:{i}\"")))
         .unwrap_or_else(|| panic!("no permit named: {}", text(&named)));
+    // Likewise the permit's acquire.
+    wait_for_report(
+        || json_status(&nodes, &format!("exports:permit:{slot}")),
+        "the permit on every master",
+        |r| every_master(r, |n| n["state"] == "held"),
+    );
     let one =
         run(quorumlock(&nodes).args(["unlock", &format!("exports:permit:{slot}"), "--force"]));
     assert_eq!(one.status.code(), Some(0), "{}", text(&one));
@@ -214,6 +236,12 @@ fn status_says_when_the_recorded_holders_process_is_gone() {
         &witness,
         "first",
         &["--resource", "nightly", "--ttl", "1h"],
+    );
+    // The description is written beside the lock while the command starts.
+    wait_for_report(
+        || json_status(&nodes, "nightly"),
+        "the holder's description",
+        |r| r["holder_process"] == "running",
     );
     let live = run(quorumlock(&nodes).args(["status", "nightly"]));
     assert!(stdout(&live).contains("holder "), "{}", text(&live));

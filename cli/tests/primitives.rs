@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::process::Child;
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -66,12 +66,22 @@ fn exec_with_permits_runs_at_most_k_commands_at_once() {
 fn exec_read_runs_beside_readers_and_write_runs_alone() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let witness = Witness::new();
+    // Each reader holds until `done` exists: the three overlap however late one of them starts.
+    let done = witness.path("done");
+    let read = |tag: &str| {
+        format!(
+            "echo \"start {tag}\" >> {log}; while [ ! -e {done} ]; do sleep 0.05; done; \
+             echo \"end {tag}\" >> {log}",
+            log = witness.log().display(),
+            done = done.display()
+        )
+    };
     let mut readers: Vec<Child> = (0..3)
         .map(|i| {
             exec(
                 &nodes,
                 &["--resource", "catalog", "--read", "-w", "30s"],
-                &job(&witness, &format!("read{i}"), "0.5"),
+                &read(&format!("read{i}")),
             )
             .spawn()
             .unwrap()
@@ -88,8 +98,24 @@ fn exec_read_runs_beside_readers_and_write_runs_alone() {
         &["--resource", "catalog", "--write", "-w", "30s"],
         &job(&witness, "write", "0.2"),
     )
-    .output()
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
     .unwrap();
+    // The readers end once the writer waits for them (its note is on a master).
+    wait_for_report(
+        || json_status(&nodes, "catalog"),
+        "the writer's note",
+        |r| {
+            r["nodes"].as_array().is_some_and(|nodes| {
+                nodes
+                    .iter()
+                    .any(|n| n["writers_waiting"].as_u64().is_some_and(|w| w > 0))
+            })
+        },
+    );
+    std::fs::write(&done, "").unwrap();
+    let writer = writer.wait_with_output().unwrap();
     assert_eq!(writer.status.code(), Some(0), "{}", text(&writer));
     assert_eq!(wait_all(&mut readers), [0; 3]);
     let lines = witness.lines();
@@ -229,6 +255,12 @@ fn status_shows_permits_readers_and_the_leader() {
     assert_eq!(json["free"], 1, "{json:#}");
     assert_eq!(json["slots"].as_array().unwrap().len(), 2, "{json:#}");
 
+    // The read hold returned at a quorum: the last master gets it just after.
+    wait_for_report(
+        || json_status(&nodes, "catalog"),
+        "the reader on every master",
+        |r| every_master(r, |n| n["readers"] == 1),
+    );
     let (code, shown, all) = status(&["catalog"]);
     assert_eq!(code, Some(75), "{all}");
     assert!(

@@ -226,6 +226,8 @@ fn errors_are_one_line_naming_the_problem() {
 #[test]
 fn verbose_and_rust_log_show_the_librarys_log() {
     let nodes = RedisNodes::spawn(3).unwrap();
+    // The lease (3 s) is renewed every second: a command of 2.5 s sees a renewal even when one
+    // comes a stall late.
     let quiet = quorumlock(&nodes)
         .args([
             "exec",
@@ -235,7 +237,7 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "3s",
             "--",
             "sleep",
-            "1.3",
+            "2.5",
         ])
         .output()
         .unwrap();
@@ -251,7 +253,7 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "3s",
             "--",
             "sleep",
-            "1.3",
+            "2.5",
         ])
         .output()
         .unwrap();
@@ -267,7 +269,7 @@ fn verbose_and_rust_log_show_the_librarys_log() {
             "3s",
             "--",
             "sleep",
-            "1.3",
+            "2.5",
         ])
         .output()
         .unwrap();

@@ -6,7 +6,7 @@ mod common;
 use std::process::{Child, Output};
 use std::time::Duration;
 
-use common::{exec, quorumlock, text, wait_for_file, Witness};
+use common::{exec, quorumlock, text, wait_for_file, wait_for_report, wait_until, Witness};
 use quorumlock_testkit::{RedisCluster, RedisNodes, SentinelGroup};
 use serde_json::Value;
 
@@ -75,13 +75,12 @@ fn status_exits_0_when_free_75_when_held_69_without_a_quorum_and_names_the_holde
     assert!(text(&free).contains("\"job\": free"), "{}", text(&free));
 
     let mut holder = holding(&nodes, &witness, "job");
-    // The holder description is written beside the lock, best effort, just after it is taken.
-    assert!(common::wait_until(Duration::from_secs(5), || get(
-        &nodes,
-        0,
-        &holder_key("job")
-    )
-    .is_some()));
+    // The holder description is written beside the lock, best effort, just after it is taken;
+    // the lock was on a quorum when the command started, and reaches the last master after.
+    assert!(wait_until(Duration::from_secs(10), || {
+        get(&nodes, 0, &holder_key("job")).is_some()
+            && (0..3).all(|i| get(&nodes, i, &key("job")).is_some())
+    }));
     let held = quorumlock(&nodes).args(["status", "job"]).output().unwrap();
     let shown = text(&held);
     assert_eq!(held.status.code(), Some(75), "{shown}");
@@ -126,12 +125,11 @@ fn unlock_shows_what_it_would_delete_and_deletes_only_with_force() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let witness = Witness::new();
     let holder = holding(&nodes, &witness, "stuck");
-    assert!(common::wait_until(Duration::from_secs(5), || get(
-        &nodes,
-        0,
-        &holder_key("stuck")
-    )
-    .is_some()));
+    // Every master has the lock and its description (each lands there after the command
+    // starts), so that --force finds both everywhere.
+    assert!(wait_until(Duration::from_secs(10), || (0..3).all(|i| {
+        get(&nodes, i, &key("stuck")).is_some() && get(&nodes, i, &holder_key("stuck")).is_some()
+    })));
 
     let dry = quorumlock(&nodes)
         .args(["unlock", "stuck"])
@@ -183,8 +181,12 @@ fn list_shows_the_held_locks_under_a_prefix_with_their_holders() {
         .into_iter()
         .map(|r| holding(&nodes, &witness, r))
         .collect();
-    assert!(common::wait_until(Duration::from_secs(5), || {
+    // Each lock reaches its last master after its command starts.
+    assert!(wait_until(Duration::from_secs(10), || {
         get(&nodes, 0, &holder_key("billing")).is_some()
+            && ["reports:daily", "reports:weekly", "billing"]
+                .iter()
+                .all(|r| (0..3).all(|i| get(&nodes, i, &key(r)).is_some()))
     }));
 
     let all = quorumlock(&nodes).args(["list"]).output().unwrap();
@@ -297,6 +299,19 @@ fn list_status_and_unlock_find_the_locks_on_a_redis_cluster_voter() {
         .iter()
         .map(|r| holding_with(&masters, &witness, r, on_voters))
         .collect();
+    // The lock reaches the last voter, and the holder's description is written, after the
+    // command starts.
+    let pid = holders[0].id();
+    wait_for_report(
+        || {
+            let mut cmd = quorumlock(&masters);
+            cmd.env("QUORUMLOCK_NODES", &voters)
+                .args(["status", "--json", &resources[0]]);
+            cmd
+        },
+        "the lock and its description on every voter",
+        |r| r["holding"] == 3 && r["holder"]["pid"] == pid,
+    );
 
     let listed = quorumlock(&masters)
         .env("QUORUMLOCK_NODES", &voters)
@@ -381,6 +396,19 @@ fn status_and_unlock_reach_the_master_a_sentinel_group_names() {
     let holder = holding_with(&masters, &witness, "nightly", |cmd| {
         cmd.env("QUORUMLOCK_NODES", &voters);
     });
+    // The lock reaches the last voter, and the description is written, after the command
+    // starts.
+    let pid = holder.id();
+    wait_for_report(
+        || {
+            let mut cmd = quorumlock(&masters);
+            cmd.env("QUORUMLOCK_NODES", &voters)
+                .args(["status", "--json", "nightly"]);
+            cmd
+        },
+        "the lock and its description on every voter",
+        |r| r["holding"] == 3 && r["holder"]["pid"] == pid,
+    );
     // The holder's description, written beside the lock on the master the Sentinels name, is
     // read back from there.
     let status = quorumlock(&masters)

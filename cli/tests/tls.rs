@@ -15,7 +15,7 @@ mod common;
 use std::process::{Child, Command, Output};
 use std::time::Duration;
 
-use common::{exec, quorumlock, text, wait_for_file, Witness};
+use common::{exec, quorumlock, text, wait_for_file, wait_for_report, wait_until, Witness};
 use quorumlock_testkit::tls::{TestCa, CA_CERT, CLIENT_CERT, CLIENT_KEY, OTHER_CA_CERT};
 use quorumlock_testkit::{RedisCluster, RedisNodes, RedisServer, SentinelGroup};
 use serde_json::Value;
@@ -67,7 +67,10 @@ fn holding(
     resource: &str,
 ) -> Child {
     let started = witness.path(&format!("{resource}.started"));
-    let mut extra = vec!["--resource", resource, "--ttl", "10s"];
+    // A lease of 20 s gives each voter the longest node timeout (1 s): a TLS voter's first
+    // connection on a loaded machine can take longer than the half second of a 10 s lease, and
+    // a voter its acquire missed never holds the lock.
+    let mut extra = vec!["--resource", resource, "--ttl", "20s"];
     let certs = certificates(ca);
     extra.extend(certs.iter().map(String::as_str));
     let mut cmd = exec(
@@ -98,24 +101,43 @@ fn json(out: &Output) -> Value {
 fn lock_status_and_list(masters: &RedisNodes, voters: &str, ca: &TestCa, resource: &str) {
     let witness = Witness::new();
     let holder = holding(masters, voters, ca, &witness, resource);
-
-    let status = with_env(masters, voters, ca)
-        .args(["status", "--json", resource])
-        .output()
-        .unwrap();
+    // The lock reaches the last voter, and the holder's description is written, after the
+    // command starts. (A look at a voter has 250 ms, which a TLS voter on a loaded machine can
+    // outlast: the looks below are taken again until one sees every voter.)
+    let pid = holder.id();
+    let (status, _) = wait_for_report(
+        || {
+            let mut cmd = with_env(masters, voters, ca);
+            cmd.args(["status", "--json", resource]);
+            cmd
+        },
+        "the lock and its description on every voter",
+        |r| r["holding"] == 3 && r["holder"]["pid"] == pid,
+    );
     assert_eq!(status.status.code(), Some(75), "{}", text(&status));
     let report = json(&status);
     assert_eq!(report["verdict"], "held", "{}", text(&status));
     assert_eq!(report["holding"], 3, "{}", text(&status));
     assert_eq!(report["holder"]["pid"], holder.id(), "{}", text(&status));
 
-    let list = with_env(masters, voters, ca).arg("list").output().unwrap();
+    let mut list = with_env(masters, voters, ca).arg("list").output().unwrap();
+    let row = |list: &Output| {
+        String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .find(|l| l.starts_with(&format!("{resource:?}")))
+            .map(str::to_owned)
+    };
+    wait_until(Duration::from_secs(10), || {
+        list = with_env(masters, voters, ca).arg("list").output().unwrap();
+        let every = row(&list).is_some_and(|r| r.contains("3/3"));
+        if !every {
+            // A look is a process with TLS handshakes: a few a second.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        every
+    });
     assert_eq!(list.status.code(), Some(0), "{}", text(&list));
-    let table = String::from_utf8_lossy(&list.stdout);
-    let row = table
-        .lines()
-        .find(|l| l.starts_with(&format!("{resource:?}")))
-        .unwrap_or_else(|| panic!("{}", text(&list)));
+    let row = row(&list).unwrap_or_else(|| panic!("{}", text(&list)));
     assert!(row.contains("held") && row.contains("3/3"), "{row}");
     assert!(row.contains(&format!("pid {}", holder.id())), "{row}");
 

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{exec, quorumlock, text, wait_for_file, wait_until};
+use common::{
+    every_master, exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
+};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use quorumlock_testkit::RedisNodes;
@@ -76,6 +78,13 @@ fn a_waiter_that_gives_up_or_is_interrupted_leaves_the_line_and_the_next_one_get
     let nodes = RedisNodes::spawn(5).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut holder = hold(&nodes, "R", dir.path(), &[]);
+    // The holder's acquire returned at a quorum (3 of 5): a waiter that reached one of the
+    // other masters before it would be granted there rather than stand in that master's line.
+    wait_for_report(
+        || json_status(&nodes, "R"),
+        "the lock on every master",
+        |r| every_master(r, |n| n["state"] == "held"),
+    );
 
     // Gives up after its wait.
     let timed_out = exec(&nodes, &["R", "-w", "1s"], "echo ran")
@@ -221,6 +230,13 @@ fn a_busy_lock_names_its_holder_and_a_writer_is_told_of_the_readers() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut holder = hold(&nodes, "report", dir.path(), &[]);
+    // The holder's description is written beside the lock while its command starts.
+    let pid = holder.id();
+    wait_for_report(
+        || json_status(&nodes, "report"),
+        "the holder's description",
+        |r| r["holder"]["pid"] == pid,
+    );
     let out = exec(&nodes, &["report", "-w", "300ms"], "true")
         .output()
         .unwrap();

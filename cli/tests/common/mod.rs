@@ -54,6 +54,50 @@ pub fn wait_for_file(path: &Path, within: Duration) -> bool {
     wait_until(within, || path.exists())
 }
 
+/// `quorumlock status --json <resource>` on `nodes`.
+pub fn json_status(nodes: &RedisNodes, resource: &str) -> Command {
+    let mut cmd = quorumlock(nodes);
+    cmd.args(["status", "--json", resource]);
+    cmd
+}
+
+/// Runs `status` (a `status --json` command, made afresh for each look) until its report
+/// satisfies `done`, for up to 10 s, and returns that look; panics with the last output,
+/// saying what never came, if it never does. For states that stay once reached: an acquire
+/// returns at a quorum and reaches the other masters after, and a holder's description is
+/// written beside its lock while its command starts.
+pub fn wait_for_report(
+    mut status: impl FnMut() -> Command,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> (Output, serde_json::Value) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = status().output().unwrap();
+        let report = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        if done(&report) {
+            return (out, report);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never came: {}",
+            text(&out)
+        );
+        // Each look is a process (and over TLS, handshakes): a few a second, not a busy loop.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether every master in a `status --json` report satisfies `check`.
+pub fn every_master(
+    report: &serde_json::Value,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> bool {
+    report["nodes"]
+        .as_array()
+        .is_some_and(|nodes| !nodes.is_empty() && nodes.iter().all(check))
+}
+
 /// `true` while the process exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
