@@ -101,6 +101,14 @@ async fn a_waiting_writer_holds_new_readers_back_and_goes_next() {
         .read(TTL)
         .await
         .unwrap();
+    // The read returned at a quorum: a writer that reached one of the last masters before it
+    // would be granted there (and roll back), not note itself, and the read then refused there.
+    assert!(
+        eventually(Duration::from_secs(2), || readers_everywhere(
+            &nodes, "feed"
+        ) == 5)
+        .await
+    );
     let writer = quick(&nodes);
     let writing = tokio::spawn(async move {
         let lock = writer.rw_lock("feed").unwrap().write(TTL).await.unwrap();
