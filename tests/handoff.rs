@@ -26,6 +26,18 @@ fn patient(nodes: &quorumlock_testkit::RedisNodes) -> Redlock {
         .unwrap()
 }
 
+/// `resource`, acquired by `holder`, once its key is on every master (see
+/// `common::granted_everywhere`).
+async fn held_everywhere(
+    nodes: &quorumlock_testkit::RedisNodes,
+    holder: &Redlock,
+    resource: &str,
+) -> quorumlock::Lock {
+    let lock = holder.acquire(resource, TTL).await.unwrap();
+    granted_everywhere(nodes, &lock_key(resource), lock.token().expose()).await;
+    lock
+}
+
 /// Waits until an acquire of `resource` by `waiter` (in a task) stands in the line on every
 /// master, and has just made one of its periodic attempts: the release that follows at once
 /// meets no attempt of the waiter's under way. (One under way would, rightly, make the waiter
@@ -56,7 +68,7 @@ async fn a_release_makes_the_head_the_holder_with_no_attempt_of_its_own_then_it_
 {
     let nodes = five();
     let (holder, waiter) = (client(&nodes), patient(&nodes));
-    let lock = holder.acquire("r", TTL).await.unwrap();
+    let lock = held_everywhere(&nodes, &holder, "r").await;
     let waiting = {
         let rl = waiter.clone();
         tokio::spawn(async move { rl.acquire("r", TTL).await })
@@ -81,8 +93,8 @@ async fn a_release_makes_the_head_the_holder_with_no_attempt_of_its_own_then_it_
             .all(|s| line(s, &key).is_empty()))
         .await
     );
-    // Nothing but its token anywhere (a master whose grant the holder lost to an early attempt
-    // has no key to hand over; the last releases may still be on the way).
+    // Nothing but its token anywhere (the last releases, which hand the key over, may still be
+    // on the way).
     let quorum = eventually(Duration::from_secs(2), || {
         holders(&nodes, &key, &token) >= 3
     });
@@ -117,7 +129,7 @@ async fn a_head_with_fencing_attempts_on_the_hand_off_and_gets_a_fence() {
         .retry_delay(Duration::from_secs(2))
         .build()
         .unwrap();
-    let lock = holder.acquire("f", TTL).await.unwrap();
+    let lock = held_everywhere(&nodes, &holder, "f").await;
     let waiting = {
         let rl = waiter.clone();
         tokio::spawn(async move { rl.acquire("f", TTL).await })
@@ -177,7 +189,7 @@ async fn a_lock_handed_on_in_turn_never_has_two_holders() {
 async fn a_handed_lock_released_before_a_third_of_its_validity_is_never_renewed() {
     let nodes = five();
     let (holder, waiter) = (client(&nodes), patient(&nodes));
-    let lock = holder.acquire("short", TTL).await.unwrap();
+    let lock = held_everywhere(&nodes, &holder, "short").await;
     let waiting = {
         let rl = waiter.clone();
         tokio::spawn(async move { rl.acquire("short", TTL).await })
@@ -203,7 +215,7 @@ async fn a_handed_lock_released_before_a_third_of_its_validity_is_never_renewed(
 async fn a_hold_on_a_handed_lock_starts_its_body_with_the_whole_ttl() {
     let nodes = five();
     let (holder, waiter) = (client(&nodes), patient(&nodes));
-    let lock = holder.acquire("held", TTL).await.unwrap();
+    let lock = held_everywhere(&nodes, &holder, "held").await;
     let holding = {
         let rl = waiter.clone();
         tokio::spawn(async move {

@@ -84,6 +84,7 @@ async fn a_handed_locks_renewal_to_a_shorter_ttl_never_cuts_the_keys_under_it() 
     };
     let (holder, waiter) = (settings(&nodes), settings(&nodes));
     let lock = holder.acquire("r", Duration::from_secs(10)).await.unwrap();
+    granted_everywhere(&nodes, &lock_key("r"), lock.token().expose()).await;
     let waiting = {
         let waiter = waiter.clone();
         tokio::spawn(async move { waiter.acquire("r", Duration::from_millis(300)).await })

@@ -431,6 +431,7 @@ async fn a_handed_lock_extended_shorter_at_once_holds_as_long_as_it_says() {
     };
     let (holder, waiter) = (settings(&nodes), settings(&nodes));
     let lock = holder.acquire("h", Duration::from_secs(10)).await.unwrap();
+    granted_everywhere(&nodes, &lock_key("h"), lock.token().expose()).await;
     let waiting = {
         let waiter = waiter.clone();
         tokio::spawn(async move { waiter.acquire("h", Duration::from_secs(5)).await })

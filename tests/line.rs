@@ -51,6 +51,7 @@ fn publishes(server: &RedisServer) -> u64 {
 async fn each_release_hands_the_lock_to_the_next_client_in_arrival_order() {
     let nodes = five();
     let holder = client(&nodes).acquire("job", TTL).await.unwrap();
+    granted_everywhere(&nodes, &lock_key("job"), holder.token().expose()).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     let mut clients = Vec::new();
@@ -126,6 +127,7 @@ async fn an_uncontended_release_publishes_nothing() {
 
     // The control: a release with a waiter in line is announced, and counted above.
     let holder = rl.acquire("quiet", TTL).await.unwrap();
+    granted_everywhere(&nodes, &lock_key("quiet"), holder.token().expose()).await;
     let waiter = {
         let other = client(&nodes);
         tokio::spawn(async move { other.acquire("quiet", TTL).await })
@@ -195,6 +197,7 @@ async fn acquire_waits_in_line_until_its_acquire_timeout_then_leaves_it() {
 async fn a_cancelled_waiter_leaves_the_line_and_passes_its_turn_on() {
     let nodes = five();
     let holder = client(&nodes).acquire("job", TTL).await.unwrap();
+    granted_everywhere(&nodes, &lock_key("job"), holder.token().expose()).await;
     let first = slow_polling(&nodes);
     let cancelled = tokio::spawn(async move { first.acquire("job", TTL).await });
     assert!(eventually(Duration::from_secs(2), || line_len(&nodes[0], "job") == 1).await);

@@ -40,6 +40,7 @@ async fn in_line_everywhere(nodes: &RedisNodes, resource: &str, waiters: usize) 
 async fn a_waiter_granted_by_a_master_that_lost_the_key_does_not_hand_the_lock_to_itself() {
     let nodes = five();
     let holder = client(&nodes).acquire("job", TTL).await.unwrap();
+    granted_everywhere(&nodes, &lock_key("job"), holder.token().expose()).await;
     let rl = slow_polling(&nodes, Duration::from_secs(3));
     let waiter = tokio::spawn({
         let rl = rl.clone();
@@ -73,6 +74,8 @@ async fn a_head_that_cannot_take_a_key_passes_it_to_the_waiter_behind() {
     let holds = client(&nodes);
     let a = holds.acquire("a", TTL).await.unwrap();
     let b = holds.acquire("b", TTL).await.unwrap();
+    granted_everywhere(&nodes, &lock_key("a"), a.token().expose()).await;
+    granted_everywhere(&nodes, &lock_key("b"), b.token().expose()).await;
     // First in the line of `a`: a lock over both keys, which cannot be had while `b` is held.
     let both = tokio::spawn({
         let rl = slow_polling(&nodes, Duration::from_secs(6));
@@ -115,6 +118,7 @@ async fn a_plain_attempt_does_not_take_a_key_that_expired_while_others_wait() {
         .acquire("job", Duration::from_secs(1))
         .await
         .unwrap();
+    granted_everywhere(&nodes, &lock_key("job"), crashed.token().expose()).await;
     std::mem::forget(crashed);
     // Its fallback poll every 1.67 s (a third of a 5 s entry lease) leaves the key free for a
     // while after it lapses: only the line keeps a plain attempt from taking it then.
@@ -164,6 +168,7 @@ async fn a_plain_attempt_does_not_take_a_key_that_expired_while_others_wait() {
 async fn a_refusal_by_the_line_says_so() {
     let nodes = five();
     let holder = client(&nodes).acquire("job", TTL).await.unwrap();
+    granted_everywhere(&nodes, &lock_key("job"), holder.token().expose()).await;
     let waiter = tokio::spawn({
         let rl = slow_polling(&nodes, Duration::from_secs(3));
         async move { rl.acquire("job", TTL).await }

@@ -269,6 +269,7 @@ async fn a_key_that_fell_free_goes_to_the_head_not_to_a_plain_attempt() {
         let held = h.acquire(res, Duration::from_millis(600)).await.unwrap();
         let held_token = held.token().expose().to_owned();
         std::mem::forget(held);
+        granted_everywhere(&nodes, &key, &held_token).await;
         let waiter = builder(&nodes)
             .retry_delay(Duration::from_secs(20))
             .retry_jitter(Duration::ZERO)
@@ -328,6 +329,7 @@ async fn a_dropped_plain_attempt_leaves_the_key_to_the_head() {
         let held = h.acquire(res, Duration::from_millis(400)).await.unwrap();
         let held_token = held.token().expose().to_owned();
         std::mem::forget(held);
+        granted_everywhere(&nodes, &key, &held_token).await;
         let waiter = builder(&nodes)
             .retry_delay(Duration::from_secs(20))
             .retry_jitter(Duration::ZERO)

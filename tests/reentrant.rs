@@ -196,6 +196,7 @@ async fn an_owner_waits_in_line_like_any_acquire_and_advances_the_fence_on_every
     let holder = fenced();
     let held = holder.acquire("report", TTL).await.unwrap();
     let first_fence = held.fencing_token().unwrap();
+    granted_everywhere(&nodes, &lock_key("report"), held.token().expose()).await;
 
     let owner = fenced();
     let waiting = tokio::spawn(async move {

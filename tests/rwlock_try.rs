@@ -11,10 +11,19 @@ const TTL: Duration = Duration::from_secs(10);
 
 /// The waiting writers' notes of `resource` on every master (`{<resource>}:writers`).
 fn notes(nodes: &RedisNodes, resource: &str) -> Vec<usize> {
-    let writers = quorumlock::companion_key(&lock_key(resource), ":writers");
+    zcards(nodes, resource, ":writers")
+}
+
+/// The live reader entries of `resource` on every master (`{<resource>}:readers`).
+fn readers(nodes: &RedisNodes, resource: &str) -> Vec<usize> {
+    zcards(nodes, resource, ":readers")
+}
+
+fn zcards(nodes: &RedisNodes, resource: &str, suffix: &str) -> Vec<usize> {
+    let set = quorumlock::companion_key(&lock_key(resource), suffix);
     nodes
         .iter()
-        .map(|s| query(s, redis::cmd("ZCARD").arg(&writers)))
+        .map(|s| query(s, redis::cmd("ZCARD").arg(&set)))
         .collect()
 }
 
@@ -90,6 +99,15 @@ async fn a_waiting_writer_still_notes_itself() {
         .try_read(TTL)
         .await
         .unwrap();
+    // The read returned at a quorum: a writer that reached one of the last masters before it
+    // would be granted there (and roll back), not note itself, and the read then refused there.
+    assert!(
+        eventually(Duration::from_secs(2), || readers(&nodes, "feed")
+            == vec![1; 5])
+        .await,
+        "{:?}",
+        readers(&nodes, "feed")
+    );
     let writer = client(&nodes);
     let waiting = tokio::spawn(async move {
         writer

@@ -179,7 +179,7 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
         .unwrap();
     assert!(nodes.iter().all(|s| pubsub_connections(s) == 0));
 
-    let lock = holder.acquire("shared", TTL).await.unwrap();
+    let lock = held_on_every_node(&nodes, &holder, "shared").await;
     let tasks: Vec<_> = (0..4)
         .map(|_| {
             let rl = waiters.clone();
@@ -234,7 +234,10 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
         "the subscriptions were counted"
     );
     let before: Vec<u64> = nodes.iter().map(subscribes).collect();
-    let lock = holder.acquire("shared", TTL).await.unwrap();
+    // The last waiter's release returned at a quorum: a master it has not reached yet would
+    // refuse the holder, and then grant the new waiter instead of lining it up.
+    assert_gone_everywhere(&nodes, &lock_key("shared")).await;
+    let lock = held_on_every_node(&nodes, &holder, "shared").await;
     let (attempts_before, _, _) = counts(&waiters);
     let again = {
         let rl = waiters.clone();
@@ -319,7 +322,8 @@ async fn line_up(
     (tasks, winners)
 }
 
-/// `resource`, acquired by `holder`, once its key has landed on all five masters.
+/// `resource`, acquired by `holder`, once its key has landed on all five masters: a waiter
+/// that reached a master ahead of the key would be granted there (and roll back), not line up.
 async fn held_on_every_node(nodes: &RedisNodes, holder: &Redlock, resource: &str) -> Lock {
     let held = holder.acquire(resource, TTL).await.unwrap();
     let token = held.token().expose().to_owned();

@@ -128,6 +128,20 @@ pub async fn assert_gone_everywhere(nodes: &RedisNodes, key: &str) {
     );
 }
 
+/// Waits (up to 2 s) until every master holds `token` at `key`. A grant returns once a quorum
+/// granted, and the rest lands after it: another client's attempt that reached one of the last
+/// masters first would be granted there (and roll back), not take its place in line or note
+/// itself there, and the grant then refused there.
+pub async fn granted_everywhere(nodes: &RedisNodes, key: &str, token: &str) {
+    assert!(
+        eventually(Duration::from_secs(2), || holders(nodes, key, token)
+            == nodes.len())
+        .await,
+        "the grant of {key} never reached every master: {:?}",
+        values(nodes, key)
+    );
+}
+
 /// Sets `key` to `value` on `server` with a TTL, as another client would.
 pub fn set(server: &RedisServer, key: &str, value: &str, ttl: Duration) {
     let _: () = redis::cmd("SET")

@@ -223,6 +223,7 @@ async fn a_dead_short_lived_holder_passes_the_key_to_the_head_not_to_a_plain_acq
         .await
         .unwrap();
     let started = Instant::now();
+    granted_everywhere(&nodes, &key, lock.token().expose()).await;
     std::mem::forget(lock);
     let waiter = slow_waiter(nodes.urls());
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
@@ -270,6 +271,7 @@ async fn a_late_extend_never_overlaps_the_head_that_took_the_lapsed_key() {
         .await
         .unwrap();
     let t0 = Instant::now();
+    granted_everywhere(&nodes, &key, lock.token().expose()).await;
     let w_proxies = proxies(&nodes);
     let waiter = Redlock::builder(urls(&w_proxies))
         .retry_delay(Duration::from_millis(50))
@@ -327,6 +329,7 @@ async fn an_extend_within_the_line_is_honoured_by_the_head() {
         .acquire(res, Duration::from_millis(1000))
         .await
         .unwrap();
+    granted_everywhere(&nodes, &key, lock.token().expose()).await;
     let waiter = Redlock::builder(nodes.urls())
         .retry_delay(Duration::from_millis(30))
         .retry_jitter(Duration::ZERO)
@@ -363,6 +366,7 @@ async fn nothing_is_left_behind_once_the_line_is_done() {
         .acquire(res, Duration::from_millis(300))
         .await
         .unwrap();
+    granted_everywhere(&nodes, &key, lock.token().expose()).await;
     std::mem::forget(lock);
     let waiter = slow_waiter(nodes.urls());
     let w_task = spawn_waiter(&waiter, res, Duration::from_secs(10));
@@ -397,6 +401,7 @@ async fn dead_owner_behind_a_departed_waiter(res: &'static str, take_over: bool)
     let owner = client(&nodes);
     let ttl = Duration::from_millis(1000);
     let first = owner.acquire_as(res, "worker-7", ttl).await.unwrap();
+    granted_everywhere(&nodes, &key, first.token().expose()).await;
     // A waiter with a 30 s entry lease takes its place, then leaves.
     let long = Redlock::builder(nodes.urls())
         .retry_delay(Duration::from_secs(10))
@@ -463,6 +468,8 @@ async fn a_dead_leader_is_not_reported_once_its_term_ran_out() {
     let term = Duration::from_millis(1000);
     let lock = rl.elect(name, term, "a").await.unwrap();
     let t0 = Instant::now();
+    let marked = format!("~elected:{}", lock.token().expose());
+    granted_everywhere(&nodes, &key, &marked).await;
     std::mem::forget(lock);
     let c_proxies = proxies(&nodes);
     let candidate = slow_waiter(urls(&c_proxies));
@@ -505,6 +512,7 @@ async fn inspect_does_not_report_a_holder_whose_lease_ran_out() {
     let lock = rl.acquire(res, ttl).await.unwrap();
     let t0 = Instant::now();
     let fingerprint = lock.token().fingerprint();
+    granted_everywhere(&nodes, &key, lock.token().expose()).await;
     std::mem::forget(lock);
     let w_proxies = proxies(&nodes);
     let waiter = slow_waiter(urls(&w_proxies));

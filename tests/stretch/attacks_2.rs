@@ -88,6 +88,7 @@ async fn racing_owner_takeovers_under_a_stretch_never_let_the_waiter_in_early() 
     let owner = client(&nodes);
     let t0 = Instant::now();
     let first = owner.acquire_as(res, OWNER, ttl).await.unwrap();
+    granted_everywhere(&nodes, &key, first.token().expose()).await;
     let owner_holds: Holds = Arc::new(Mutex::new(vec![Hold {
         who: "owner".into(),
         from: t0,
@@ -175,6 +176,7 @@ async fn a_dropped_owner_attempt_rolled_back_after_the_stretch_moved_keeps_the_h
         .await
         .unwrap();
     let a_token = a.token().expose().to_owned();
+    granted_everywhere(&nodes, &key, &a_token).await;
     let w1 = long_waiter(nodes.urls(), Duration::from_secs(20));
     let w1_task = tokio::spawn(async move {
         let lock = w1.acquire(res, Duration::from_secs(1)).await;
@@ -334,8 +336,10 @@ async fn a_multi_key_waiter_with_waiters_on_one_key_never_overlaps_anyone() {
     let t0 = Instant::now();
     let dead = rl.acquire(res1, Duration::from_millis(600)).await.unwrap();
     let dead_until = dead.deadline();
+    granted_everywhere(&nodes, &lock_key(res1), dead.token().expose()).await;
     std::mem::forget(dead);
     let live = rl.acquire(res2, Duration::from_secs(5)).await.unwrap();
+    granted_everywhere(&nodes, &lock_key(res2), live.token().expose()).await;
     let holds: Holds = Arc::new(Mutex::new(vec![
         Hold {
             who: res1.into(),
@@ -520,6 +524,8 @@ async fn candidates_waiting_through_renewals_are_never_elected_inside_the_term()
     let rl = client(&nodes);
     let t0 = Instant::now();
     let mut leader = rl.elect(name, term, "a").await.unwrap();
+    let marked = format!("~elected:{}", leader.token().expose());
+    granted_everywhere(&nodes, &key, &marked).await;
     let holds: Holds = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for v in ["b", "c"] {
@@ -604,6 +610,7 @@ async fn a_handed_lock_renewed_then_dead_is_never_overlapped() {
     let key = lock_key(res);
     let rl = client(&nodes);
     let holder = rl.acquire(res, Duration::from_secs(3)).await.unwrap();
+    granted_everywhere(&nodes, &key, holder.token().expose()).await;
     // The head attempts seldom (every 10 s, its place renewed about every 1.7 s), so that the
     // release's hand-off is what gives it the lock.
     let w = Redlock::builder(nodes.urls())
@@ -687,6 +694,7 @@ async fn paused_masters_resuming_with_a_stretched_key_never_make_two_holders() {
     let key = lock_key(res);
     let rl = client(&nodes);
     let mut holder = rl.acquire(res, Duration::from_millis(800)).await.unwrap();
+    granted_everywhere(&nodes, &key, holder.token().expose()).await;
     let w = waiter(nodes.urls(), Duration::from_secs(20));
     let w_task = tokio::spawn(async move {
         let lock = w.acquire(res, Duration::from_secs(3)).await;
@@ -758,6 +766,7 @@ async fn a_master_restarted_empty_under_a_stretch_never_makes_two_holders() {
     let key = lock_key(res);
     let rl = client(&nodes);
     let holder = rl.acquire(res, Duration::from_millis(1500)).await.unwrap();
+    granted_everywhere(&nodes, &key, holder.token().expose()).await;
     let w = waiter(nodes.urls(), Duration::from_secs(20));
     let w_task = tokio::spawn(async move {
         let lock = w.acquire(res, Duration::from_secs(1)).await;
@@ -815,6 +824,7 @@ async fn extends_racing_the_heads_takeover_of_a_lapsed_key_never_make_two_holder
             .build()
             .unwrap();
         let mut holder = rl.acquire(res, Duration::from_millis(400)).await.unwrap();
+        granted_everywhere(&nodes, &key, holder.token().expose()).await;
         let w = waiter(nodes.urls(), Duration::from_secs(20));
         let w_task = tokio::spawn(async move {
             let lock = w.acquire(res, Duration::from_millis(500)).await;
@@ -878,6 +888,7 @@ async fn late_owner_attempts_under_a_stretch_never_make_two_holders() {
         .await
         .unwrap();
     let first_token = first.token().expose().to_owned();
+    granted_everywhere(&nodes, &key, &first_token).await;
     let holds: Holds = Arc::new(Mutex::new(vec![Hold {
         who: "owner".into(),
         from: t0,
@@ -1007,6 +1018,7 @@ async fn a_chain_of_handed_locks_leaves_nothing_behind() {
     let key = lock_key(res);
     let rl = client(&nodes);
     let holder = rl.acquire(res, Duration::from_secs(3)).await.unwrap();
+    granted_everywhere(&nodes, &key, holder.token().expose()).await;
     let w1 = seldom_waiter(nodes.urls());
     let w1_task = tokio::spawn(async move { w1.acquire(res, Duration::from_secs(2)).await });
     waiters_in_line(&nodes, &key, 1).await;
