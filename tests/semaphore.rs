@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use quorumlock::{Error, Redlock, MAX_PERMITS};
+use quorumlock::{Error, Permit, Redlock, MAX_PERMITS};
 use quorumlock_testkit::RedisNodes;
 
 const TTL: Duration = Duration::from_secs(10);
@@ -38,6 +38,11 @@ fn queued_anywhere(nodes: &RedisNodes, resource: &str, permits: u32) -> usize {
         .sum()
 }
 
+/// Waits until `permit`'s slot holds it on every master (see `common::granted_everywhere`).
+async fn on_every_master(nodes: &RedisNodes, permit: &Permit) {
+    granted_everywhere(nodes, &lock_key(permit.resource()), permit.token().expose()).await;
+}
+
 /// A client whose retry delay outlasts the test: only a release's hand-off can let it in.
 fn patient(nodes: &RedisNodes) -> Redlock {
     builder(nodes)
@@ -58,12 +63,7 @@ async fn k_permits_go_to_k_holders_on_distinct_slots_and_the_next_is_refused() {
     let mut permits = Vec::new();
     for sem in &sems[..3] {
         let permit = sem.try_acquire(TTL).await.unwrap();
-        granted_everywhere(
-            &nodes,
-            &lock_key(permit.resource()),
-            permit.token().expose(),
-        )
-        .await;
+        on_every_master(&nodes, &permit).await;
         permits.push(permit);
     }
     let mut slots: Vec<u32> = permits.iter().map(|p| p.slot()).collect();
@@ -110,12 +110,7 @@ async fn a_waiter_takes_whichever_slot_is_released_first_and_leaves_the_other_li
             .acquire(TTL)
             .await
             .unwrap();
-        granted_everywhere(
-            &nodes,
-            &lock_key(permit.resource()),
-            permit.token().expose(),
-        )
-        .await;
+        on_every_master(&nodes, &permit).await;
         held.push(permit);
     }
     let waiter = patient(&nodes);
@@ -156,9 +151,9 @@ async fn a_dropped_wait_leaves_no_line_entry_and_no_key_behind() {
     let holder = client(&nodes);
     let sem = holder.semaphore("drop", K).unwrap();
     let a = sem.acquire(TTL).await.unwrap();
-    granted_everywhere(&nodes, &lock_key(a.resource()), a.token().expose()).await;
+    on_every_master(&nodes, &a).await;
     let b = sem.acquire(TTL).await.unwrap();
-    granted_everywhere(&nodes, &lock_key(b.resource()), b.token().expose()).await;
+    on_every_master(&nodes, &b).await;
     let other = client(&nodes);
     let sem2 = other.semaphore("drop", K).unwrap();
     let waiting = tokio::spawn(async move { sem2.acquire(TTL).await });
