@@ -26,18 +26,6 @@ fn patient(nodes: &quorumlock_testkit::RedisNodes) -> Redlock {
         .unwrap()
 }
 
-/// `resource`, acquired by `holder`, once its key is on every master (see
-/// `common::granted_everywhere`).
-async fn held_everywhere(
-    nodes: &quorumlock_testkit::RedisNodes,
-    holder: &Redlock,
-    resource: &str,
-) -> quorumlock::Lock {
-    let lock = holder.acquire(resource, TTL).await.unwrap();
-    granted_everywhere(nodes, &lock_key(resource), lock.token().expose()).await;
-    lock
-}
-
 /// Waits until an acquire of `resource` by `waiter` (in a task) stands in the line on every
 /// master, and has just made one of its periodic attempts: the release that follows at once
 /// meets no attempt of the waiter's under way. (One under way would, rightly, make the waiter
@@ -68,7 +56,7 @@ async fn a_release_makes_the_head_the_holder_with_no_attempt_of_its_own_then_it_
 {
     let nodes = five();
     let (holder, waiter) = (client(&nodes), patient(&nodes));
-    let lock = held_everywhere(&nodes, &holder, "r").await;
+    let lock = acquired_everywhere(&nodes, &holder, "r", TTL).await;
     let waiting = {
         let rl = waiter.clone();
         tokio::spawn(async move { rl.acquire("r", TTL).await })
@@ -129,7 +117,7 @@ async fn a_head_with_fencing_attempts_on_the_hand_off_and_gets_a_fence() {
         .retry_delay(Duration::from_secs(2))
         .build()
         .unwrap();
-    let lock = held_everywhere(&nodes, &holder, "f").await;
+    let lock = acquired_everywhere(&nodes, &holder, "f", TTL).await;
     let waiting = {
         let rl = waiter.clone();
         tokio::spawn(async move { rl.acquire("f", TTL).await })
@@ -189,7 +177,7 @@ async fn a_lock_handed_on_in_turn_never_has_two_holders() {
 async fn a_handed_lock_released_before_a_third_of_its_validity_is_never_renewed() {
     let nodes = five();
     let (holder, waiter) = (client(&nodes), patient(&nodes));
-    let lock = held_everywhere(&nodes, &holder, "short").await;
+    let lock = acquired_everywhere(&nodes, &holder, "short", TTL).await;
     let waiting = {
         let rl = waiter.clone();
         tokio::spawn(async move { rl.acquire("short", TTL).await })
@@ -215,7 +203,7 @@ async fn a_handed_lock_released_before_a_third_of_its_validity_is_never_renewed(
 async fn a_hold_on_a_handed_lock_starts_its_body_with_the_whole_ttl() {
     let nodes = five();
     let (holder, waiter) = (client(&nodes), patient(&nodes));
-    let lock = held_everywhere(&nodes, &holder, "held").await;
+    let lock = acquired_everywhere(&nodes, &holder, "held", TTL).await;
     let holding = {
         let rl = waiter.clone();
         tokio::spawn(async move {

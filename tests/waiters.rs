@@ -179,7 +179,7 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
         .unwrap();
     assert!(nodes.iter().all(|s| pubsub_connections(s) == 0));
 
-    let lock = held_on_every_node(&nodes, &holder, "shared").await;
+    let lock = acquired_everywhere(&nodes, &holder, "shared", TTL).await;
     let tasks: Vec<_> = (0..4)
         .map(|_| {
             let rl = waiters.clone();
@@ -237,7 +237,7 @@ async fn waiters_of_one_client_share_one_subscriber_connection_per_node_and_leav
     // The last waiter's release returned at a quorum: a master it has not reached yet would
     // refuse the holder, and then grant the new waiter instead of lining it up.
     assert_gone_everywhere(&nodes, &lock_key("shared")).await;
-    let lock = held_on_every_node(&nodes, &holder, "shared").await;
+    let lock = acquired_everywhere(&nodes, &holder, "shared", TTL).await;
     let (attempts_before, _, _) = counts(&waiters);
     let again = {
         let rl = waiters.clone();
@@ -322,16 +322,6 @@ async fn line_up(
     (tasks, winners)
 }
 
-/// `resource`, acquired by `holder`, once its key has landed on all five masters: a waiter
-/// that reached a master ahead of the key would be granted there (and roll back), not line up.
-async fn held_on_every_node(nodes: &RedisNodes, holder: &Redlock, resource: &str) -> Lock {
-    let held = holder.acquire(resource, TTL).await.unwrap();
-    let token = held.token().expose().to_owned();
-    let everywhere = || holders(nodes, &lock_key(resource), &token) == 5;
-    assert!(eventually(Duration::from_secs(2), everywhere).await);
-    held
-}
-
 /// The next lock handed over, with its holder's place in line.
 async fn next_winner(winners: &mut UnboundedReceiver<(usize, Lock)>) -> (usize, Lock) {
     let next = tokio::time::timeout(Duration::from_secs(10), winners.recv()).await;
@@ -345,7 +335,7 @@ async fn each_release_hands_the_lock_to_the_client_that_waited_longest() {
     let nodes = five();
     let holder = client(&nodes);
     let clients: Vec<Redlock> = (0..WAITERS).map(|_| patient(&nodes)).collect();
-    let mut held = held_on_every_node(&nodes, &holder, "handoff").await;
+    let mut held = acquired_everywhere(&nodes, &holder, "handoff", TTL).await;
     let (tasks, mut winners) = line_up(&nodes, &clients, "handoff").await;
 
     // Each holder releases as usual. The retry delay outlasts the test, so every lock passed on
@@ -379,7 +369,7 @@ async fn a_hand_off_heard_from_every_node_wakes_only_the_waiter_it_names() {
     let nodes = five();
     let holder = client(&nodes);
     let clients: Vec<Redlock> = (0..WAITERS).map(|_| patient(&nodes)).collect();
-    let held = held_on_every_node(&nodes, &holder, "heard").await;
+    let held = acquired_everywhere(&nodes, &holder, "heard", TTL).await;
     let (tasks, mut winners) = line_up(&nodes, &clients, "heard").await;
     let ids = line(&nodes[0], &lock_key("heard"));
     assert!(

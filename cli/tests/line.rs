@@ -7,10 +7,7 @@ mod common;
 use std::process::{Child, ExitStatus, Output};
 use std::time::{Duration, Instant};
 
-use common::{
-    every_master, exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
-    Witness,
-};
+use common::{exec, quorumlock, text, wait_for_file, wait_held_everywhere, wait_until, Witness};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use quorumlock_testkit::RedisNodes;
@@ -146,17 +143,6 @@ fn wait_for_line(nodes: &RedisNodes, resource: &str, len: usize) -> Value {
         "the line never had {len} waiters on every master: {last:#}"
     );
     last
-}
-
-/// Waits until every master holds `resource`. The holder's acquire returned at a quorum and
-/// reaches the last master after: a waiter that came there first would be granted there, not
-/// take its place in that master's line.
-fn wait_held_everywhere(nodes: &RedisNodes, resource: &str) {
-    wait_for_report(
-        || json_status(nodes, resource),
-        "the lock on every master",
-        |r| every_master(r, |n| n["state"] == "held"),
-    );
 }
 
 #[test]

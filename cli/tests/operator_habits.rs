@@ -10,8 +10,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{
-    every_master, exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
-    Witness,
+    exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_held_everywhere,
+    wait_reader_everywhere, wait_until, Witness,
 };
 use quorumlock_testkit::RedisNodes;
 
@@ -64,11 +64,7 @@ fn a_busy_lock_says_how_many_of_how_many_masters_granted_and_how_many_are_needed
     let holder = hold(&nodes, &witness, "first", &["--resource", "job"]);
     // The holder's acquire returned at a quorum (3): a master it has not reached yet would
     // grant this attempt there.
-    wait_for_report(
-        || json_status(&nodes, "job"),
-        "the lock on every master",
-        |r| every_master(r, |n| n["state"] == "held"),
-    );
+    wait_held_everywhere(&nodes, "job");
     let out = run(&mut exec(&nodes, &["--resource", "job", "-n"], "true"));
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert!(
@@ -174,11 +170,7 @@ fn unlock_deletes_a_read_held_lock_and_names_a_semaphores_permits() {
         &["--resource", "catalog", "--read"],
     );
     // The read hold returned at a quorum: the last master gets it just after.
-    wait_for_report(
-        || json_status(&nodes, "catalog"),
-        "the reader on every master",
-        |r| every_master(r, |n| n["readers"] == 1),
-    );
+    wait_reader_everywhere(&nodes, "catalog");
     let dry = run(quorumlock(&nodes).args(["unlock", "catalog"]));
     assert_eq!(dry.status.code(), Some(0), "{}", text(&dry));
     assert!(stdout(&dry).contains("held by readers"), "{}", text(&dry));
@@ -211,11 +203,7 @@ fn unlock_deletes_a_read_held_lock_and_names_a_semaphores_permits() {
         .find(|i| shown.contains(&format!("\"exports:permit:{i}\"")))
         .unwrap_or_else(|| panic!("no permit named: {}", text(&named)));
     // Likewise the permit's acquire.
-    wait_for_report(
-        || json_status(&nodes, &format!("exports:permit:{slot}")),
-        "the permit on every master",
-        |r| every_master(r, |n| n["state"] == "held"),
-    );
+    wait_held_everywhere(&nodes, &format!("exports:permit:{slot}"));
     let one =
         run(quorumlock(&nodes).args(["unlock", &format!("exports:permit:{slot}"), "--force"]));
     assert_eq!(one.status.code(), Some(0), "{}", text(&one));

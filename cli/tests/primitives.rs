@@ -256,11 +256,7 @@ fn status_shows_permits_readers_and_the_leader() {
     assert_eq!(json["slots"].as_array().unwrap().len(), 2, "{json:#}");
 
     // The read hold returned at a quorum: the last master gets it just after.
-    wait_for_report(
-        || json_status(&nodes, "catalog"),
-        "the reader on every master",
-        |r| every_master(r, |n| n["readers"] == 1),
-    );
+    wait_reader_everywhere(&nodes, "catalog");
     let (code, shown, all) = status(&["catalog"]);
     assert_eq!(code, Some(75), "{all}");
     assert!(

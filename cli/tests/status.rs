@@ -66,6 +66,22 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)))
 }
 
+/// Waits until `status` over `voters` shows `resource` held by all 3 and its holder `pid`: the
+/// lock reaches the last voter, and the holder's description is written, after the command
+/// starts.
+fn wait_held_by(masters: &RedisNodes, voters: &str, resource: &str, pid: u32) {
+    wait_for_report(
+        || {
+            let mut cmd = quorumlock(masters);
+            cmd.env("QUORUMLOCK_NODES", voters)
+                .args(["status", "--json", resource]);
+            cmd
+        },
+        "the lock and its description on every voter",
+        |r| r["holding"] == 3 && r["holder"]["pid"] == pid,
+    );
+}
+
 #[test]
 fn status_exits_0_when_free_75_when_held_69_without_a_quorum_and_names_the_holder() {
     let mut nodes = RedisNodes::spawn(3).unwrap();
@@ -299,19 +315,7 @@ fn list_status_and_unlock_find_the_locks_on_a_redis_cluster_voter() {
         .iter()
         .map(|r| holding_with(&masters, &witness, r, on_voters))
         .collect();
-    // The lock reaches the last voter, and the holder's description is written, after the
-    // command starts.
-    let pid = holders[0].id();
-    wait_for_report(
-        || {
-            let mut cmd = quorumlock(&masters);
-            cmd.env("QUORUMLOCK_NODES", &voters)
-                .args(["status", "--json", &resources[0]]);
-            cmd
-        },
-        "the lock and its description on every voter",
-        |r| r["holding"] == 3 && r["holder"]["pid"] == pid,
-    );
+    wait_held_by(&masters, &voters, &resources[0], holders[0].id());
 
     let listed = quorumlock(&masters)
         .env("QUORUMLOCK_NODES", &voters)
@@ -396,19 +400,7 @@ fn status_and_unlock_reach_the_master_a_sentinel_group_names() {
     let holder = holding_with(&masters, &witness, "nightly", |cmd| {
         cmd.env("QUORUMLOCK_NODES", &voters);
     });
-    // The lock reaches the last voter, and the description is written, after the command
-    // starts.
-    let pid = holder.id();
-    wait_for_report(
-        || {
-            let mut cmd = quorumlock(&masters);
-            cmd.env("QUORUMLOCK_NODES", &voters)
-                .args(["status", "--json", "nightly"]);
-            cmd
-        },
-        "the lock and its description on every voter",
-        |r| r["holding"] == 3 && r["holder"]["pid"] == pid,
-    );
+    wait_held_by(&masters, &voters, "nightly", holder.id());
     // The holder's description, written beside the lock on the master the Sentinels name, is
     // read back from there.
     let status = quorumlock(&masters)

@@ -10,7 +10,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    every_master, exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
+    exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_held_everywhere,
+    wait_until,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -80,11 +81,7 @@ fn a_waiter_that_gives_up_or_is_interrupted_leaves_the_line_and_the_next_one_get
     let mut holder = hold(&nodes, "R", dir.path(), &[]);
     // The holder's acquire returned at a quorum (3 of 5): a waiter that reached one of the
     // other masters before it would be granted there rather than stand in that master's line.
-    wait_for_report(
-        || json_status(&nodes, "R"),
-        "the lock on every master",
-        |r| every_master(r, |n| n["state"] == "held"),
-    );
+    wait_held_everywhere(&nodes, "R");
 
     // Gives up after its wait.
     let timed_out = exec(&nodes, &["R", "-w", "1s"], "echo ran")

@@ -142,6 +142,19 @@ pub async fn granted_everywhere(nodes: &RedisNodes, key: &str, token: &str) {
     );
 }
 
+/// `resource`, acquired by `holder` for `ttl`, once its grant is on every master (see
+/// [`granted_everywhere`]).
+pub async fn acquired_everywhere(
+    nodes: &RedisNodes,
+    holder: &Redlock,
+    resource: &str,
+    ttl: Duration,
+) -> Lock {
+    let lock = holder.acquire(resource, ttl).await.unwrap();
+    granted_everywhere(nodes, &lock_key(resource), lock.token().expose()).await;
+    lock
+}
+
 /// Sets `key` to `value` on `server` with a TTL, as another client would.
 pub fn set(server: &RedisServer, key: &str, value: &str, ttl: Duration) {
     let _: () = redis::cmd("SET")

@@ -108,18 +108,9 @@ async fn a_bare_set_never_takes_a_key_whose_holder_lapsed_while_somebody_waits()
         .unwrap();
     let w_lock = w_lock.unwrap();
     // (The head's lock returned at a quorum: the last master's grant may still be on its way.)
-    assert!(
-        eventually(Duration::from_secs(2), || holders(
-            &nodes,
-            &key,
-            w_lock.token().expose()
-        ) == 5)
-        .await,
-        "{:?}",
-        values(&nodes, &key)
-    );
+    granted_everywhere(&nodes, &key, w_lock.token().expose()).await;
     w_lock.release().await.unwrap();
-    assert!(eventually(Duration::from_secs(2), || present(&nodes, &key) == 0).await);
+    assert_gone_everywhere(&nodes, &key).await;
 }
 
 /// Another Redlock client holds the key and renews it with a plain `PEXPIRE` (as redsync and

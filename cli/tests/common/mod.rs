@@ -98,6 +98,26 @@ pub fn every_master(
         .is_some_and(|nodes| !nodes.is_empty() && nodes.iter().all(check))
 }
 
+/// Waits until every master holds `resource`: a lock is taken once a quorum granted, and
+/// reaches the last masters after.
+pub fn wait_held_everywhere(nodes: &RedisNodes, resource: &str) {
+    wait_for_report(
+        || json_status(nodes, resource),
+        "the lock on every master",
+        |r| every_master(r, |n| n["state"] == "held"),
+    );
+}
+
+/// Waits until every master has `resource`'s one reader: a read is taken once a quorum granted,
+/// and reaches the last masters after.
+pub fn wait_reader_everywhere(nodes: &RedisNodes, resource: &str) {
+    wait_for_report(
+        || json_status(nodes, resource),
+        "the reader on every master",
+        |r| every_master(r, |n| n["readers"] == 1),
+    );
+}
+
 /// `true` while the process exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
