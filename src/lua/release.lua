@@ -11,17 +11,26 @@
 -- the same holder), and for its rollback while it still waits, ARGV[5] its order and ARGV[6] its
 -- entry lease in ms: it is put back in each line first, so that it keeps its place.
 -- Returns how many keys were released.
--- The mutex's own path comes first, ahead of the line's helpers: one key, still this token's, and
--- nobody in its line. An elected leader's mark, a line and a rollback take the long way.
+-- The mutex's own path comes first, ahead of the line's helpers: one key and nobody in its line.
+-- Still this token's, it is deleted; gone or another token's (say, the holder's next attempt ran
+-- here ahead of this release, and was refused), it is left alone: the long way would do nothing
+-- more, and costs the master the helpers' definitions. An elected leader's mark, a takeover's
+-- note (an owner id's fifth key), a line and a rollback take the long way.
 -- `lined`: whether that one key's line exists, as this path found it (nil when it did not look);
 -- the long way then does not ask again. A line it found may be gone by the hand-off (the
 -- holder's own entry taken out below): hand_over then finds nobody, and deletes the key.
 local lined
 if ARGV[3] == '1' and not ARGV[4] then
   lined = redis.call('EXISTS', KEYS[2]) == 1
-  if not lined and redis.call('GET', KEYS[1]) == ARGV[1] then
-    redis.call('DEL', KEYS[1])
-    return 1
+  if not lined then
+    local value = redis.call('GET', KEYS[1])
+    if value == ARGV[1] then
+      redis.call('DEL', KEYS[1])
+      return 1
+    end
+    if not KEYS[5] and value ~= '~elected:' .. ARGV[1] then
+      return 0
+    end
   end
 end
 --@line
