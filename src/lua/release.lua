@@ -12,10 +12,11 @@
 -- entry lease in ms: it is put back in each line first, so that it keeps its place.
 -- Returns how many keys were released.
 -- The mutex's own path comes first, ahead of the line's helpers: one key and nobody in its line.
--- Still this token's, it is deleted; gone or another token's (say, the holder's next attempt ran
--- here ahead of this release, and was refused), it is left alone: the long way would do nothing
--- more, and costs the master the helpers' definitions. An elected leader's mark, a takeover's
--- note (an owner id's fifth key), a line and a rollback take the long way.
+-- Still this token's, it is deleted; gone or another token's (say, this token's own SET was
+-- refused here, where the holder's previous lock was released only after it), it is left alone:
+-- the long way would do nothing more, and costs the master the helpers' definitions. An elected
+-- leader's mark, a takeover's note (an owner id's fifth key) on a key not this token's, a line
+-- and a rollback take the long way.
 -- `lined`: whether that one key's line exists, as this path found it (nil when it did not look);
 -- the long way then does not ask again. A line it found may be gone by the hand-off (the
 -- holder's own entry taken out below): hand_over then finds nobody, and deletes the key.
