@@ -11,20 +11,12 @@ const TTL: Duration = Duration::from_secs(10);
 
 /// The waiting writers' notes of `resource` on every master (`{<resource>}:writers`).
 fn notes(nodes: &RedisNodes, resource: &str) -> Vec<usize> {
-    zcards(nodes, resource, ":writers")
+    companion_sizes(nodes, resource, ":writers")
 }
 
 /// The live reader entries of `resource` on every master (`{<resource>}:readers`).
 fn readers(nodes: &RedisNodes, resource: &str) -> Vec<usize> {
-    zcards(nodes, resource, ":readers")
-}
-
-fn zcards(nodes: &RedisNodes, resource: &str, suffix: &str) -> Vec<usize> {
-    let set = quorumlock::companion_key(&lock_key(resource), suffix);
-    nodes
-        .iter()
-        .map(|s| query(s, redis::cmd("ZCARD").arg(&set)))
-        .collect()
+    companion_sizes(nodes, resource, ":readers")
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -239,6 +239,16 @@ pub fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
     nodes.iter().map(|s| get(s, key)).collect()
 }
 
+/// The size of `resource`'s sorted set `suffix` (`:readers`, `:writers`, …; see
+/// `quorumlock::companion_key`) on each server, in order.
+pub fn companion_sizes(nodes: &RedisNodes, resource: &str, suffix: &str) -> Vec<usize> {
+    let set = quorumlock::companion_key(&lock_key(resource), suffix);
+    nodes
+        .iter()
+        .map(|s| query(s, redis::cmd("ZCARD").arg(&set)))
+        .collect()
+}
+
 /// The remaining TTL of `key` on each server, in order, in milliseconds.
 pub fn ttls(nodes: &RedisNodes, key: &str) -> Vec<i64> {
     nodes.iter().map(|s| pttl(s, key)).collect()
