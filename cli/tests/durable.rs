@@ -7,7 +7,7 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{quorumlock, text, wait_for_file, wait_until};
+use common::{hold_until, quorumlock, text, wait_for_file, wait_until};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use quorumlock_testkit::{RedisNodes, RedisServer, RedisServerBuilder};
@@ -109,11 +109,7 @@ fn exec_durable_replicas_runs_over_primaries_with_a_replica_and_leaves_no_key() 
     let voters = voters(3);
     let dir = tempfile::tempdir().unwrap();
     let (started, go) = (dir.path().join("started"), dir.path().join("go"));
-    let script = format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.05; done; echo ran",
-        started.display(),
-        go.display()
-    );
+    let script = format!("{}; echo ran", hold_until(&started, &go));
     let child = over(&voters)
         .args(["exec", "--durable", "replicas=1", "--resource", "ledger"])
         .args(["--", "sh", "-c", &script])

@@ -8,7 +8,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{
-    exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until, Witness,
+    exec, hold_until, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
+    Witness,
 };
 use quorumlock_testkit::RedisNodes;
 
@@ -111,11 +112,7 @@ fn exec_exits_with_the_conflict_code_when_the_lock_is_busy() {
     let mut holder = exec(
         &nodes,
         &["--resource", "busy", "--ttl", "3s"],
-        &format!(
-            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-            started.display(),
-            go.display()
-        ),
+        &hold_until(&started, &go),
     )
     .spawn()
     .unwrap();
@@ -271,11 +268,7 @@ fn no_wait_wait_forever_and_negative_durations_behave_like_flock() {
     let mut holder = exec(
         &nodes,
         &["--resource", "habits"],
-        &format!(
-            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-            started.display(),
-            go.display()
-        ),
+        &hold_until(&started, &go),
     )
     .spawn()
     .unwrap();

@@ -9,7 +9,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::{
-    exec, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until, Witness,
+    exec, hold_until, json_status, quorumlock, text, wait_for_file, wait_for_report, wait_until,
+    Witness,
 };
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -207,11 +208,7 @@ fn verbose_says_where_a_waiter_stands_in_line() {
     let holder = exec(
         &nodes,
         &["--resource", "queue-me"],
-        &format!(
-            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-            holding.display(),
-            done.display()
-        ),
+        &hold_until(&holding, &done),
     )
     .stdout(Stdio::null())
     .stderr(Stdio::null())

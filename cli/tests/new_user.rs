@@ -17,18 +17,9 @@ use quorumlock_testkit::RedisNodes;
 
 const PASSWORD: &str = "s3cret-readme-acl";
 
-/// A command for `exec` that marks `mark` as started, then runs until `done` exists.
-fn until_done(witness: &Witness, mark: &str) -> String {
-    format!(
-        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-        witness.path(mark).display(),
-        witness.path("done").display()
-    )
-}
-
-/// `exec <extra> -- <until_done(mark)>`, returned once its command runs.
+/// `exec <extra> -- <Witness::until_done(mark)>`, returned once its command runs.
 fn hold(nodes: &RedisNodes, witness: &Witness, mark: &str, extra: &[&str]) -> Child {
-    let child = exec(nodes, extra, &until_done(witness, mark))
+    let child = exec(nodes, extra, &witness.until_done(mark))
         .stdout(Stdio::null())
         .spawn()
         .unwrap();

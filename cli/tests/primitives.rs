@@ -201,25 +201,18 @@ fn status_shows_permits_readers_and_the_leader() {
     let witness = Witness::new();
     let done = witness.path("done");
     // Each holder marks that it runs, then holds until `done` exists.
-    let until_done = |mark: &str| {
-        format!(
-            "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
-            witness.path(mark).display(),
-            done.display()
-        )
-    };
     let mut holders = vec![
         exec(
             &nodes,
             &["--resource", "exports", "--permits", "2"],
-            &until_done("permit"),
+            &witness.until_done("permit"),
         )
         .spawn()
         .unwrap(),
         exec(
             &nodes,
             &["--resource", "catalog", "--read"],
-            &until_done("read"),
+            &witness.until_done("read"),
         )
         .spawn()
         .unwrap(),
@@ -227,7 +220,7 @@ fn status_shows_permits_readers_and_the_leader() {
     let mut elect = quorumlock(&nodes);
     elect
         .args(["elect", "--name", "sched", "--value", "host-a:80", "-c"])
-        .arg(until_done("leader"));
+        .arg(witness.until_done("leader"));
     holders.push(elect.spawn().unwrap());
     for mark in ["permit", "read", "leader"] {
         assert!(

@@ -129,6 +129,16 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// A command for `exec` that creates `started`, then runs until `release` exists: a holder that
+/// holds for as long as a test needs, however slowly the rest of it runs.
+pub fn hold_until(started: &Path, release: &Path) -> String {
+    format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        release.display()
+    )
+}
+
 /// A shared log the commands append to (`O_APPEND`: lines land in real-time order), and the
 /// pids of the processes each command started.
 pub struct Witness {
@@ -152,6 +162,12 @@ impl Witness {
 
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
+    }
+
+    /// A command for `exec` that marks `mark` as started, then runs until `done` exists (see
+    /// [`hold_until`]).
+    pub fn until_done(&self, mark: &str) -> String {
+        hold_until(&self.path(mark), &self.path("done"))
     }
 
     /// A command that logs `<name> start`, starts a grandchild that logs `<name> tick` every
