@@ -5,6 +5,8 @@
 //! other client writes.
 
 mod common;
+#[path = "foreign_clients/renewals_beside_a_line.rs"]
+mod renewals_beside_a_line;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;

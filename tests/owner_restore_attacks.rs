@@ -318,3 +318,81 @@ async fn fencing_a_takeover_rolled_back_never_lets_a_later_holder_reuse_a_fence(
     next.release().await.unwrap();
     drop(pb);
 }
+
+/// Five masters. A holds under an owner id (TTL 1 s) and renews every 200 ms. B, of the same
+/// owner (TTL 2 s), reaches masters 2 to 4 only (2 blackholed), takes A's value over on 3 and 4
+/// and is dropped; its rollback takes 3 s on its way, landing after the taken key would have
+/// expired had nothing kept it. Defect (fixed): A's renewals were refused on 3 and 4 (the value
+/// was B's), key and note expired together, the late rollback found no note and put nothing
+/// back: A, which never failed a renewal, held its value on 3 of 5 masters from then on. Now A's
+/// renewals keep a key taken over from it, and its note, alive while A lives, so the rollback
+/// puts A's value back once it lands.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_rollback_gives_a_renewing_lock_its_keys_back() {
+    let nodes = five();
+    let key = lock_key("r");
+    let a_ttl = Duration::from_secs(1);
+    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let mut held = first.acquire_as("r", OWNER, a_ttl).await.unwrap();
+    let v = held.token().expose().to_owned();
+    assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 5).await);
+    let renewing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let renewer = {
+        let renewing = renewing.clone();
+        tokio::spawn(async move {
+            let mut failures = Vec::new();
+            while renewing.load(std::sync::atomic::Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if let Err(e) = held.extend(a_ttl).await {
+                    failures.push(e.to_string());
+                }
+            }
+            (held, failures)
+        })
+    };
+
+    let (pb, urls_b) = reaching(&nodes, &[2, 3, 4]);
+    let b = Redlock::builder(urls_b)
+        .node_timeout(Duration::from_millis(1500))
+        .acquire_timeout(Duration::ZERO)
+        .retry_count(0)
+        .build()
+        .unwrap();
+    // Connected first: master 2's requests then wait out the node timeout, and B's attempt is
+    // still undecided when its takeovers on 3 and 4 run.
+    b.connect().await.unwrap();
+    pb[2].blackhole();
+    let bt = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire_as("r", OWNER, Duration::from_secs(2)).await })
+    };
+    let bv = taken_over(&nodes, &key, OWNER, &[3, 4], &[&v]).await;
+    for p in &pb[3..] {
+        p.delay(Duration::from_secs(3), Duration::ZERO, Duration::ZERO);
+    }
+    bt.abort();
+    let _ = bt.await;
+    let dropped = Instant::now();
+    println!("B took over: {bv}; masters {:?}", values(&nodes, &key));
+
+    // Everything lands: B's rollback 3 s after the drop; then A renews once more everywhere.
+    tokio::time::sleep(Duration::from_millis(3600)).await;
+    let restored = eventually(Duration::from_secs(1), || holders(&nodes, &key, &v) == 5).await;
+    let vals = values(&nodes, &key);
+    renewing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (held, failures) = renewer.await.unwrap();
+    println!(
+        "{:?} after B's drop: A says {:?} left; masters {vals:?} pttl {:?}",
+        dropped.elapsed(),
+        held.remaining(),
+        ttls(&nodes, &key)
+    );
+    assert!(failures.is_empty(), "A failed renewals: {failures:?}");
+    assert!(
+        restored,
+        "A's value (V={v}) is on {} of 5 masters once B's rollback landed: {vals:?}",
+        holders(&nodes, &key, &v)
+    );
+    held.release().await.unwrap();
+    drop(pb);
+}
