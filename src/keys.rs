@@ -462,13 +462,15 @@ impl Keys {
         }
         match self {
             Keys::One(key) | Keys::Slot(key) | Keys::Owned { key, .. } => {
-                // A key that others may wait for: its record comes too (see `lua/extend.lua`).
+                // A key that others may wait for: its record comes too (see `lua/extend.lua`);
+                // under an owner id, its takeovers: a key another attempt took over from this
+                // lock is kept alive until that attempt's rollback gives it back.
                 let mut call = scripts::EXTEND.prepare_invoke();
-                call.key(&**key)
-                    .key(held_key(key))
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .arg(1);
+                call.key(&**key).key(held_key(key));
+                if matches!(self, Keys::Owned { .. }) {
+                    call.key(Companion(key, TOOK_SUFFIX));
+                }
+                call.arg(token).arg(ttl_ms).arg(1);
                 let renewed: i64 = node.invoke_granting(call, timeout, |r| *r == 1).await?;
                 Ok(renewed == 1)
             }

@@ -14,7 +14,7 @@ pub struct LockToken(Arc<str>);
 
 impl LockToken {
     pub(crate) fn generate() -> Self {
-        LockToken(uuid::Uuid::new_v4().simple().to_string().into())
+        LockToken(nonce().into())
     }
 
     /// The token of one attempt under an owner id
@@ -41,13 +41,12 @@ impl LockToken {
     }
 
     fn nonce_then(separator: char, tail: &str) -> Self {
-        let nonce = uuid::Uuid::new_v4().simple();
-        LockToken(format!("{nonce}{separator}{tail}").into())
+        LockToken(format!("{}{separator}{tail}", nonce()).into())
     }
 
-    /// The token as stored in Redis: 32 hex digits; under an owner id
-    /// ([`Redlock::acquire_as`](crate::Redlock::acquire_as)), 32 hex digits, `@` and the id;
-    /// for a lock a release handed to this client's waiter, `~queued:` and the waiter's id.
+    /// The token as stored in Redis: a nonce, [`NONCE_PREFIX`] and 32 hex digits; under an owner
+    /// id ([`Redlock::acquire_as`](crate::Redlock::acquire_as)), the nonce, `@` and the id; for a
+    /// lock a release handed to this client's waiter, `~queued:` and the waiter's id.
     /// Treat it as a secret: whoever has it can release or extend the lock.
     pub fn expose(&self) -> &str {
         &self.0
@@ -66,7 +65,19 @@ impl LockToken {
     }
 }
 
-/// What stands between an owner attempt's nonce (32 hex digits) and its owner id in the token:
+/// What every nonce starts with: the mark of a value quorumlock wrote. No other Redlock client
+/// writes a value of this shape (they write random bytes, hex digits, base64 or UUIDs), and
+/// only values of this shape are ever stretched over a wait line (`stretch` in `lua/line.lua`,
+/// `ours`): a key another client holds keeps the expiry that client gives it.
+pub(crate) const NONCE_PREFIX: &str = "ql-";
+
+/// A fresh nonce: [`NONCE_PREFIX`], then 128 random bits from the operating system as 32 hex
+/// digits.
+fn nonce() -> String {
+    format!("{NONCE_PREFIX}{}", uuid::Uuid::new_v4().simple())
+}
+
+/// What stands between an owner attempt's nonce (35 characters) and its owner id in the token:
 /// `lua/acquire_owned.lua` and `lua/acquire_queued.lua` recognise an owner's key by it, at that
 /// offset. An election's tokens have `:` there, so no owner id ever re-enters a leader's key.
 pub(crate) const OWNER_SEPARATOR: char = '@';

@@ -10,37 +10,92 @@
 -- its record keeps: a holder whose lease there has passed is refused, as if the key had expired
 -- (the head of the line may take it any moment); else the record's lease is renewed the same
 -- way, never shortened.
+-- Under an owner id, a key that another attempt of the owner took over from this lock (a note in
+-- its takeovers names this token, see take_over in line.lua) is this lock's way back there: that
+-- attempt's rollback puts the value back whenever it lands (restore.lua). So the renewal, refused
+-- there, keeps that key, its record's lease and its notes alive as it would have kept its own
+-- key; a failed attempt whose rollback lands late then still gives a live lock its key back.
 -- KEYS: the lock's keys (one per resource), then, for keys that wait in line, their records
--- (`<key>:held`); ARGV[1] token; ARGV[2] new TTL in milliseconds; ARGV[3] how many of KEYS are
--- lock keys ('' for all: no records); ARGV[4] (an elected leader's renewal only) 'mark': a key
--- still holding the bare token is marked as it is renewed, so that a master the election's own
--- mark missed shows the leader from the next renewal on (and announces it on ARGV[5], the
--- election's channel).
+-- (`<key>:held`), then (under an owner id: one key) its takeovers (`<key>:took`); ARGV[1] token;
+-- ARGV[2] new TTL in milliseconds; ARGV[3] how many of KEYS are lock keys ('' for all: no
+-- records); ARGV[4] (an elected leader's renewal only) 'mark': a key still holding the bare
+-- token is marked as it is renewed, so that a master the election's own mark missed shows the
+-- leader from the next renewal on (and announces it on ARGV[5], the election's channel).
 -- Returns 1 if renewed (the keys live at least the TTL from now), 0 if a key is absent, held
 -- by another token, or held past this holder's lease.
 local n = tonumber(ARGV[3]) or #KEYS
 local marked = '~elected:' .. ARGV[1]
 local now
+
+local function now_ms()
+  if not now then
+    local time = redis.call('TIME')
+    now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  end
+  return now
+end
+
+-- The record (`<key>:held`) of `key` when it speaks for the key's value `value`: the lease and
+-- the stretch (see record_in in line.lua, which also requires a value quorumlock wrote: `value`
+-- here is this token or one of its owner's).
+local function record_for(key, held, value)
+  local record = held and redis.call('GET', held)
+  if not record then
+    return nil
+  end
+  local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
+  if token ~= value or redis.call('PEXPIRETIME', key) ~= tonumber(stretched) then
+    return nil
+  end
+  return {tonumber(lease), tonumber(stretched)}
+end
+
+-- Renews `key` for ARGV[2] ms, never shortening it; a key stretched past the renewal keeps the
+-- renewed lease in its record (`held`, for `token`), never shortened either.
+local function renew(key, held, token, record)
+  redis.call('PEXPIRE', key, ARGV[2], 'GT')
+  if record and redis.call('PEXPIRETIME', key) == record[2] then
+    local lease = math.max(record[1], now_ms() + tonumber(ARGV[2]))
+    redis.call('SET', held, token .. '|' .. string.format('%d|%d', lease, record[2]), 'KEEPTTL')
+  end
+end
+
+-- See the top: keeps `key`, taken over from this lock, and its notes `took` alive.
+local function keep_taken(key, held, took, value)
+  local notes = redis.call('HGETALL', took)
+  for i = 2, #notes, 2 do
+    if notes[i] == ARGV[1] then
+      local record = record_for(key, held, value)
+      if record and record[1] <= now_ms() then
+        -- Held past its lease, kept only for its line: as good as expired.
+        return
+      end
+      renew(key, held, value, record)
+      local expires = redis.call('PEXPIRETIME', key)
+      if redis.call('PEXPIRETIME', took) < expires then
+        redis.call('PEXPIREAT', took, expires)
+      end
+      return
+    end
+  end
+end
+
 local records = {}
 for i = 1, n do
   local key = KEYS[i]
   local value = redis.call('GET', key)
   if value ~= ARGV[1] and value ~= marked then
+    if value and n == 1 and KEYS[3] then
+      keep_taken(key, KEYS[2], KEYS[3], value)
+    end
     return 0
   end
-  local record = KEYS[n + i] and redis.call('GET', KEYS[n + i])
+  local record = record_for(key, KEYS[n + i], ARGV[1])
   if record then
-    local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
-    if token == ARGV[1] and redis.call('PEXPIRETIME', key) == tonumber(stretched) then
-      if not now then
-        local time = redis.call('TIME')
-        now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-      end
-      if tonumber(lease) <= now then
-        return 0
-      end
-      records[i] = {tonumber(lease), tonumber(stretched)}
+    if record[1] <= now_ms() then
+      return 0
     end
+    records[i] = record
   end
 end
 for i = 1, n do
@@ -49,13 +104,6 @@ for i = 1, n do
     redis.call('SET', key, marked, 'KEEPTTL')
     redis.call('SPUBLISH', ARGV[5], '')
   end
-  redis.call('PEXPIRE', key, ARGV[2], 'GT')
-  local record = records[i]
-  if record and redis.call('PEXPIRETIME', key) == record[2] then
-    -- Still stretched past the renewal: the record carries the renewed lease.
-    local lease = math.max(record[1], now + tonumber(ARGV[2]))
-    local renewed = ARGV[1] .. '|' .. string.format('%d|%d', lease, record[2])
-    redis.call('SET', KEYS[n + i], renewed, 'KEEPTTL')
-  end
+  renew(key, KEYS[n + i], ARGV[1], records[i])
 end
 return 1

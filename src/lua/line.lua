@@ -35,15 +35,41 @@ local function drop_lapsed(line, leases, now)
   end
 end
 
+-- Whether quorumlock wrote `value`: a token (`ql-` and 32 hex digits, alone or followed by
+-- `@<owner>` or `:<value>`, see token.rs), a reservation (`~queued:` and a waiter's 32 hex
+-- digits) or either marked elected. No other Redlock client writes a value of these shapes, and
+-- only quorumlock's own scripts renew one, each renewing the key's record with it (see stretch):
+-- so only such a key is stretched, and a record speaks only for such a value.
+local function ours(value)
+  if not value then
+    return false
+  end
+  if string.sub(value, 1, 9) == '~elected:' then
+    value = string.sub(value, 10)
+  end
+  local hex = string.rep('%x', 32)
+  if string.find(value, '^~queued:' .. hex .. '$') then
+    return true
+  end
+  if not string.find(value, '^ql%-' .. hex) then
+    return false
+  end
+  local after = string.sub(value, 36, 36)
+  return after == '' or after == '@' or after == ':'
+end
+
 -- A key stretched for its line (see stretch) keeps its holder's own lease in a record, the key's
 -- companion `<base>:held`: `<token>|<lease end>|<stretched until>` (the master's times, in ms).
 -- The record speaks for the key only while the key still holds that token (or the token marked
--- elected) and still expires when the stretch set it to: any other write of the key (a grant, a
--- hand-off, a foreign client's PEXPIRE) makes it void, and the key's own expiry is the lease
--- again. `record_in` judges the record's text given the key's value and expiry; `record_of`
--- reads all three. Each returns the lease end and the stretch, or nil.
+-- elected), a value quorumlock wrote (see ours), and still expires when the stretch set it to:
+-- any other write of the key (a grant, a hand-off) makes it void, and the key's own expiry is
+-- the lease again. Only quorumlock's scripts write such a value, and each that renews it renews
+-- the record too (extend.lua); a write by another client that keeps the value and the expiry
+-- (a `PEXPIRE … GT` short of the stretch, a `SET … KEEPTTL`) cannot happen to it, as no other
+-- client holds such a value. `record_in` judges the record's text given the key's value and
+-- expiry; `record_of` reads all three. Each returns the lease end and the stretch, or nil.
 local function record_in(record, value, expires)
-  if not record then
+  if not record or not ours(value) then
     return nil
   end
   local token, lease, stretched = string.match(record, '^(.*)|(%d+)|(%d+)$')
@@ -91,8 +117,10 @@ end
 -- line grants), so that while anybody waits the key exists and a bare `SET NX` (the plain
 -- attempt, keys.rs) is refused: a key whose holder's lease runs out goes to the head of the
 -- line (which takes it as lapsed), not to whoever asks first. The holder's own lease goes into
--- the key's record first (see record_of). Every script that lengthens a line or rewrites a key
--- with a line calls this last, for each key (or writes the key with write_for_line).
+-- the key's record first (see record_of). A key holding another client's value is left to its
+-- own expiry (see ours): that client may renew it in ways the record cannot see. Every script
+-- that lengthens a line or rewrites a key with a line calls this last, for each key (or writes
+-- the key with write_for_line).
 local function stretch(key, held, line, now)
   if not held then
     return
@@ -103,6 +131,10 @@ local function stretch(key, held, line, now)
     return
   end
   local value = redis.call('GET', key)
+  if not ours(value) then
+    -- Another client's lock: it renews without the record, so its key keeps its own expiry.
+    return
+  end
   local lease = record_in(redis.call('GET', held), value, expires) or expires
   stretched_write(key, held, value, lease, lasts, now)
 end
@@ -196,11 +228,11 @@ local function hand_over(key, line, leases, held, reserve, now, quiet, skip)
   write_for_line(key, held, line, '~queued:' .. head, now + lasts, now)
 end
 
--- Whether `value` is a lock of `owner`: `<32 hex digits>@<owner>`, one attempt's token under an
--- owner id (see token.rs). The nonce's fixed length makes the owner's offset certain.
+-- Whether `value` is a lock of `owner`: `<nonce>@<owner>`, one attempt's token under an owner id
+-- (see token.rs). The nonce's fixed length (35 characters) makes the owner's offset certain.
 local function owned_by(value, owner)
-  return owner ~= nil and value ~= nil and value ~= false and #value == 33 + #owner
-    and string.sub(value, 33, 33) == '@' and string.sub(value, 34) == owner
+  return owner ~= nil and value ~= nil and value ~= false and #value == 36 + #owner
+    and string.sub(value, 36, 36) == '@' and string.sub(value, 37) == owner and ours(value)
 end
 
 -- Makes `key` expire no sooner than `at` (the master's time in ms); a key without an expiry

@@ -16,7 +16,7 @@ use redis::{ErrorKind, RedisError};
 
 /// The key layout this version writes and expects on the masters.
 ///
-/// Layout 4: a resource's lock key is `<prefix><resource>` (see [`resource_key`]), exactly the
+/// Layout 5: a resource's lock key is `<prefix><resource>` (see [`resource_key`]), exactly the
 /// key the Redlock spec and every other Redlock client (redsync, node-redlock, Redisson's
 /// RedLock, redlock-py, rslock) write, so that they and quorumlock exclude each other on shared
 /// masters. Every other key and channel of the resource is a *companion* of its lock key (see
@@ -25,15 +25,18 @@ use redis::{ErrorKind, RedisError};
 /// `:released:…`, `:elected`, `:rw`, `:rw:drained`), so that a resource lives in one slot of a
 /// cluster. A lock key that anybody waits for lives at least as long as its line, its holder's
 /// own lease kept in `:held`: clients of layout 3 would renew a lock without renewing that
-/// lease, and the head of the line would take it from them. Layout 3 had the same names without
-/// `:held`; layout 2 named the lock key `{<prefix><resource>}`, which no other client writes;
+/// lease, and the head of the line would take it from them. Layout 5 marks every value
+/// quorumlock writes (tokens start with `ql-`), and only such a key is stretched: a key another
+/// Redlock client holds keeps the expiry that client gives it, however it renews. Layout 4 had
+/// tokens of 32 hex digits, the shape node-redlock writes too, and stretched any key; layout 3
+/// had the same names without `:held`; layout 2 named the lock key `{<prefix><resource>}`, which no other client writes;
 /// layout 1 had no hash tags.
 ///
 /// A change of layout is a breaking change, announced in the CHANGELOG
 /// under its own heading: stop every client of the old layout before the first client of the new
 /// one starts, or wait until the old clients' locks have expired and delete the marker key on
 /// every master.
-pub const KEY_LAYOUT: u32 = 4;
+pub const KEY_LAYOUT: u32 = 5;
 
 /// The name of the layout marker key, after the key prefix: the marker of a client with key
 /// prefix `locks:` is `locks:quorumlock:layout`. No resource may have this name.
@@ -287,7 +290,7 @@ mod tests {
     fn the_mismatch_names_both_layouts_and_the_key() {
         let e = mismatch("locks:quorumlock:layout", "1").to_string();
         assert!(e.contains("layout \"1\""), "{e}");
-        assert!(e.contains("this client uses layout 4"), "{e}");
+        assert!(e.contains("this client uses layout 5"), "{e}");
         assert!(e.contains("locks:quorumlock:layout"), "{e}");
     }
 }
