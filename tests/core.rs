@@ -17,7 +17,13 @@ async fn acquire_sets_the_token_on_every_master_and_release_removes_it() {
     let lock = rl.acquire("orders:42", TTL).await.unwrap();
     assert_eq!(lock.resource(), "orders:42");
     let token = lock.token().expose().to_owned();
-    assert_eq!(token.len(), 32, "128 bits as hex");
+    let bits = token
+        .strip_prefix("ql-")
+        .unwrap_or_else(|| panic!("unmarked token {token}"));
+    assert!(
+        bits.len() == 32 && bits.bytes().all(|b| b.is_ascii_hexdigit()),
+        "128 bits as hex after the mark: {token}"
+    );
     // The decision is taken at the third grant; the last two land just after.
     assert!(
         eventually(Duration::from_secs(1), || holders(

@@ -128,9 +128,10 @@ async fn a_restarted_worker_takes_its_own_lock_back_under_its_owner_id() {
         .acquire_as("shard:7", "worker-7", Duration::from_secs(30))
         .await
         .unwrap();
-    // A nonce of its own, then the owner id: `<32 hex digits>@worker-7`.
+    // A nonce of its own, then the owner id: `ql-<32 hex digits>@worker-7`.
     let value = old.token().expose().to_owned();
-    assert_eq!(value.len(), 32 + 1 + "worker-7".len(), "{value}");
+    assert_eq!(value.len(), 35 + 1 + "worker-7".len(), "{value}");
+    assert!(value.starts_with("ql-"), "{value}");
     assert!(value.ends_with("@worker-7"), "{value}");
     assert!(
         eventually(Duration::from_secs(2), || holders(

@@ -180,7 +180,7 @@ enum Look {
 }
 
 /// The lock keys on `master` that start with `start`: keys that are no lock's companion (see
-/// `quorumlock::companion_key`) holding a token (32 hex digits) or reserved for a waiter; and the
+/// `quorumlock::companion_key`) holding a token (`ql-` and 32 hex digits) or reserved for a waiter; and the
 /// lock keys of read-write locks that readers hold (their readers' sets, `{<key>}:readers`, or
 /// `<key>:readers` for a key with a hash tag of its own). Only SCAN and GET: what the
 /// least-privilege ACL grants, plus `+scan`.
@@ -221,10 +221,14 @@ async fn lock_keys(master: &Master, start: &str) -> Result<Vec<String>, String> 
     Ok(locks)
 }
 
-/// A token (32 hex digits), an owner's (a token, `@` and the owner id), or a leader's: a token,
-/// `:` and the value it announced, marked `~elected:` once the leader knew it had won.
+/// A token (`ql-` and 32 hex digits), an owner's (a token, `@` and the owner id), or a leader's:
+/// a token, `:` and the value it announced, marked `~elected:` once the leader knew it had won.
+/// (The shapes `ours` in the library's `lua/line.lua` recognises.)
 fn looks_like_token(value: &str) -> bool {
     let value = value.strip_prefix("~elected:").unwrap_or(value);
+    let Some(value) = value.strip_prefix("ql-") else {
+        return false;
+    };
     let (token, rest) = value.split_at_checked(32).unwrap_or((value, ""));
     token.len() == 32
         && token.bytes().all(|b| b.is_ascii_hexdigit())
@@ -344,17 +348,20 @@ mod tests {
 
     #[test]
     fn only_token_shaped_values_count_as_locks() {
-        assert!(looks_like_token("0123456789abcdef0123456789abcdef"));
+        assert!(looks_like_token("ql-0123456789abcdef0123456789abcdef"));
         assert!(!looks_like_token("hello"));
+        // Another client's token of the same 128 bits in hex (node-redlock's shape) is not ours.
+        assert!(!looks_like_token("0123456789abcdef0123456789abcdef"));
         assert!(looks_like_token(
-            "0123456789abcdef0123456789abcdef:host-a:80"
+            "ql-0123456789abcdef0123456789abcdef:host-a:80"
         ));
+        assert!(looks_like_token("ql-0123456789abcdef0123456789abcdef@w-7"));
         assert!(looks_like_token(
-            "~elected:0123456789abcdef0123456789abcdef:host-a:80"
+            "~elected:ql-0123456789abcdef0123456789abcdef:host-a:80"
         ));
         assert!(!looks_like_token("~elected:hello"));
-        assert!(!looks_like_token("0123456789abcdef0123456789abcdefx"));
-        assert!(!looks_like_token("0123456789abcdef0123456789abcdeg"));
+        assert!(!looks_like_token("ql-0123456789abcdef0123456789abcdefx"));
+        assert!(!looks_like_token("ql-0123456789abcdef0123456789abcdeg"));
         assert!(looks_like_reservation(
             "~queued:0123456789abcdef0123456789abcdef"
         ));

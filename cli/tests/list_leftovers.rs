@@ -12,7 +12,7 @@ use quorumlock_testkit::RedisNodes;
 use serde_json::Value;
 
 /// A token-shaped value: what a lock's key holds.
-const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+const TOKEN: &str = "ql-0123456789abcdef0123456789abcdef";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn list_skips_a_leftover_of_an_older_layout_with_a_warning_and_shows_the_held_locks() {
