@@ -396,3 +396,183 @@ async fn a_late_rollback_gives_a_renewing_lock_its_keys_back() {
     held.release().await.unwrap();
     drop(pb);
 }
+
+// A failed lock's renewal keeps alive only a key taken over from it: never a key another
+// owner or another client took once a takeover's note was left behind.
+
+/// The takeover notes (`:took`) of `key` on each master, and their PTTL.
+fn notes(nodes: &RedisNodes, key: &str) -> Vec<(Vec<(String, String)>, i64)> {
+    let took = quorumlock::companion_key(key, ":took");
+    nodes
+        .iter()
+        .map(|s| {
+            let h: Vec<(String, String)> = query(s, redis::cmd("HGETALL").arg(&took));
+            (h, pttl(s, &took))
+        })
+        .collect()
+}
+
+/// Polls (every 50 ms, up to `within`) a try_acquire of `resource` by another owner; returns
+/// when it first succeeded, measured from `from`.
+async fn free_at(
+    nodes: &RedisNodes,
+    resource: &str,
+    from: Instant,
+    within: Duration,
+) -> Option<Duration> {
+    let other = Redlock::builder(nodes.urls())
+        .acquire_timeout(Duration::ZERO)
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if let Ok(l) = other
+            .try_acquire(resource, Duration::from_millis(500))
+            .await
+        {
+            let at = from.elapsed();
+            l.release().await.unwrap();
+            return Some(at);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// A→B→C, each a later attempt of the same owner that names the earlier one's value, takes it
+/// over everywhere and wins (TTL 5 s each). C releases: the key is gone on every master, but
+/// `:took` keeps B's note (B→A's value). Then `take` takes the free key for 300 ms and its
+/// holder dies. A (still within its deadline; its extends fail) calls extend once. Returns the
+/// masters' PTTLs of the key after A's extend and when the resource became free again after
+/// `take`'s grant.
+async fn stale_note_then(
+    nodes: &RedisNodes,
+    take: impl std::future::Future<Output = String>,
+) -> (Vec<i64>, Vec<i64>, Option<Duration>) {
+    let key = lock_key("r");
+    let ttl = Duration::from_secs(5);
+    let rl = client(nodes);
+    let mut a = rl.acquire_as("r", OWNER, ttl).await.unwrap();
+    granted_everywhere(nodes, &key, a.token().expose()).await;
+    let b = rl.acquire_as("r", OWNER, ttl).await.unwrap();
+    granted_everywhere(nodes, &key, b.token().expose()).await;
+    let c = rl.acquire_as("r", OWNER, ttl).await.unwrap();
+    granted_everywhere(nodes, &key, c.token().expose()).await;
+    c.release().await.unwrap();
+    assert_gone_everywhere(nodes, &key).await;
+    println!("C released; notes left: {:?}", notes(nodes, &key));
+
+    let who = take.await;
+    let taken_at = Instant::now();
+    let before = ttls(nodes, &key);
+    let extended = a.extend(ttl).await;
+    let after = ttls(nodes, &key);
+    println!(
+        "{who} holds {:?}; pttl before A's extend {before:?}, after {after:?}; A's extend: \
+         {extended:?}; notes {:?}",
+        values(nodes, &key),
+        notes(nodes, &key)
+    );
+    assert!(
+        extended.is_err(),
+        "A's extend won on a key it does not hold"
+    );
+    let free = free_at(nodes, "r", taken_at, Duration::from_secs(8)).await;
+    drop((a, b));
+    (before, after, free)
+}
+
+/// Another owner takes the free key (300 ms) and dies. Defect (fixed): A's
+/// failed extend renews the other owner's key for A's TTL on every master.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_locks_renewal_never_renews_another_owners_key_over_a_stale_note() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let other = client(&nodes);
+    let (before, after, free) = stale_note_then(&nodes, async {
+        let d = other
+            .acquire_as("r", "another-owner", Duration::from_millis(300))
+            .await
+            .unwrap();
+        granted_everywhere(&nodes, &lock_key("r"), d.token().expose()).await;
+        std::mem::forget(d);
+        "another owner".to_string()
+    })
+    .await;
+    println!("free again {free:?} after the other owner's 300 ms grant");
+    assert!(
+        after.iter().all(|&t| t <= 300),
+        "RENEWED ANOTHER OWNER'S KEY: its pttl was {before:?} (its TTL 300 ms), after A's \
+         failed extend {after:?}; free again {free:?} after its grant"
+    );
+}
+
+/// Another Redlock client (`SET NX PX 300`, a node-redlock-shaped value) takes the free key and
+/// dies. Defect (fixed): A's failed extend renews that client's key, which the
+/// documentation says keeps the expiry its own client gives it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_locks_renewal_never_renews_another_clients_key_over_a_stale_note() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let (before, after, free) = stale_note_then(&nodes, async {
+        for s in nodes.iter() {
+            let ok: Option<String> = query(
+                s,
+                redis::cmd("SET")
+                    .arg(lock_key("r"))
+                    .arg("9b1f0c2de4a35b6c7d8e9fa0b1c2d3e4")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(300),
+            );
+            assert_eq!(ok.as_deref(), Some("OK"));
+        }
+        "another Redlock client".to_string()
+    })
+    .await;
+    println!("free again {free:?} after the other client's 300 ms grant");
+    assert!(
+        after.iter().all(|&t| t <= 300),
+        "RENEWED ANOTHER CLIENT'S KEY: its pttl was {before:?} (it set 300 ms), after A's failed \
+         extend {after:?}; free again {free:?} after its SET"
+    );
+}
+
+/// As the stale-note scenarios, without a chain:
+/// A's attempt B takes A's value over everywhere, wins, and releases. B's release takes
+/// release.lua's fast path (one key, no line, still B's: DEL and return), which never drops
+/// B's note B→A from `:took`. Another owner then takes the key for 300 ms and dies; A's failed
+/// extend renews that owner's key for A's TTL (5 s) on every master. Defect (fixed).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_takeover_that_won_and_was_released_leaves_no_note_that_renews_another_owners_key() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let ttl = Duration::from_secs(5);
+    let rl = client(&nodes);
+    let mut a = rl.acquire_as("r", OWNER, ttl).await.unwrap();
+    granted_everywhere(&nodes, &key, a.token().expose()).await;
+    let b = rl.acquire_as("r", OWNER, ttl).await.unwrap();
+    granted_everywhere(&nodes, &key, b.token().expose()).await;
+    b.release().await.unwrap();
+    assert_gone_everywhere(&nodes, &key).await;
+    let other = client(&nodes);
+    let d = other
+        .acquire_as("r", "another-owner", Duration::from_millis(300))
+        .await
+        .unwrap();
+    granted_everywhere(&nodes, &key, d.token().expose()).await;
+    std::mem::forget(d);
+    let before = ttls(&nodes, &key);
+    let extended = a.extend(ttl).await;
+    let after = ttls(&nodes, &key);
+    println!(
+        "A's extend {extended:?}; the other owner's key pttl before {before:?}, after {after:?}; \
+         notes {:?}",
+        notes(&nodes, &key)
+    );
+    assert!(extended.is_err());
+    assert!(
+        after.iter().all(|&t| t <= 300),
+        "RENEWED ANOTHER OWNER'S KEY: pttl {before:?} (its TTL 300 ms), after A's failed extend \
+         {after:?}"
+    );
+}

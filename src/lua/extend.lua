@@ -60,23 +60,37 @@ local function renew(key, held, token, record)
   end
 end
 
+-- Whether `value`, the key's value, is a takeover of this lock's value: the note of the attempt
+-- that wrote it names this token, or names a value whose own note does, and so on (a chain of
+-- takeovers, each rollback of which hands its note on). A note left by an attempt whose key is
+-- gone since (released, expired, taken by somebody else) is not followed: only the value the
+-- key holds now starts the chain.
+local function taken_from_me(took, value)
+  local seen = 0
+  while value and seen < 16 do
+    value = redis.call('HGET', took, value)
+    if value == ARGV[1] then
+      return true
+    end
+    seen = seen + 1
+  end
+  return false
+end
+
 -- See the top: keeps `key`, taken over from this lock, and its notes `took` alive.
 local function keep_taken(key, held, took, value)
-  local notes = redis.call('HGETALL', took)
-  for i = 2, #notes, 2 do
-    if notes[i] == ARGV[1] then
-      local record = record_for(key, held, value)
-      if record and record[1] <= now_ms() then
-        -- Held past its lease, kept only for its line: as good as expired.
-        return
-      end
-      renew(key, held, value, record)
-      local expires = redis.call('PEXPIRETIME', key)
-      if redis.call('PEXPIRETIME', took) < expires then
-        redis.call('PEXPIREAT', took, expires)
-      end
-      return
-    end
+  if not taken_from_me(took, value) then
+    return
+  end
+  local record = record_for(key, held, value)
+  if record and record[1] <= now_ms() then
+    -- Held past its lease, kept only for its line: as good as expired.
+    return
+  end
+  renew(key, held, value, record)
+  local expires = redis.call('PEXPIRETIME', key)
+  if redis.call('PEXPIRETIME', took) < expires then
+    redis.call('PEXPIREAT', took, expires)
   end
 end
 

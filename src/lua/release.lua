@@ -27,6 +27,10 @@ if ARGV[3] == '1' and not ARGV[4] then
     local value = redis.call('GET', KEYS[1])
     if value == ARGV[1] then
       redis.call('DEL', KEYS[1])
+      if KEYS[5] then
+        -- An owner's takeover that won and is released: its note is no way back any more.
+        redis.call('HDEL', KEYS[5], ARGV[1])
+      end
       return 1
     end
     if not KEYS[5] and value ~= '~elected:' .. ARGV[1] then

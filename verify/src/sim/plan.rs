@@ -1,0 +1,299 @@
+//! A run's configuration, drawn from its seed: the masters, the clients and what each does, and
+//! the faults with the simulated instant each strikes at. A plan is a pure function of its seed,
+//! and every fault it draws stays within the README's bounds (a master that restarts empty
+//! stays down longer than any TTL, clocks run within the drift allowance), so that a run must
+//! find no violation; a violation is a defect.
+
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// A run: who does what, and which faults strike when.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The seed everything here and in the run is drawn from.
+    pub seed: u64,
+    /// How many masters (3 or 5).
+    pub masters: usize,
+    /// How long the clients work, in simulated time.
+    pub duration: Duration,
+    /// The resources the clients contend for.
+    pub resources: Vec<String>,
+    /// The clients (one simulated process each).
+    pub workers: Vec<WorkerPlan>,
+    /// The faults, by the simulated time they strike at, in order.
+    pub faults: Vec<(Duration, Fault)>,
+    /// The network's own latency bound (turmoil's), each message drawn below it.
+    pub max_latency: Duration,
+}
+
+/// One client process.
+#[derive(Clone, Debug)]
+pub struct WorkerPlan {
+    /// What kind of client.
+    pub kind: WorkerKind,
+    /// The resource it takes (an index into [`Plan::resources`]).
+    pub resource: usize,
+    /// The TTL it asks for.
+    pub ttl: Duration,
+    /// Its per-request timeout on each master.
+    pub node_timeout: Duration,
+    /// Its pause between retries.
+    pub retry_delay: Duration,
+    /// How long one acquire may wait.
+    pub acquire_timeout: Duration,
+    /// How it uses a lock it got.
+    pub hold: Hold,
+    /// Pause between one hold and the next attempt.
+    pub idle: Duration,
+}
+
+/// The kinds of client a run mixes on the same names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerKind {
+    /// `Redlock::acquire`, extend, release.
+    Mutex,
+    /// `Redlock::acquire_as` under this owner id (shared with another worker: they take the
+    /// lock over from each other, and their holds of one owner may overlap by design).
+    Owner(String),
+    /// A client written as every other Redlock client is: `SET NX PX`, compare-and-delete,
+    /// compare-and-`PEXPIRE … GT`.
+    Foreign,
+}
+
+/// How a client uses a lock it got.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Hold {
+    /// Works for this share of its validity, then releases.
+    Share(f64),
+    /// Works until the deadline the lock reports, to its last millisecond, then releases.
+    ToTheDeadline,
+    /// Extends (or renews) once with this TTL halfway, then works until the new deadline.
+    ExtendThenToTheDeadline(Duration),
+    /// Works for this share of its validity, then walks away without releasing.
+    Abandon(f64),
+}
+
+/// What can go wrong, each with its undo.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// A master crashes; it comes back after `down`, with its data (AOF) or empty.
+    Crash {
+        /// Which master.
+        master: usize,
+        /// Whether it keeps its data.
+        keep_data: bool,
+        /// How long it stays down.
+        down: Duration,
+    },
+    /// A master fails over to a replica that lacks its writes of the last `lost`.
+    LossyFailover {
+        /// Which master.
+        master: usize,
+        /// How far behind the replica was.
+        lost: Duration,
+        /// How long the failover takes.
+        down: Duration,
+    },
+    /// The clients and a master cannot reach each other for `heal_after`.
+    Partition {
+        /// Which master.
+        master: usize,
+        /// How long.
+        heal_after: Duration,
+    },
+    /// Every connection a worker has open to a master holds its requests for `for_` (a stalled
+    /// route): the worker gives up on it and connects again, and the held requests land late,
+    /// after those of the new connection.
+    HoldConnections {
+        /// Which worker.
+        worker: usize,
+        /// Which master.
+        master: usize,
+        /// How long.
+        for_: Duration,
+    },
+    /// A worker's link to a master gets these latencies from now on, each direction its own.
+    Latency {
+        /// Which worker.
+        worker: usize,
+        /// Which master.
+        master: usize,
+        /// Client to master.
+        up: Duration,
+        /// Master to client.
+        down: Duration,
+    },
+    /// A master's clock runs at `rate` from now on (within the drift allowance).
+    ClockRate {
+        /// Which master.
+        master: usize,
+        /// Its rate.
+        rate: f64,
+    },
+    /// A worker process crashes (its futures dropped where they stand) and a new one starts
+    /// with the same configuration after `restart_after`.
+    CrashWorker {
+        /// Which worker.
+        worker: usize,
+        /// When its successor starts.
+        restart_after: Duration,
+    },
+}
+
+impl Plan {
+    /// The plan of `seed`: `duration` of work.
+    pub fn from_seed(seed: u64, duration: Duration) -> Plan {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let masters = if rng.random_bool(0.6) { 5 } else { 3 };
+        let resources: Vec<String> = (0..rng.random_range(1..=2))
+            .map(|i| format!("r{i}"))
+            .collect();
+        let mut workers = Vec::new();
+        let count = rng.random_range(3..=6);
+        for i in 0..count {
+            let kind = match rng.random_range(0..10) {
+                0..=5 => WorkerKind::Mutex,
+                6..=7 => WorkerKind::Owner(format!("owner-{}", i % 2)),
+                _ => WorkerKind::Foreign,
+            };
+            workers.push(draw_worker(&mut rng, kind, resources.len()));
+        }
+        // Always one foreign client on the first resource beside the others, often enough
+        // that what another library does to a key meets the line.
+        if !workers.iter().any(|w| w.kind == WorkerKind::Foreign) && rng.random_bool(0.5) {
+            workers.push(draw_worker(&mut rng, WorkerKind::Foreign, resources.len()));
+        }
+        let max_ttl = workers.iter().map(|w| w.ttl).max().unwrap_or_default();
+        let faults = draw_faults(&mut rng, duration, masters, workers.len(), max_ttl);
+        Plan {
+            seed,
+            masters,
+            duration,
+            resources,
+            workers,
+            faults,
+            max_latency: Duration::from_micros(rng.random_range(200..=3_000)),
+        }
+    }
+}
+
+fn draw_worker(rng: &mut ChaCha8Rng, kind: WorkerKind, resources: usize) -> WorkerPlan {
+    let ttl = Duration::from_millis(rng.random_range(120..=600));
+    // The node timeout must leave the TTL most of its length (the library refuses a TTL not
+    // above the drift allowance plus the node timeout).
+    let node_timeout = Duration::from_millis(rng.random_range(5..=40));
+    let hold = match rng.random_range(0..10) {
+        0..=3 => Hold::Share(rng.random_range(0.05..0.9)),
+        4..=5 => Hold::ToTheDeadline,
+        6..=8 => Hold::ExtendThenToTheDeadline(Duration::from_millis(rng.random_range(120..=900))),
+        _ => Hold::Abandon(rng.random_range(0.05..0.9)),
+    };
+    WorkerPlan {
+        kind,
+        resource: rng.random_range(0..resources),
+        ttl,
+        node_timeout,
+        retry_delay: Duration::from_millis(rng.random_range(5..=60)),
+        acquire_timeout: Duration::from_millis(rng.random_range(0..=1_500)),
+        hold,
+        idle: Duration::from_millis(rng.random_range(0..=50)),
+    }
+}
+
+fn draw_faults(
+    rng: &mut ChaCha8Rng,
+    duration: Duration,
+    masters: usize,
+    workers: usize,
+    max_ttl: Duration,
+) -> Vec<(Duration, Fault)> {
+    let mut faults = Vec::new();
+    let count = rng.random_range(4..=40);
+    let span = duration.as_millis() as u64;
+    // A master that loses writes stays down longer than any lease it granted lasts.
+    let lossy_down = max_ttl + Duration::from_millis(50);
+    for _ in 0..count {
+        let at = Duration::from_millis(rng.random_range(0..span.max(1)));
+        let master = rng.random_range(0..masters);
+        let worker = rng.random_range(0..workers);
+        let fault = match rng.random_range(0..100) {
+            0..=11 => Fault::Crash {
+                master,
+                keep_data: true,
+                down: Duration::from_millis(rng.random_range(1..=400)),
+            },
+            12..=19 => Fault::Crash {
+                master,
+                keep_data: false,
+                down: lossy_down + Duration::from_millis(rng.random_range(0..=300)),
+            },
+            20..=25 => Fault::LossyFailover {
+                master,
+                lost: Duration::from_millis(rng.random_range(1..=200)),
+                down: lossy_down + Duration::from_millis(rng.random_range(0..=300)),
+            },
+            26..=40 => Fault::Partition {
+                master,
+                heal_after: Duration::from_millis(rng.random_range(1..=800)),
+            },
+            41..=65 => Fault::HoldConnections {
+                worker,
+                master,
+                for_: Duration::from_millis(rng.random_range(1..=1_000)),
+            },
+            66..=85 => Fault::Latency {
+                worker,
+                master,
+                up: Duration::from_micros(rng.random_range(0..=30_000)),
+                down: Duration::from_micros(rng.random_range(0..=30_000)),
+            },
+            86..=92 => Fault::ClockRate {
+                master,
+                // Within the drift allowance (1 % of the TTL plus 2 ms).
+                rate: 1.0 + rng.random_range(-0.004..0.004),
+            },
+            _ => Fault::CrashWorker {
+                worker,
+                restart_after: Duration::from_millis(rng.random_range(0..=500)),
+            },
+        };
+        faults.push((at, fault));
+    }
+    faults.sort_by_key(|(at, _)| *at);
+    faults
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_a_function_of_its_seed() {
+        let a = Plan::from_seed(7, Duration::from_secs(5));
+        let b = Plan::from_seed(7, Duration::from_secs(5));
+        assert_eq!(format!("{a:?}"), format!("{b:?}"));
+        let c = Plan::from_seed(8, Duration::from_secs(5));
+        assert_ne!(format!("{a:?}"), format!("{c:?}"));
+    }
+
+    #[test]
+    fn a_master_that_loses_writes_stays_down_longer_than_any_ttl() {
+        for seed in 0..200 {
+            let plan = Plan::from_seed(seed, Duration::from_secs(10));
+            let max_ttl = plan.workers.iter().map(|w| w.ttl).max().unwrap();
+            for (_, fault) in &plan.faults {
+                if let Fault::Crash {
+                    keep_data: false,
+                    down,
+                    ..
+                }
+                | Fault::LossyFailover { down, .. } = fault
+                {
+                    assert!(*down > max_ttl, "seed {seed}: {fault:?}");
+                }
+            }
+        }
+    }
+}

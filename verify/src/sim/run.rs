@@ -1,0 +1,453 @@
+//! One run: the masters as turmoil hosts running the simulated master, the clients as one
+//! host (every client a task of its own, a process with its own connections), the fault
+//! schedule applied between the simulation's steps, then the history checked and digested.
+
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use quorumlock_sim::{lock, shared, Clock, Master, SharedMaster, Snapshot};
+use quorumlock_testkit::{check_overlaps, Op, Outcome, Violation};
+
+use super::net::{self, Links, SharedLinks};
+use super::plan::{Fault, Plan};
+use super::workload::{self, Ops};
+
+/// The simulation's epoch: a fixed wall-clock time, so that a run reads the same times.
+const EPOCH_SECS: u64 = 1_800_000_000;
+
+/// What one run saw.
+#[derive(Debug)]
+pub struct RunReport {
+    /// The plan's seed.
+    pub seed: u64,
+    /// Every operation the clients recorded, in the order they ended.
+    pub ops: Vec<Op>,
+    /// The exclusion violations found (overlapping validities of two holders).
+    pub violations: Vec<Violation>,
+    /// A digest of the history: two runs of one seed must print the same.
+    pub digest: u64,
+    /// Successful acquisitions.
+    pub acquisitions: usize,
+    /// How many faults struck.
+    pub faults: usize,
+    /// The simulated time the run took.
+    pub simulated: Duration,
+    /// Whether the simulation itself failed (a host's error), and why.
+    pub error: Option<String>,
+    /// Where virtual time started, to print the history's times as offsets.
+    origin: std::time::Instant,
+}
+
+impl RunReport {
+    /// Whether the run found nothing wrong.
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty() && self.error.is_none()
+    }
+
+    /// The history around the first violation: every operation on its resource within a
+    /// second of it, times in ms from the run's start.
+    pub fn around_first_violation(&self) -> String {
+        let mut out = String::new();
+        let Some(Violation::Overlap {
+            resource, from, ..
+        }) = self.violations.first()
+        else {
+            return out;
+        };
+        let window = Duration::from_secs(1);
+        for op in &self.ops {
+            if &op.resource != resource
+                || op.end + window < *from
+                || op.start > *from + window
+            {
+                continue;
+            }
+            let ms = |t: std::time::Instant| {
+                t.saturating_duration_since(self.origin).as_secs_f64() * 1e3
+            };
+            let outcome = match &op.outcome {
+                Outcome::Ok {
+                    valid_until: Some(v),
+                } => format!("ok, valid until {:.3}", ms(*v)),
+                Outcome::Ok { valid_until: None } => "ok".to_owned(),
+                Outcome::Failed { reason } => format!("failed: {reason}"),
+                _ => "?".to_owned(),
+            };
+            let _ = writeln!(
+                out,
+                "  client {:>4} {} {:>7} {:>10.3}..{:>10.3} ms  {outcome}",
+                op.client,
+                op.token_fingerprint(),
+                op.kind,
+                ms(op.start),
+                ms(op.end)
+            );
+        }
+        out
+    }
+}
+
+/// Runs `plan` to its end.
+pub fn run(plan: &Plan) -> RunReport {
+    let plan = Rc::new(plan.clone());
+    let masters: Vec<SharedMaster> = (0..plan.masters).map(|_| new_master()).collect();
+    let links: SharedLinks = Arc::default();
+    let ops: Ops = Ops::default();
+    let origin: Rc<std::cell::Cell<Option<std::time::Instant>>> = Rc::default();
+
+    quorumlock::simulation::reset();
+    quorumlock::simulation::seed_rng(plan.seed);
+    quorumlock::simulation::set_wall_clock(|| {
+        UNIX_EPOCH
+            + Duration::from_secs(EPOCH_SECS)
+            + turmoil::sim_elapsed().unwrap_or_default()
+    });
+    {
+        let links = links.clone();
+        quorumlock::simulation::set_connector(move |host, _port| {
+            let (links, host) = (links.clone(), host.to_owned());
+            Box::pin(async move {
+                let stream = net::connect(links, host).await?;
+                Ok(Box::new(stream) as Box<dyn quorumlock::simulation::Stream>)
+            })
+        });
+    }
+    workload::LINKS.with(|l| *l.borrow_mut() = Some(links.clone()));
+
+    let mut sim = turmoil::Builder::new()
+        .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECS))
+        .simulation_duration(plan.duration * 4 + Duration::from_secs(30))
+        .tick_duration(Duration::from_millis(1))
+        .min_message_latency(Duration::from_micros(50))
+        .max_message_latency(plan.max_latency)
+        .rng_seed(plan.seed)
+        .build();
+
+    for (i, master) in masters.iter().enumerate() {
+        let master = master.clone();
+        sim.host(net::master_host(i), move || serve_master(master.clone()));
+    }
+    {
+        let (plan, ops, origin) = (plan.clone(), ops.clone(), origin.clone());
+        sim.client("clients", async move {
+            clients(plan, ops, origin).await;
+            Ok(())
+        });
+    }
+
+    let mut faults = Faults::new(&plan, masters.clone(), links.clone());
+    let mut error = None;
+    loop {
+        match sim.step() {
+            Ok(true) => break,
+            Ok(false) => faults.strike(&mut sim),
+            Err(e) => {
+                error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let simulated = sim.elapsed();
+    drop(sim);
+    quorumlock::simulation::reset();
+    workload::LINKS.with(|l| *l.borrow_mut() = None);
+
+    let ops = std::mem::take(&mut *ops.borrow_mut());
+    let violations = violations_of(&plan, &ops);
+    RunReport {
+        seed: plan.seed,
+        acquisitions: ops
+            .iter()
+            .filter(|op| op.kind == quorumlock_testkit::OpKind::Acquire && op.succeeded())
+            .count(),
+        digest: digest(&ops, origin.get()),
+        ops,
+        violations,
+        faults: faults.struck,
+        simulated,
+        error,
+        origin: origin.get().unwrap_or_else(std::time::Instant::now),
+    }
+}
+
+/// The checker: overlapping validities of two holders of one resource. Two holds of one owner
+/// id may overlap by design (a restarted owner takes its lock back), so the workers of one
+/// owner are one client in the history and their overlaps are not counted.
+fn violations_of(plan: &Plan, ops: &[Op]) -> Vec<Violation> {
+    let owners: Vec<usize> = (0..plan.workers.len())
+        .map(|i| workload::client_of(plan, i))
+        .filter(|c| *c >= 1000)
+        .collect();
+    check_overlaps(ops)
+        .into_iter()
+        .filter(|v| match v {
+            Violation::Overlap { first, second, .. } => {
+                !(first.client == second.client && owners.contains(&first.client))
+            }
+            _ => true,
+        })
+        .collect()
+}
+
+/// FNV-1a over the history: each operation's client, kind, resource, token, times (ns from
+/// the run's start) and outcome.
+fn digest(ops: &[Op], origin: Option<std::time::Instant>) -> u64 {
+    let Some(origin) = origin else { return 0 };
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            hash ^= u64::from(*b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    let ns = |t: std::time::Instant| t.saturating_duration_since(origin).as_nanos() as u64;
+    for op in ops {
+        eat(&(op.client as u64).to_le_bytes());
+        eat(op.kind.to_string().as_bytes());
+        eat(op.resource.as_bytes());
+        eat(op.token.as_bytes());
+        eat(&ns(op.start).to_le_bytes());
+        eat(&ns(op.end).to_le_bytes());
+        match &op.outcome {
+            Outcome::Ok { valid_until } => {
+                eat(b"ok");
+                eat(&valid_until.map(ns).unwrap_or(0).to_le_bytes());
+            }
+            Outcome::Failed { reason } => {
+                eat(b"failed");
+                eat(reason.as_bytes());
+            }
+            _ => eat(b"?"),
+        }
+        eat(&op.fence.unwrap_or(0).to_le_bytes());
+    }
+    hash
+}
+
+fn new_master() -> SharedMaster {
+    let clock = Clock::new(|| {
+        Duration::from_secs(EPOCH_SECS) + turmoil::sim_elapsed().unwrap_or_default()
+    });
+    match Master::new(clock) {
+        Ok(master) => shared(master),
+        // The embedded Lua starts the same way every time; a failure here is the harness's.
+        Err(e) => unreachable_master(&e.to_string()),
+    }
+}
+
+#[allow(clippy::panic)]
+fn unreachable_master(why: &str) -> SharedMaster {
+    panic!("the simulated master cannot start: {why}")
+}
+
+/// A master host: accepts connections and serves each on the master's state, which outlives
+/// the host (a crash that keeps data, or not, is applied to it by [`Faults`]).
+async fn serve_master(master: SharedMaster) -> turmoil::Result {
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", net::PORT)).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let master = master.clone();
+        tokio::task::spawn_local(async move {
+            let _ = quorumlock_sim::serve(master, stream).await;
+        });
+    }
+}
+
+/// The clients' host: every worker, crashed and restarted as the plan says.
+async fn clients(
+    plan: Rc<Plan>,
+    ops: Ops,
+    origin: Rc<std::cell::Cell<Option<std::time::Instant>>>,
+) {
+    let start = workload::now();
+    origin.set(Some(start));
+    let end = start + plan.duration;
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async move {
+            let mut handles = Vec::new();
+            for i in 0..plan.workers.len() {
+                handles.push(tokio::task::spawn_local(workload::run_worker(
+                    plan.clone(),
+                    i,
+                    end,
+                    ops.clone(),
+                )));
+            }
+            // Worker crashes: the task is aborted where it stands, a new one starts later.
+            for (at, fault) in plan.faults.iter() {
+                let quorumlock_plan_fault = fault;
+                if let Fault::CrashWorker {
+                    worker,
+                    restart_after,
+                } = quorumlock_plan_fault
+                {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(start + *at)).await;
+                    if let Some(h) = handles.get(*worker) {
+                        h.abort();
+                    }
+                    tokio::time::sleep(*restart_after).await;
+                    if workload::now() < end {
+                        handles[*worker] = tokio::task::spawn_local(workload::run_worker(
+                            plan.clone(),
+                            *worker,
+                            end,
+                            ops.clone(),
+                        ));
+                    }
+                }
+            }
+            for h in handles {
+                let _ = h.await;
+            }
+            // Let the last releases and their stragglers land.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        })
+        .await;
+}
+
+/// The masters' and the network's faults, applied between the simulation's steps.
+struct Faults {
+    schedule: Vec<(Duration, Fault)>,
+    next: usize,
+    masters: Vec<SharedMaster>,
+    links: SharedLinks,
+    /// Undo actions: at this simulated time, do this.
+    undo: Vec<(Duration, Undo)>,
+    /// Each master's state a while ago, for a lossy failover.
+    snapshots: Vec<Vec<(Duration, Snapshot)>>,
+    struck: usize,
+}
+
+enum Undo {
+    Restart(usize),
+    Heal(usize),
+}
+
+impl Faults {
+    fn new(plan: &Plan, masters: Vec<SharedMaster>, links: SharedLinks) -> Faults {
+        Faults {
+            schedule: plan.faults.clone(),
+            next: 0,
+            snapshots: vec![Vec::new(); masters.len()],
+            masters,
+            links,
+            undo: Vec::new(),
+            struck: 0,
+        }
+    }
+
+    fn strike(&mut self, sim: &mut turmoil::Sim<'_>) {
+        let now = sim.elapsed();
+        // Keep a snapshot of each master every 10 ms for the last 300 ms.
+        if now.as_millis() % 10 == 0 {
+            for (i, m) in self.masters.iter().enumerate() {
+                let snaps = &mut self.snapshots[i];
+                snaps.push((now, lock(m).snapshot()));
+                snaps.retain(|(t, _)| now.saturating_sub(*t) <= Duration::from_millis(300));
+            }
+        }
+        let mut i = 0;
+        while i < self.undo.len() {
+            if self.undo[i].0 <= now {
+                let (_, undo) = self.undo.remove(i);
+                match undo {
+                    Undo::Restart(m) => sim.bounce(net::master_host(m)),
+                    Undo::Heal(m) => sim.repair("clients", net::master_host(m)),
+                }
+            } else {
+                i += 1;
+            }
+        }
+        while let Some((at, fault)) = self.schedule.get(self.next) {
+            if *at > now {
+                break;
+            }
+            let fault = fault.clone();
+            self.next += 1;
+            self.struck += 1;
+            self.apply(sim, now, fault);
+        }
+    }
+
+    fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, fault: Fault) {
+        match fault {
+            Fault::Crash {
+                master,
+                keep_data,
+                down,
+            } => {
+                if !sim.is_host_running(net::master_host(master)) {
+                    return;
+                }
+                sim.crash(net::master_host(master));
+                lock(&self.masters[master]).crash(keep_data);
+                self.undo.push((now + down, Undo::Restart(master)));
+            }
+            Fault::LossyFailover { master, lost, down } => {
+                if !sim.is_host_running(net::master_host(master)) {
+                    return;
+                }
+                sim.crash(net::master_host(master));
+                let snapshot = self.snapshots[master]
+                    .iter()
+                    .rev()
+                    .find(|(t, _)| now.saturating_sub(*t) >= lost)
+                    .map(|(_, s)| s.clone());
+                let mut m = lock(&self.masters[master]);
+                match snapshot {
+                    Some(s) => m.restore_from(&s),
+                    None => m.crash(false),
+                }
+                drop(m);
+                self.undo.push((now + down, Undo::Restart(master)));
+            }
+            Fault::Partition { master, heal_after } => {
+                sim.partition("clients", net::master_host(master));
+                self.undo.push((now + heal_after, Undo::Heal(master)));
+            }
+            Fault::HoldConnections {
+                worker,
+                master,
+                for_,
+            } => {
+                let until = tokio::time::Instant::now() + for_;
+                let _ = until;
+                // The pumps read the clients' clock: the hold is set from the simulation's
+                // elapsed time, which the clients' host shares tick by tick.
+                if let Ok(mut links) = self.links.lock() {
+                    links.hold_for(worker, master, for_);
+                }
+            }
+            Fault::Latency {
+                worker,
+                master,
+                up,
+                down,
+            } => {
+                if let Ok(mut links) = self.links.lock() {
+                    links.set_latency(worker, master, up, down);
+                }
+            }
+            Fault::ClockRate { master, rate } => {
+                lock(&self.masters[master]).clock_mut().set_rate(rate);
+            }
+            Fault::CrashWorker { .. } => {
+                // Applied inside the clients' host, which owns the workers' tasks.
+            }
+        }
+    }
+}
+
+impl Links {
+    /// Holds worker `worker`'s open connections to master `master` for `for_` from the next
+    /// byte their pumps forward.
+    fn hold_for(&mut self, worker: usize, master: usize, for_: Duration) {
+        self.hold_pending(worker, master, for_);
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send(_: &SystemTime) {}
