@@ -145,3 +145,108 @@ pub(crate) fn connect(host: &str, port: u16) -> Option<Connecting> {
     let connector = read(|o| o.connector.clone()).flatten()?;
     Some(connector(host, port))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use super::*;
+    use crate::retry::RetryPolicy;
+    use crate::seam;
+    use crate::token::LockToken;
+
+    /// What one run reads through the seam: tokens, jitter, ids, wall-clock readings and a
+    /// semaphore's first slot, in the order the library would draw them.
+    #[derive(Debug, PartialEq)]
+    struct Reads {
+        tokens: Vec<String>,
+        delays: Vec<Duration>,
+        ids: Vec<u64>,
+        walls: Vec<SystemTime>,
+        slots: Vec<usize>,
+    }
+
+    fn run(seed: u64) -> Reads {
+        reset();
+        seed_rng(seed);
+        // A clock that advances one millisecond per reading, from an offset of this process.
+        let ticks = Rc::new(std::cell::Cell::new(0u64));
+        let clock = ticks.clone();
+        set_wall_clock(move || {
+            clock.set(clock.get() + 1);
+            UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(clock.get())
+        });
+        let policy = RetryPolicy {
+            retries: 3,
+            delay: Duration::from_millis(200),
+            jitter: Duration::from_millis(100),
+        };
+        let mut reads = Reads {
+            tokens: Vec::new(),
+            delays: Vec::new(),
+            ids: Vec::new(),
+            walls: Vec::new(),
+            slots: Vec::new(),
+        };
+        for _ in 0..4 {
+            reads.tokens.push(LockToken::generate().expose().to_owned());
+            reads.delays.push(seam::with_rng(|rng| policy.delay(rng)));
+            reads.ids.push(seam::random_u64());
+            reads.walls.push(seam::wall_clock());
+            reads
+                .slots
+                .push(seam::with_rng(|rng| rand::Rng::random_range(rng, 0..7)));
+        }
+        reset();
+        reads
+    }
+
+    #[test]
+    fn two_runs_with_one_seed_read_the_same_tokens_jitter_ids_and_clock() {
+        let first = run(42);
+        assert_eq!(first, run(42));
+        assert_ne!(first.tokens, run(43).tokens);
+        assert_ne!(first.delays, run(43).delays);
+        // The readings are not constant: the generator moves on with each draw.
+        assert_ne!(first.tokens[0], first.tokens[1]);
+        assert_ne!(first.ids[0], first.ids[1]);
+        assert!(first.walls.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn a_seeded_token_keeps_the_shape_of_every_token() {
+        seed_rng(7);
+        let token = LockToken::generate().expose().to_owned();
+        reset();
+        let bits = token.strip_prefix("ql-").unwrap_or_default();
+        assert_eq!(bits.len(), 32, "{token}");
+        assert!(bits.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')));
+        // A version 4 UUID, like the operating system's: version nibble 4, variant 10xx.
+        assert_eq!(&bits[12..13], "4", "{token}");
+        assert!(matches!(&bits[16..17], "8" | "9" | "a" | "b"), "{token}");
+    }
+
+    #[test]
+    fn overrides_are_per_thread_and_gone_after_reset() {
+        seed_rng(1);
+        set_wall_clock(|| UNIX_EPOCH);
+        let elsewhere = std::thread::spawn(|| {
+            (
+                LockToken::generate().expose().to_owned(),
+                LockToken::generate().expose().to_owned(),
+                seam::wall_clock(),
+            )
+        })
+        .join()
+        .unwrap();
+        assert_ne!(elsewhere.0, elsewhere.1);
+        assert!(elsewhere.2 > UNIX_EPOCH + Duration::from_secs(1_600_000_000));
+        assert_eq!(seam::wall_clock(), UNIX_EPOCH);
+        reset();
+        assert!(seam::wall_clock() > UNIX_EPOCH + Duration::from_secs(1_600_000_000));
+        seed_rng(1);
+        let seeded = LockToken::generate().expose().to_owned();
+        reset();
+        assert_ne!(seeded, LockToken::generate().expose().to_owned());
+    }
+}
