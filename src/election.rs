@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::{Stream, StreamExt};
@@ -26,6 +26,7 @@ use crate::lock::Lock;
 use crate::node::{Node, Subscriber};
 use crate::redlock::Redlock;
 use crate::scripts;
+use crate::seam;
 use crate::token::fingerprint;
 
 /// The longest value a leader can announce, in bytes.
@@ -181,7 +182,7 @@ impl Redlock {
                 let Some(pause) = pauses.get_mut(i) else {
                     continue;
                 };
-                if !matches!(reply, Ok(1)) && Instant::now() + *pause < deadline {
+                if !matches!(reply, Ok(1)) && seam::now() + *pause < deadline {
                     marks.push(mark(i, *pause));
                     *pause = (*pause * 2).min(MARK_AGAIN_AT_MOST);
                 }

@@ -14,6 +14,7 @@ use crate::error::{NodeError, NodeErrorKind};
 use crate::inner::Inner;
 use crate::keys::{HandOff, Keys};
 use crate::quorum::{Decision, Tally, Vote};
+use crate::seam;
 use crate::sync::lock;
 use crate::token::LockToken;
 
@@ -42,18 +43,18 @@ impl<T> Outcome<T> {
         let node = inner.node(i).id();
         match reply {
             Ok(Ok(value)) => {
-                tracing::debug!(node, elapsed = ?started.elapsed(), "yes");
+                tracing::debug!(node, elapsed = ?seam::elapsed(started), "yes");
                 self.yes.push((i, value));
                 Vote::Yes
             }
             Ok(Err(kind)) => {
-                tracing::debug!(node, elapsed = ?started.elapsed(), reason = %kind, "no");
+                tracing::debug!(node, elapsed = ?seam::elapsed(started), reason = %kind, "no");
                 self.no.push(NodeError::new(node, kind));
                 self.refused.push(i);
                 Vote::No
             }
             Err(e) => {
-                tracing::debug!(node, elapsed = ?started.elapsed(), error = %e.kind(), "failed");
+                tracing::debug!(node, elapsed = ?seam::elapsed(started), error = %e.kind(), "failed");
                 inner.counters().node_error(i, &e);
                 self.no.push(e);
                 Vote::No
@@ -110,7 +111,7 @@ where
         outcome: &mut Outcome<T>,
         judge: impl Fn(R) -> Result<T, NodeErrorKind>,
     ) {
-        let started = Instant::now();
+        let started = seam::now();
         while let Some((i, reply)) = self.requests.next().await {
             outcome.record(&self.inner, i, reply.map(&judge), started);
         }
@@ -290,7 +291,7 @@ impl Inner {
             no: Vec::new(),
             refused: Vec::new(),
         };
-        let started = Instant::now();
+        let started = seam::now();
         while outcome.decision == Decision::Pending {
             let next = match deadline {
                 None => pending.next().await,
@@ -298,7 +299,7 @@ impl Inner {
                     match tokio::time::timeout_at(deadline.into(), pending.next()).await {
                         Ok(next) => next,
                         Err(_deadline_passed) => {
-                            let waited = started.elapsed();
+                            let waited = seam::elapsed(started);
                             for i in pending.in_flight_nodes() {
                                 let timeout = NodeErrorKind::Timeout(waited);
                                 outcome.no.push(NodeError::new(nodes[i].id(), timeout));

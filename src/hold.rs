@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::error::{Error, LossReason, NodeError};
 use crate::lock::Lock;
 use crate::redlock::Redlock;
+use crate::seam;
 use crate::stats::Counters;
 use crate::token::LockToken;
 
@@ -166,7 +167,7 @@ impl Held {
     pub fn remaining(&self) -> Duration {
         let status = *self.shared.status.borrow();
         match status.phase {
-            Phase::Holding => status.deadline.saturating_duration_since(Instant::now()),
+            Phase::Holding => status.deadline.saturating_duration_since(seam::now()),
             Phase::Ended | Phase::Lost(_) => Duration::ZERO,
         }
     }
@@ -448,7 +449,7 @@ impl Redlock {
     {
         let resource = lock.resource().to_owned();
         let resource = resource.as_str();
-        let acquired = Instant::now();
+        let acquired = seam::now();
         renew_a_short_first_lease(&mut lock, plan).await;
         let held = Held::new(&lock);
         // Declared after `lock`, so dropped before it: on cancellation the handles end first.
@@ -523,7 +524,7 @@ async fn renew_a_short_first_lease(lock: &mut Lock, plan: Plan) {
         return;
     }
     let give_up = lock.deadline().checked_sub(lock.remaining() / 2);
-    let give_up = give_up.unwrap_or_else(Instant::now);
+    let give_up = give_up.unwrap_or_else(seam::now);
     match tokio::time::timeout_at(give_up.into(), lock.extend(plan.ttl)).await {
         Ok(Ok(())) => tracing::debug!(remaining = ?lock.remaining(), "renewed a short first lease"),
         Ok(Err(e)) => tracing::debug!(error = %e, "could not renew a short first lease"),
@@ -561,7 +562,7 @@ async fn keep_alive(
         let last_chance = lock
             .deadline()
             .checked_sub(margin)
-            .unwrap_or_else(Instant::now);
+            .unwrap_or_else(seam::now);
         let stop = limit.map_or(last_chance, |l| l.min(last_chance));
         // However the schedule falls (a slow acquire, a long interval), leave one node timeout
         // for a renewal before the last chance.
@@ -569,7 +570,7 @@ async fn keep_alive(
             .checked_sub(plan.node_timeout)
             .unwrap_or(last_chance);
         tokio::time::sleep_until(due.min(latest).min(stop).into()).await;
-        let now = Instant::now();
+        let now = seam::now();
         if limit.is_some_and(|l| now >= l) {
             return (LossReason::HoldLimit, Vec::new());
         }
@@ -590,7 +591,7 @@ async fn keep_alive(
             Ok(Err(Error::NotExtended { nodes, .. })) => {
                 tracing::debug!(failed = nodes.len(), "renewal failed; retrying");
                 failed = nodes;
-                due = Instant::now() + retry;
+                due = seam::now() + retry;
             }
             // Expired (or any other refusal): nothing left to renew.
             Ok(Err(_)) => return (LossReason::NotRenewed, failed),

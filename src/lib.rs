@@ -104,7 +104,7 @@
 //!
 //! # Feature flags
 //!
-//! Both are off by default; they are additive, and tokio stays the only runtime.
+//! All are off by default; they are additive, and tokio stays the only runtime.
 //!
 //! * **`tls`** — `rediss://` masters, through rustls with the `ring` crypto provider: the
 //!   system's root certificates, or a private CA with
@@ -128,6 +128,11 @@
 //!   `outcome` is `acquired`, `contended`, `unavailable` or `failed`; `node` is a configured
 //!   master's `host:port`; `kind` is `timeout`, `unresponsive`, `redis` or `protocol`. Resource
 //!   names never appear.
+//! * **`simulation`** — **not for production, and not covered by semver**: the
+//!   `simulation` module, through which a deterministic simulation (turmoil, tokio's paused
+//!   time) supplies the wall clock, the randomness and the connections to standalone masters,
+//!   per thread. The monotonic clock needs no feature: the library reads tokio's, which is
+//!   virtual while a runtime's time is paused.
 //!
 //! # Key layout
 //!
@@ -161,7 +166,7 @@
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|
-//! | L0 | `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `telemetry`, `durability`, `wakeup::hub`, `wakeup::handed` | pure logic, no I/O: errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, metrics, what confirms a durable vote, who a hand-off wakes, how long a hand-off holds |
+//! | L0 | `seam`, `simulation`, `error`, `token`, `quorum`, `retry`, `stats`, `sync`, `task_holds`, `telemetry`, `durability`, `wakeup::hub`, `wakeup::handed` | pure logic, no I/O: the clocks and randomness every module reads (and a simulation's overrides of them), errors, tokens, quorum and lease arithmetic, retry policy, counters, which task holds what, metrics, what confirms a durable vote, who a hand-off wakes, how long a hand-off holds |
 //! | L1 | `scripts`, `node`, `node::health`, `node::layout`, `node::link`, `node::standalone`, `node::durable`, `node::conn`, `node::target`, `node::subscription`, `keys`, `keys::by_slot` | one voter: what it is (a master, a cluster, a Sentinel group) and its connection, its health, its key layout marker, the checks at connect (no cluster node as a master, durable votes possible), its wake-up subscriptions, the scripts and the requests on a lock's keys (one hash tag at a time on a cluster) |
 //! | L2 | `inner`, `fanout`, `release`, `retries`, `wakeup`, `wakeup::subscriber` | all masters: the client's state, the fan-out, releases and rollbacks, the wait line |
 //! | L3 | `lock`, `redlock`, `builder` | the client: a held lock, the acquire loop, configuration |
@@ -191,7 +196,11 @@ mod retries;
 mod retry;
 mod rwlock;
 mod scripts;
+mod seam;
 mod semaphore;
+#[cfg(feature = "simulation")]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
+pub mod simulation;
 mod stats;
 mod sync;
 mod task_holds;

@@ -15,6 +15,7 @@ use crate::quorum::Lease;
 use crate::quorum::{self, Decision};
 use crate::release::spawn_release;
 use crate::release::Released;
+use crate::seam;
 use crate::stats::Counters;
 use crate::task_holds::HoldMark;
 use crate::telemetry::Holding;
@@ -122,7 +123,7 @@ impl Lock {
 
     /// Validity left; [`Duration::ZERO`] once expired.
     pub fn remaining(&self) -> Duration {
-        self.deadline().saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(seam::now())
     }
 
     /// `true` while validity is left.
@@ -176,13 +177,13 @@ impl Lock {
             });
         }
         let span = tracing::debug_span!("extend", resource = %self.resource, ttl = ?lease.ttl);
-        let start = Instant::now();
+        let start = seam::now();
         // Confirmations that arrive after the current deadline do not count: by then another
         // client may hold the lock.
         let outcome = extend_on_quorum(&self.inner, &self.keys, &self.token, &lease, self.deadline)
             .instrument(span.clone())
             .await;
-        let elapsed = start.elapsed();
+        let elapsed = seam::elapsed(start);
         if outcome.decision == Decision::Won {
             if let Some(validity) = quorum::validity(lease.ttl, elapsed, lease.drift) {
                 self.lease = lease;

@@ -24,6 +24,7 @@ use redis::{
 use crate::durability::Durability;
 use crate::error::{NodeError, NodeErrorKind};
 use crate::scripts;
+use crate::seam;
 use conn::Conn;
 use health::{Health, ProbeLease, TIMEOUTS_BEFORE_UNRESPONSIVE};
 pub(crate) use layout::{check_lock_key, hash_tag, marker_key, Companion};
@@ -427,7 +428,7 @@ impl Node {
         Fut: Future<Output = RedisResult<T>> + Send + 'a,
         T: Send + 'a,
     {
-        let started = Instant::now();
+        let started = seam::now();
         let probe = match self.health.is_unresponsive() {
             false => None,
             true => match self
@@ -458,7 +459,7 @@ impl Node {
             };
             let connection = self.connect(started, connecting, probe.is_some()).await?;
             let from = match probe {
-                Some(_) => Instant::now(),
+                Some(_) => seam::now(),
                 None => started,
             };
             let bound = Bound {
@@ -520,7 +521,7 @@ impl Node {
                 reply.map_err(|e| self.error(NodeErrorKind::Redis(e)))
             }
             Err(_elapsed) => {
-                let in_a_row = self.health.timed_out(bound.started, Instant::now());
+                let in_a_row = self.health.timed_out(bound.started, seam::now());
                 // A fresh connection after a few timeouts in a row, and for each next probe.
                 if in_a_row == TIMEOUTS_BEFORE_UNRESPONSIVE || bound.probe.is_some() {
                     tracing::debug!(node = %self.id, in_a_row, "no reply to the last requests; reconnecting");
@@ -547,12 +548,12 @@ impl Node {
                 // A connection attempt this request waited for in vain is silence too; one
                 // refused, or none made during a backoff, says nothing either way.
                 if tried && why.is_timeout() {
-                    self.health.timed_out(started, Instant::now());
+                    self.health.timed_out(started, seam::now());
                 }
                 Err(self.error(NodeErrorKind::Redis(why)))
             }
             Err(_elapsed) => {
-                self.health.timed_out(started, Instant::now());
+                self.health.timed_out(started, seam::now());
                 Err(self.error(NodeErrorKind::Timeout(connecting)))
             }
         }
@@ -583,7 +584,7 @@ impl Node {
     }
 
     fn replied(&self) {
-        if self.health.replied(Instant::now()) >= TIMEOUTS_BEFORE_UNRESPONSIVE {
+        if self.health.replied(seam::now()) >= TIMEOUTS_BEFORE_UNRESPONSIVE {
             tracing::debug!(node = %self.id, "answering again");
         }
     }

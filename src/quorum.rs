@@ -1,9 +1,10 @@
 //! Pure quorum arithmetic: how many votes a lock needs, how long a granted lock stays valid, and
 //! the tally that decides an attempt as soon as its outcome is known.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::Error;
+use crate::seam;
 
 /// When no node timeout is set, each request is bounded by the TTL divided by this, and by
 /// [`DEFAULT_MAX_NODE_TIMEOUT`] at most.
@@ -66,7 +67,7 @@ impl Lease {
             return Err(invalid("it must be at least 1 ms".into()));
         }
         let ttl = Duration::from_millis(ttl_ms);
-        if Instant::now().checked_add(ttl).is_none() {
+        if seam::now().checked_add(ttl).is_none() {
             return Err(invalid("it overflows the clock".into()));
         }
         let drift = drift(ttl, drift_factor);

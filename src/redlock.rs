@@ -1,7 +1,7 @@
 //! `Redlock`: the client. Fans each operation out to every node and decides on a quorum.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
@@ -14,6 +14,7 @@ use crate::node::Node;
 use crate::quorum::{self, Decision, Lease};
 use crate::release::Rollback;
 use crate::retry::DEFAULT_ACQUIRE_TIMEOUT;
+use crate::seam;
 use crate::stats::{Counters, Stats};
 use crate::task_holds::TaskId;
 use crate::telemetry::{Holding, Waiting};
@@ -288,7 +289,7 @@ impl Redlock {
         let span = tracing::debug_span!("acquire", resource = label, ttl = ?lease.ttl);
         let waiting = Waiting::start(keys.primitive());
         // A waiter's place in line is its arrival, not the end of its first attempt.
-        let arrived = SystemTime::now();
+        let arrived = seam::wall_clock();
         let acquired = async move {
             if retry {
                 // (A single attempt cannot wait for itself: it reports the contention.)
@@ -302,7 +303,7 @@ impl Redlock {
                 .unwrap_or(DEFAULT_ACQUIRE_TIMEOUT);
             let deadline = match mode {
                 Mode::UntilWon => None,
-                _ => Instant::now().checked_add(wait),
+                _ => seam::now().checked_add(wait),
             };
             // In line, a waiter attempts at least this often: each attempt renews its entry.
             let poll = lease.entry_lease() / 3;
@@ -344,7 +345,7 @@ impl Redlock {
                 if !retry || out_of_retries {
                     return Err(self.give_up(label, failure, attempts));
                 }
-                let now = Instant::now();
+                let now = seam::now();
                 if deadline.is_some_and(|d| now >= d) {
                     return Err(self.give_up(label, failure, attempts));
                 }
@@ -356,7 +357,7 @@ impl Redlock {
                         continue;
                     }
                 }
-                let mut delay = policy.delay(&mut rand::rng());
+                let mut delay = seam::with_rng(|rng| policy.delay(rng));
                 if waiter.is_some() && keys.waits_in_line() {
                     delay = delay.min(poll);
                 }
@@ -448,7 +449,7 @@ impl Redlock {
         // Armed until the lock is handed out: a dropped future releases on every node in the
         // background.
         Counters::bump(&self.inner.counters().attempts);
-        let start = Instant::now();
+        let start = seam::now();
         let entry_lease = lease.entry_lease();
         // Under an owner id: where the attempt names a value for a takeover, and so where its
         // rollback puts back what it took.
@@ -487,7 +488,7 @@ impl Redlock {
                     async move {
                         let node = rl.node(i);
                         let in_line = ticket.as_ref().map(|t| (t, entry_lease));
-                        let sent = Instant::now();
+                        let sent = seam::now();
                         if let Some(masters) = &masters {
                             masters.sending(i);
                         }
@@ -545,7 +546,7 @@ impl Redlock {
                         .await
                         .map(Some),
                 };
-                let elapsed = start.elapsed();
+                let elapsed = seam::elapsed(start);
                 match (fences, quorum::validity(lease.ttl, elapsed, lease.drift)) {
                     (Ok(fences), Some(validity)) => {
                         rollback.disarm();
@@ -599,7 +600,7 @@ impl Redlock {
             Counters::bump(&self.inner.counters().contended);
         }
         tracing::debug!(
-            elapsed = ?start.elapsed(),
+            elapsed = ?seam::elapsed(start),
             granted = outcome.yes.len(),
             contended = failure.is_contention(),
             "attempt failed; rolling back"
@@ -637,7 +638,7 @@ impl Redlock {
             tracing::debug!(masters = ?waiter.masters(), "too few hand-offs to hold on");
             return None;
         };
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.saturating_duration_since(seam::now());
         if left < lease.node_timeout {
             tracing::debug!(?left, "too little of the hand-off left to hold on");
             return None;
@@ -655,7 +656,7 @@ impl Redlock {
             Arc::downgrade(&renewal),
         ));
         Counters::bump(&self.inner.counters().acquired);
-        tracing::debug!(remaining = ?deadline.saturating_duration_since(Instant::now()), "handed the lock by a release");
+        tracing::debug!(remaining = ?deadline.saturating_duration_since(seam::now()), "handed the lock by a release");
         Some(Lock {
             inner: self.inner.clone(),
             resource: label.to_owned(),
@@ -749,15 +750,15 @@ async fn renew_handed(
     (deadline, mark): (Instant, crate::task_holds::HoldMark),
     renewal: std::sync::Weak<Renewal>,
 ) {
-    let now = Instant::now();
+    let now = seam::now();
     let due = now + deadline.saturating_duration_since(now) / 3;
     tokio::time::sleep_until(due.into()).await;
     if renewal.strong_count() == 0 {
         return;
     }
-    let start = Instant::now();
+    let start = seam::now();
     let outcome = crate::lock::extend_on_quorum(&inner, &keys, &token, &lease, deadline).await;
-    let elapsed = start.elapsed();
+    let elapsed = seam::elapsed(start);
     let validity = quorum::validity(lease.ttl, elapsed, lease.drift);
     match (outcome.decision, validity) {
         (Decision::Won, Some(validity)) => {

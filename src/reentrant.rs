@@ -14,6 +14,7 @@ use crate::keys::Keys;
 use crate::lock::Lock;
 use crate::redlock::Redlock;
 use crate::release::Released;
+use crate::seam;
 use crate::sync;
 use crate::token::LockToken;
 
@@ -103,7 +104,7 @@ impl ReentrantLock {
 
     /// Validity left; [`Duration::ZERO`] once expired.
     pub fn remaining(&self) -> Duration {
-        self.deadline().saturating_duration_since(Instant::now())
+        self.deadline().saturating_duration_since(seam::now())
     }
 
     /// Renews the lock for `ttl` from now, for every hold: [`Lock::extend`]. Extends from

@@ -11,6 +11,7 @@ use crate::inner::Inner;
 use crate::keys::{HandOff, Keys};
 use crate::node::Node;
 use crate::retries::Pending;
+use crate::seam;
 use crate::sync::lock;
 use crate::token::LockToken;
 
@@ -44,9 +45,9 @@ impl Inner {
         let nodes = self.all_nodes().iter().enumerate();
         let sent = nodes.filter(|(i, _)| !skip.contains(i));
         let replies = futures::future::join_all(sent.map(|(i, node)| async move {
-            let started = Instant::now();
+            let started = seam::now();
             let reply = keys.release_on(node, token.expose(), hand_off, node_timeout).await;
-            tracing::debug!(node = node.id(), elapsed = ?started.elapsed(), reply = ?reply.as_ref().map_err(NodeError::kind), "release");
+            tracing::debug!(node = node.id(), elapsed = ?seam::elapsed(started), reply = ?reply.as_ref().map_err(NodeError::kind), "release");
             (i, reply)
         }))
         .await;

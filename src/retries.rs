@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::keys::{HandOff, Keys};
 use crate::node::Node;
+use crate::seam;
 use crate::sync::lock;
 use crate::token::LockToken;
 
@@ -86,7 +87,7 @@ impl Retries {
     /// gone, under the same lock) when there are none.
     fn take(queues: &[Mutex<Queue>], node: usize) -> Option<Vec<Pending>> {
         let mut queue = lock(queues.get(node)?);
-        let now = Instant::now();
+        let now = seam::now();
         queue.pending.retain(|release| release.expires > now);
         if queue.pending.is_empty() {
             queue.worker = false;

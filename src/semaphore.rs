@@ -31,6 +31,7 @@ use crate::lock::Lock;
 use crate::quorum::Lease;
 use crate::redlock::Redlock;
 use crate::release::Released;
+use crate::seam;
 use crate::token::LockToken;
 
 /// The most permits a semaphore can have: each is a lock, and a waiter waits in every slot's line.
@@ -159,7 +160,7 @@ impl Semaphore {
                 // Masters down or slow: the retry policy of any acquire, before giving up.
                 Err(e) if e.is_retriable() && failures + 1 < policy.attempts() => {
                     failures += 1;
-                    let delay = policy.delay(&mut rand::rng());
+                    let delay = seam::with_rng(|rng| policy.delay(rng));
                     tokio::time::sleep(delay).await;
                 }
                 done => return done,
@@ -222,7 +223,7 @@ impl Semaphore {
     /// One plain attempt per slot, from a random one; the first permit, or the last error.
     async fn try_each(&self, ttl: Duration) -> Result<Permit, Error> {
         let lease = self.rl.inner().lease(ttl)?;
-        let start = rand::rng().random_range(0..self.slots.len());
+        let start = seam::with_rng(|rng| rng.random_range(0..self.slots.len()));
         let mut last = self.try_slot(start, &lease).await;
         for slot in (start + 1..self.slots.len()).chain(0..start) {
             match last {

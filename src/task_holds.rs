@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Instant;
 
+use crate::seam;
 use crate::sync;
 
 /// The code that calls an acquire: a tokio task, or a future driven by `block_on` (a
@@ -45,6 +46,7 @@ struct Entry {
 /// little, not forever.
 #[derive(Debug, Default)]
 pub(crate) struct TaskHolds {
+    /// Only ever looked up by task, never iterated: its order cannot matter.
     held: Mutex<HashMap<TaskId, Vec<Entry>>>,
     next: AtomicU64,
 }
@@ -52,7 +54,7 @@ pub(crate) struct TaskHolds {
 impl TaskHolds {
     /// `true` when `task` holds a lock on `key` that has not expired.
     pub(crate) fn holds(&self, key: &str, task: TaskId) -> bool {
-        let now = Instant::now();
+        let now = seam::now();
         sync::lock(&self.held)
             .get(&task)
             .is_some_and(|held| held.iter().any(|e| &*e.key == key && e.deadline > now))

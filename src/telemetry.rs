@@ -18,6 +18,8 @@
 use std::time::Instant;
 
 use crate::error::{Error, NodeError, NodeErrorKind};
+#[cfg(feature = "metrics")]
+use crate::seam;
 
 /// One acquire call in progress: counted in `quorumlock_waiting` until it ends, then its
 /// duration goes to `quorumlock_wait_seconds`.
@@ -40,7 +42,7 @@ impl Waiting {
             #[cfg(feature = "metrics")]
             primitive,
             #[cfg(feature = "metrics")]
-            start: Instant::now(),
+            start: seam::now(),
         }
     }
 
@@ -59,7 +61,7 @@ impl Waiting {
                 "primitive" => self.primitive,
                 "outcome" => outcome
             )
-            .record(self.start.elapsed().as_secs_f64());
+            .record(seam::elapsed(self.start).as_secs_f64());
         }
         let _ = result;
     }
@@ -93,7 +95,7 @@ impl Holding {
             #[cfg(feature = "metrics")]
             primitive,
             #[cfg(feature = "metrics")]
-            start: Instant::now(),
+            start: seam::now(),
         }
     }
 }
@@ -104,7 +106,7 @@ impl Drop for Holding {
         {
             metrics::gauge!("quorumlock_held", "primitive" => self.primitive).decrement(1.0);
             metrics::histogram!("quorumlock_hold_seconds", "primitive" => self.primitive)
-                .record(self.start.elapsed().as_secs_f64());
+                .record(seam::elapsed(self.start).as_secs_f64());
         }
     }
 }

@@ -4,6 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::seam;
+
 /// The random value that marks a lock as this holder's on every node: 128 bits from the
 /// operating system's random source, fresh for every acquisition.
 ///
@@ -71,10 +73,11 @@ impl LockToken {
 /// `ours`): a key another client holds keeps the expiry that client gives it.
 pub(crate) const NONCE_PREFIX: &str = "ql-";
 
-/// A fresh nonce: [`NONCE_PREFIX`], then 128 random bits from the operating system as 32 hex
+/// A fresh nonce: [`NONCE_PREFIX`], then a random (version 4) UUID from the operating system's
+/// random source (a simulation's seeded generator under the `simulation` feature) as 32 hex
 /// digits.
 fn nonce() -> String {
-    format!("{NONCE_PREFIX}{}", uuid::Uuid::new_v4().simple())
+    format!("{NONCE_PREFIX}{}", seam::random_uuid().simple())
 }
 
 /// What stands between an owner attempt's nonce (35 characters) and its owner id in the token:

@@ -1,6 +1,7 @@
 //! Whether a node is answering: its timeouts in a row, the silence they span, and the lease of
 //! the one probe an unresponsive node may be sent at a time.
 
+use crate::seam;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ pub(super) struct Health {
 impl Health {
     pub(super) fn new() -> Self {
         Health {
-            origin: Instant::now(),
+            origin: seam::now(),
             timeouts_in_a_row: AtomicU32::new(0),
             last_reply: AtomicU64::new(0),
             silent_since: AtomicU64::new(0),

@@ -23,6 +23,7 @@ use super::standalone;
 use super::target::Target;
 use crate::durability::Durability;
 use crate::scripts;
+use crate::seam;
 
 /// The least time between the starts of two connection attempts to one node: a node that
 /// accepts connections and drops them at once costs at most this rate of reconnections.
@@ -134,7 +135,7 @@ impl Link {
         let (number, attempt) = loop {
             let wait = {
                 let mut state = self.lock();
-                match state.next(Instant::now()) {
+                match state.next(seam::now()) {
                     Next::Ready(connection) => return Ok(connection),
                     Next::Failed(why, until) if patient => {
                         tracing::debug!(error = %why, "waiting out the reconnect backoff");
@@ -390,7 +391,7 @@ impl State {
             }
             Err(why) => {
                 tracing::debug!(error = %why, backoff = ?self.backoff, "connection attempt failed");
-                let retry_at = Instant::now() + self.backoff;
+                let retry_at = seam::now() + self.backoff;
                 self.not_before = Some(self.not_before.map_or(retry_at, |t| t.max(retry_at)));
                 self.backoff = (self.backoff * 2).min(RECONNECT_BACKOFF_MAX);
                 self.current = Current::Closed {

@@ -14,6 +14,7 @@
 
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use redis::{
@@ -219,10 +220,7 @@ impl Target {
     /// The client library's, or the Sentinels'.
     pub(crate) async fn connect(&self, config: &AsyncConnectionConfig) -> RedisResult<Conn> {
         match self {
-            Target::Master { client, .. } => client
-                .get_multiplexed_async_connection_with_config(config)
-                .await
-                .map(Conn::Master),
+            Target::Master { client, .. } => open_master(client, config).await.map(Conn::Master),
             Target::Cluster { client, .. } => client
                 .get_async_connection()
                 .await
@@ -250,11 +248,7 @@ impl Target {
             .set_response_timeout(None)
             .set_push_sender(sender.clone());
         let conn = match self {
-            Target::Master { pushes, .. } => Conn::Master(
-                pushes
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?,
-            ),
+            Target::Master { pushes, .. } => Conn::Master(open_master(pushes, &config).await?),
             Target::Cluster { seeds, options, .. } => Conn::Cluster(
                 cluster_client(seeds, connect_timeout, options)
                     .use_protocol(ProtocolVersion::RESP3)
@@ -319,6 +313,52 @@ impl Target {
         let _ = options;
         group.build()?.async_get_client().await
     }
+}
+
+/// A standalone master's multiplexed connection, with the handshake its URL asks for (`HELLO`
+/// or `AUTH`, `SELECT`). Under the `simulation` feature, a plain `redis://host:port` master is
+/// reached through the simulation's connector when one is installed on this thread.
+async fn open_master(
+    client: &Client,
+    config: &AsyncConnectionConfig,
+) -> RedisResult<MultiplexedConnection> {
+    #[cfg(feature = "simulation")]
+    if let Some(opening) = simulated(client, config) {
+        return opening.await;
+    }
+    client
+        .get_multiplexed_async_connection_with_config(config)
+        .await
+}
+
+/// The connection to `client`'s master over the stream the simulation's connector opens, with
+/// the handshake the client library does on its own streams; `None` when no connector is
+/// installed or the master is no plain TCP one (TLS, Unix socket). The caller bounds it by the
+/// connect timeout, as it bounds every connection attempt.
+#[cfg(feature = "simulation")]
+fn simulated(
+    client: &Client,
+    config: &AsyncConnectionConfig,
+) -> Option<impl std::future::Future<Output = RedisResult<MultiplexedConnection>>> {
+    let info = client.get_connection_info();
+    let ConnectionAddr::Tcp(host, port) = info.addr() else {
+        return None;
+    };
+    let stream = crate::seam::connect(host, *port)?;
+    let (settings, config) = (info.redis_settings().clone(), config.clone());
+    Some(async move {
+        let stream = stream.await?;
+        let (conn, driver) =
+            MultiplexedConnection::new_with_config(&settings, stream, config).await?;
+        // The driver runs until every clone of the connection is gone.
+        if !crate::sync::spawn(driver) {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "no tokio runtime to drive the connection on",
+            )));
+        }
+        Ok(conn)
+    })
 }
 
 /// The certificates of TLS voters: those configured, or none (the system's roots, no client

@@ -18,7 +18,7 @@
 //! acquire → release → acquire then neither subscribes nor unsubscribes on every turn, and its
 //! next wait starts with the subscription already live.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -111,7 +111,9 @@ pub(crate) struct Hub {
 
 #[derive(Debug, Default)]
 struct Registry {
-    channels: HashMap<String, Channel>,
+    /// Ordered: [`Hub::wanted`] lists them, and the subscribers subscribe in that order.
+    channels: BTreeMap<String, Channel>,
+    /// Only ever looked up by id, never iterated: its order cannot matter.
     waiters: HashMap<String, Waiting>,
 }
 

@@ -73,6 +73,7 @@ pub(crate) use hub::Ticket;
 
 use crate::keys::Keys;
 use crate::node::Node;
+use crate::seam;
 use crate::sync::lock;
 use hub::{hand_off_grace, Hub};
 
@@ -123,7 +124,7 @@ impl Wakeup {
         Wakeup {
             shared: Arc::new(Shared {
                 hub: Arc::new(Hub::default()),
-                client: hub::client_id(rand::random()),
+                client: hub::client_id(seam::random_u64()),
                 quorum: crate::quorum::quorum(node_count),
                 subscribers: (0..node_count).map(|_| Mutex::new(None)).collect(),
             }),
@@ -151,7 +152,7 @@ impl Wakeup {
         let now_us = arrived
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        let ticket = Ticket::new(&self.shared.client, now_us, rand::random());
+        let ticket = Ticket::new(&self.shared.client, now_us, seam::random_u64());
         let channels = keys.channels(&self.shared.client);
         let wake = Arc::new(Notify::new());
         let masters = Masters::new(nodes.len());
@@ -218,8 +219,10 @@ impl Waiter {
         let until = tokio::time::Instant::from_std(until);
         let mut end = until;
         let handed = loop {
+            // Biased (a fixed order, for a deterministic simulation): a hand-off heard as the
+            // wait ends is weighed before the end is.
             tokio::select! {
-                () = tokio::time::sleep_until(end) => break end < until,
+                biased;
                 () = self.wake.notified() => {
                     let heard = hub.heard(&self.ticket.id);
                     if heard.enough(self.shared.quorum) {
@@ -230,6 +233,7 @@ impl Waiter {
                         end = until.min(tokio::time::Instant::now() + grace);
                     }
                 }
+                () = tokio::time::sleep_until(end) => break end < until,
             }
         };
         if handed {
@@ -274,7 +278,7 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         let holding = self.holding.load(Ordering::Relaxed);
         let leave_hub = |shared: &Shared, ticket: &Ticket, channels: &[String]| {
-            shared.hub.leave(ticket, channels, Instant::now());
+            shared.hub.leave(ticket, channels, seam::now());
         };
         // The masters' entries: a waiter that acquired is gone from the lines that granted it
         // (or handed it the lock), but not from the others; one that gave up or was cancelled

@@ -1,14 +1,15 @@
 //! The subscriber connections: one per master for the whole client, subscribed to the release
 //! channels the client's waiters wait on, forwarding each hand-off to the [`Hub`].
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::sync::Weak;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::hub::{Hub, LINGER};
 use crate::node::{Node, Subscriber};
+use crate::seam;
 
 /// Bound on one `SSUBSCRIBE` / `SUNSUBSCRIBE` round trip; past it the connection is replaced.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -84,7 +85,10 @@ async fn pause(changes: &mut watch::Receiver<()>, pause: Duration) -> bool {
     let sleep = tokio::time::sleep(pause);
     tokio::pin!(sleep);
     loop {
+        // Biased, like every `select!` of the library: a fixed order is one less thing a
+        // simulation's run depends on besides its seed.
         tokio::select! {
+            biased;
             () = &mut sleep => return true,
             changed = changes.changed() => if changed.is_err() { return false },
         }
@@ -100,14 +104,15 @@ async fn serve(
     hub: &Weak<Hub>,
     changes: &mut watch::Receiver<()>,
 ) -> Served {
-    let mut subscribed: HashSet<String> = HashSet::new();
+    // Ordered sets: the channels are subscribed and unsubscribed in one order, run after run.
+    let mut subscribed: BTreeSet<String> = BTreeSet::new();
     let mut tick = tokio::time::interval(LINGER);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let Some(wanted) = hub.upgrade().map(|hub| hub.wanted(Instant::now())) else {
+        let Some(wanted) = hub.upgrade().map(|hub| hub.wanted(seam::now())) else {
             return Served::Closed;
         };
-        let wanted: HashSet<String> = wanted.into_iter().collect();
+        let wanted: BTreeSet<String> = wanted.into_iter().collect();
         let add: Vec<String> = wanted.difference(&subscribed).cloned().collect();
         let remove: Vec<String> = subscribed.difference(&wanted).cloned().collect();
         if !add.is_empty() {
@@ -139,7 +144,14 @@ async fn serve(
                 _ => return Served::Broken,
             }
         }
+        // Biased (a fixed order, for a deterministic simulation): a change of the wanted
+        // channels, which is rare, then a message; the tick last, which nothing starves of
+        // anything, as every turn of the loop drops lingering channels as a tick would.
         tokio::select! {
+            biased;
+            changed = changes.changed() => if changed.is_err() {
+                return Served::Closed;
+            },
             message = pubsub.next() => match message {
                 Some(message) => {
                     if let Some(hub) = hub.upgrade() {
@@ -147,9 +159,6 @@ async fn serve(
                     }
                 }
                 None => return Served::Broken,
-            },
-            changed = changes.changed() => if changed.is_err() {
-                return Served::Closed;
             },
             _ = tick.tick() => {}
         }
