@@ -78,6 +78,18 @@ pub(crate) struct Data {
     pub(crate) keyspace: Keyspace,
     pub(crate) pubsub: PubSub,
     pub(crate) config: Config,
+    /// `INFO`'s `run_id`: 40 hex digits, new at each start, as Redis makes one.
+    pub(crate) run_id: String,
+}
+
+/// Masters made so far in this process: each gets a `run_id` of its own.
+static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The `run_id` of master number `instance` after `restarts` restarts.
+fn run_id(instance: u64, restarts: u64) -> String {
+    sha1_smol::Sha1::from(format!("quorumlock-sim {instance} {restarts}"))
+        .digest()
+        .to_string()
 }
 
 /// One connection's state.
@@ -131,6 +143,7 @@ pub struct Master {
     clients: BTreeMap<ClientId, Client>,
     next_client: u64,
     restarts: u64,
+    instance: u64,
 }
 
 impl fmt::Debug for Master {
@@ -164,18 +177,21 @@ impl Master {
     ///
     /// If the embedded Lua cannot be set up.
     pub fn with_config(clock: Clock, config: Config) -> Result<Master, Error> {
+        let instance = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut master = Master {
             clock,
             data: Data {
                 keyspace: Keyspace::default(),
                 pubsub: PubSub::default(),
                 config,
+                run_id: run_id(instance, 0),
             },
             scripts: BTreeMap::new(),
             engine: Engine::new().map_err(Error)?,
             clients: BTreeMap::new(),
             next_client: 1,
             restarts: 0,
+            instance,
         };
         master.open_console();
         Ok(master)
@@ -597,6 +613,7 @@ impl Master {
         self.scripts.clear();
         self.engine.flush();
         self.restarts += 1;
+        self.data.run_id = run_id(self.instance, self.restarts);
         self.open_console();
     }
 

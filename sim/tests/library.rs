@@ -31,7 +31,7 @@ fn client(servers: &[Server]) -> Redlock {
     Redlock::builder(servers.iter().map(Server::url))
         .retry_delay(Duration::from_millis(20))
         .retry_jitter(Duration::from_millis(10))
-        .node_timeout(Duration::from_millis(200))
+        .node_timeout(Duration::from_secs(1))
         .acquire_timeout(Duration::from_secs(10))
         .build()
         .unwrap()
@@ -68,6 +68,7 @@ async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
 async fn the_library_acquires_extends_and_releases_a_lock_on_simulated_masters() {
     let servers = three_masters().await;
     let rl = client(&servers);
+    rl.connect().await.unwrap();
     let key = resource_key("", "orders:42");
 
     let mut held = rl.acquire("orders:42", TTL).await.unwrap();
@@ -80,7 +81,7 @@ async fn the_library_acquires_extends_and_releases_a_lock_on_simulated_masters()
             .all(|s| string(keyspace(s).get(&key)).as_deref() == Some(token.as_str()))
     })
     .await;
-    assert!(everywhere, "{:?}", keyspace(&servers[2]));
+    assert!(everywhere, "{:?} {:?}", keyspace(&servers[2]), rl.stats());
     for server in &servers {
         let keys = keyspace(server);
         assert_eq!(string(keys.get(&key)), Some(token.clone()), "{keys:?}");
@@ -122,10 +123,13 @@ async fn the_library_acquires_extends_and_releases_a_lock_on_simulated_masters()
 async fn a_waiter_stands_in_the_simulated_masters_line_and_is_handed_the_lock() {
     let servers = three_masters().await;
     let (holder, waiter) = (client(&servers), client(&servers));
+    holder.connect().await.unwrap();
+    waiter.connect().await.unwrap();
     let key = resource_key("", "r");
     let queue = companion_key(&key, ":queue");
 
     let first = holder.acquire("r", TTL).await.unwrap();
+    let first_token = first.token().expose().to_owned();
     let waiting = {
         let rl = waiter.clone();
         tokio::spawn(async move { rl.acquire("r", TTL).await })
@@ -151,12 +155,14 @@ async fn a_waiter_stands_in_the_simulated_masters_line_and_is_handed_the_lock() 
             .iter()
             .all(|s| string(keyspace(s).get(&key)).as_deref() == Some(token.as_str())))
         .await,
-        "the waiter's token on every master: {:?}",
-        keyspace(&servers[0])
+        "the waiter's token {token} on every master (the holder's was {first_token}): {:?} {:?} {:?} {:?} {:?}",
+        keyspace(&servers[0]), keyspace(&servers[1]), keyspace(&servers[2]), holder.stats(), waiter.stats()
     );
-    for server in &servers {
-        assert!(!keyspace(server).contains_key(&queue), "the line is gone");
-    }
+    let left_the_line = eventually(Duration::from_secs(2), || {
+        servers.iter().all(|s| !keyspace(s).contains_key(&queue))
+    })
+    .await;
+    assert!(left_the_line, "{:?}", keyspace(&servers[0]));
 
     second.release().await.unwrap();
     let gone = eventually(Duration::from_secs(2), || {

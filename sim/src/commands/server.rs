@@ -38,8 +38,8 @@ pub(super) fn info(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let mut sections = Vec::new();
     if wants("server") {
         sections.push(format!(
-            "# Server\r\nredis_version:{}\r\nredis_mode:standalone\r\narch_bits:64\r\nprocess_id:1\r\nuptime_in_seconds:0\r\n",
-            config.version
+            "# Server\r\nredis_version:{}\r\nredis_mode:standalone\r\narch_bits:64\r\nprocess_id:1\r\nrun_id:{}\r\nuptime_in_seconds:0\r\n",
+            config.version, ctx.data.run_id
         ));
     }
     if wants("clients") {
