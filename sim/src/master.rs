@@ -617,6 +617,13 @@ impl Master {
         self.open_console();
     }
 
+    /// Writes `key` as `entry` says, value and expiry, replacing whatever it held, whatever the
+    /// clock says (an expiry already past leaves a key nobody sees): to put a master in a given
+    /// state.
+    pub fn put(&mut self, key: &[u8], entry: Entry) {
+        self.data.keyspace.insert(key, entry);
+    }
+
     /// Every key live on the master's clock now, in byte order, with its value and expiry.
     pub fn keyspace(&self) -> BTreeMap<Vec<u8>, Entry> {
         let now = self.clock.now_ms();
