@@ -73,9 +73,21 @@ fn instant_of(reply: &Resp) -> Duration {
     Duration::from_secs(part(0)) + Duration::from_micros(part(1))
 }
 
-/// A reply as compared: `KEYS` comes in the server's own order, so it is sorted.
+/// A reply as compared: `KEYS` comes in the server's own order, so it is sorted; a script's
+/// error names the script's SHA1 on Redis (`script: <sha1>, on @user_script:3.`) and not on
+/// Valkey (`script: on @user_script:3.`), so the SHA1 is left out.
 fn normalised(op: &Op, reply: &Resp) -> Resp {
     match reply {
+        Resp::Error(e) => match e.split_once("script: ") {
+            Some((head, tail)) => {
+                let tail = match tail.split_once(", on @") {
+                    Some((sha, rest)) if sha.len() == 40 => format!("on @{rest}"),
+                    _ => tail.to_owned(),
+                };
+                Resp::Error(format!("{head}script: {tail}"))
+            }
+            None => reply.clone(),
+        },
         Resp::Array(Some(items)) if op.label.starts_with("KEYS") => {
             let mut items = items.clone();
             items.sort_by_key(|r| r.bulk_str());
@@ -171,6 +183,7 @@ impl Pair<'_> {
                 return Ok(real.items().len() - 2);
             }
             last = keyspace_diff(&real, &sim);
+            if std::env::var("DIFF_DEBUG").is_ok() { eprintln!("REREAD {:?} {last:?}", instant_of(&real.items()[0..2].to_vec().into_resp())); }
             if last.is_empty() {
                 last.push(format!("real {real}\nsim {sim}"));
             }
@@ -215,6 +228,7 @@ impl Pair<'_> {
                     if self.history.len() > 12 {
                         self.history.pop_front();
                     }
+                    if let Resp::Error(e) = &real { if std::env::var("DIFF_DEBUG").is_ok() { eprintln!("ERRREPLY {}", e.chars().take(70).collect::<String>()); } }
                     if matches!(real, Resp::Error(_)) {
                         self.tally.errors += 1;
                     }

@@ -318,8 +318,9 @@ impl Gen<'_> {
             }
             86 => {
                 let r = self.resource();
-                let suffix = [":queue", ":leases", ":held", ":fence", ":took"].choose(self.rng).copied().unwrap_or(":queue");
-                self.plain(vec!["DEL".into(), companion(r, suffix)])
+                let suffix = ["", ":queue", ":leases", ":held", ":fence", ":took"].choose(self.rng).copied().unwrap_or("");
+                let target = if suffix.is_empty() { key(r) } else { companion(r, suffix) };
+                self.plain(vec!["DEL".into(), target])
             }
             87..=88 => {
                 let r = self.resource();
