@@ -1,0 +1,407 @@
+//! The simulated master against a real one: random sequences of the library's scripts, the plain
+//! commands beside them, and waits of a few milliseconds, sent to a real `redis-server` (and a
+//! `valkey-server` when `QUORUMLOCK_VALKEY_SERVER` names one) and to a simulated master; after
+//! every step the replies and the whole keyspaces (values, types, expiries) must be equal.
+//!
+//! The simulated master's clock follows the real server's: each request goes to the real server
+//! between two `TIME`s, and the simulated master runs it at the first of them (or, when the
+//! request straddled a millisecond tick, at the second); each keyspace is read by one script on
+//! the real server, and on the simulated master at that script's `TIME`. Replies, values and
+//! expiries are then compared exactly.
+//!
+//! The seed is printed first; `QUORUMLOCK_SIM_SEED=<seed>` runs the same requests again (the
+//! real server's timing differs from run to run), `QUORUMLOCK_SIM_STEPS` sets the number of
+//! steps (default 3000).
+
+#[path = "differential/ops.rs"]
+mod ops;
+#[path = "differential/resp.rs"]
+mod resp;
+#[path = "differential/scripts.rs"]
+mod scripts;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use quorumlock_sim::{
+    listen, lock, shared, Clock, Entry, Hash, Master, Server, SharedMaster, SortedSet, Value,
+    VirtualTime,
+};
+use quorumlock_testkit::RedisServer;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use ops::{Gen, Op};
+use resp::{Client, Resp};
+
+/// Reads the whole keyspace in one script: the server's `TIME`, then each key (in byte order)
+/// with its type, `PEXPIRETIME` and value.
+const DUMP: &str = r#"
+local t = redis.call('TIME')
+local keys = redis.call('KEYS', '*')
+table.sort(keys)
+local out = {t[1], t[2]}
+for _, k in ipairs(keys) do
+  local ty = redis.call('TYPE', k).ok
+  local v = ty
+  if ty == 'string' then
+    v = redis.call('GET', k)
+  elseif ty == 'zset' then
+    v = redis.call('ZRANGE', k, 0, -1, 'WITHSCORES')
+  elseif ty == 'hash' then
+    v = redis.call('HGETALL', k)
+  end
+  out[#out + 1] = {k, ty, redis.call('PEXPIRETIME', k), v}
+end
+return out
+"#;
+
+fn argv(args: &[&str]) -> Vec<Vec<u8>> {
+    args.iter().map(|a| a.as_bytes().to_vec()).collect()
+}
+
+/// `[seconds, microseconds]` as a time since the epoch.
+fn instant_of(reply: &Resp) -> Duration {
+    let items = reply.items();
+    let part = |i: usize| {
+        items
+            .get(i)
+            .and_then(Resp::bulk_str)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("not a TIME reply: {reply}"))
+    };
+    Duration::from_secs(part(0)) + Duration::from_micros(part(1))
+}
+
+/// A reply as compared: `KEYS` comes in the server's own order, so it is sorted; a script's
+/// error names the script's SHA1 on Redis (`script: <sha1>, on @user_script:3.`) and not on
+/// Valkey (`script: on @user_script:3.`), so the SHA1 is left out.
+fn normalised(op: &Op, reply: &Resp) -> Resp {
+    match reply {
+        Resp::Error(e) => match e.split_once("script: ") {
+            Some((head, tail)) => {
+                let tail = match tail.split_once(", on @") {
+                    Some((sha, rest)) if sha.len() == 40 => format!("on @{rest}"),
+                    _ => tail.to_owned(),
+                };
+                Resp::Error(format!("{head}script: {tail}"))
+            }
+            None => reply.clone(),
+        },
+        Resp::Array(Some(items)) if op.label.starts_with("KEYS") => {
+            let mut items = items.clone();
+            items.sort_by_key(|r| r.bulk_str());
+            Resp::Array(Some(items))
+        }
+        other => other.clone(),
+    }
+}
+
+/// The differences between two keyspace dumps (past their leading `TIME`), one line each.
+fn keyspace_diff(real: &Resp, sim: &Resp) -> Vec<String> {
+    let entries = |dump: &Resp| -> BTreeMap<String, String> {
+        dump.items()
+            .iter()
+            .skip(2)
+            .map(|e| {
+                let items = e.items();
+                let key = items.first().and_then(Resp::bulk_str).unwrap_or_default();
+                let rest: Vec<String> = items.iter().skip(1).map(|r| r.to_string()).collect();
+                (key, rest.join(" "))
+            })
+            .collect()
+    };
+    let (real, sim) = (entries(real), entries(sim));
+    let mut diff = Vec::new();
+    for key in real.keys().chain(sim.keys()).collect::<std::collections::BTreeSet<_>>() {
+        match (real.get(key), sim.get(key)) {
+            (a, b) if a == b => {}
+            (a, b) => diff.push(format!("{key}: real {a:?}, sim {b:?}")),
+        }
+    }
+    diff
+}
+
+/// What a run compared.
+#[derive(Debug, Default)]
+struct Tally {
+    steps: usize,
+    scripts: usize,
+    errors: usize,
+    sleeps: usize,
+    /// Requests that straddled a millisecond tick on the real server and matched only at the
+    /// second `TIME`.
+    second_instant: usize,
+    /// Keyspace reads taken again (a key expiring within the real read's first microseconds).
+    reread: usize,
+    /// Scripts that ran across a millisecond tick on the real server, which read the clock
+    /// before the tick and wrote an expiry after it: the simulated master, whose time stands
+    /// still during a script, cannot do both; its keyspace is then set to the real one.
+    resynced: usize,
+    max_keys: usize,
+}
+
+struct Pair<'a> {
+    name: &'a str,
+    real: Client,
+    real_server: &'a RedisServer,
+    sim: Client,
+    master: SharedMaster,
+    time: VirtualTime,
+    history: VecDeque<String>,
+    tally: Tally,
+    seed: u64,
+    /// The real server's keyspace as last read.
+    last_real: Resp,
+}
+
+impl Pair<'_> {
+    fn fail(&self, step: usize, what: String) -> ! {
+        let history: Vec<&String> = self.history.iter().collect();
+        panic!(
+            "{} diverged at step {step} (seed {}): {what}\nlast steps:\n{}\nreal server log:\n{}",
+            self.name,
+            self.seed,
+            history.iter().map(|s| format!("  {s}")).collect::<Vec<_>>().join("\n"),
+            self.real_server.log()
+        );
+    }
+
+    /// Reads both keyspaces; the differences, after up to three reads.
+    fn compare_keyspaces(&mut self) -> Result<usize, Vec<String>> {
+        let mut last = Vec::new();
+        for attempt in 0..3 {
+            if attempt > 0 {
+                self.tally.reread += 1;
+            }
+            let dump = argv(&["EVAL", DUMP, "0"]);
+            let real = self.real.call(&dump);
+            self.time.set(instant_of(&real.items()[0..2].to_vec().into_resp()));
+            let sim = self.sim.call(&dump);
+            self.last_real = real.clone();
+            if real == sim {
+                return Ok(real.items().len() - 2);
+            }
+            last = keyspace_diff(&real, &sim);
+            if std::env::var("DIFF_DEBUG").is_ok() { eprintln!("REREAD {:?} {last:?}", instant_of(&real.items()[0..2].to_vec().into_resp())); }
+            if last.is_empty() {
+                last.push(format!("real {real}\nsim {sim}"));
+            }
+        }
+        Err(last)
+    }
+
+    fn step(&mut self, step: usize, op: &Op) {
+        let time = argv(&["TIME"]);
+        let replies = self
+            .real
+            .pipeline(&[time.clone(), op.argv.clone(), time.clone()]);
+        let (t0, t1) = (instant_of(&replies[0]), instant_of(&replies[2]));
+        let real = normalised(op, &replies[1]);
+        let before = lock(&self.master).snapshot();
+        let mut candidates = vec![t0];
+        if t1.as_millis() != t0.as_millis() {
+            candidates.push(t1);
+        }
+        let mut failures = Vec::new();
+        let mut reply_matched = false;
+        for (i, at) in candidates.iter().enumerate() {
+            lock(&self.master).rewind(&before);
+            self.time.set(*at);
+            let sim = normalised(op, &self.sim.call(&op.argv));
+            if sim != real {
+                failures.push(format!(
+                    "at {at:?}: {}\n  real: {real}\n  sim:  {sim}",
+                    op.label
+                ));
+                continue;
+            }
+            reply_matched = true;
+            match self.compare_keyspaces() {
+                Ok(keys) => {
+                    self.tally.max_keys = self.tally.max_keys.max(keys);
+                    if i > 0 {
+                        self.tally.second_instant += 1;
+                    }
+                    let shown: String = op.label.chars().take(160).collect();
+                    self.history.push_back(format!("{step}: {shown} -> {real}"));
+                    if self.history.len() > 12 {
+                        self.history.pop_front();
+                    }
+                    if let Resp::Error(e) = &real { if std::env::var("DIFF_DEBUG").is_ok() { eprintln!("ERRREPLY {}", e.chars().take(70).collect::<String>()); } }
+                    if matches!(real, Resp::Error(_)) {
+                        self.tally.errors += 1;
+                    }
+                    return;
+                }
+                Err(diff) => failures.push(format!(
+                    "at {at:?}: {} -> {real}\n  keyspaces differ:\n    {}",
+                    op.label,
+                    diff.join("\n    ")
+                )),
+            }
+        }
+        if reply_matched && candidates.len() > 1 {
+            self.resync();
+            self.tally.resynced += 1;
+            self.history
+                .push_back(format!("{step}: (resynced after a tick) {}", op.label));
+            return;
+        }
+        self.fail(step, format!("(real TIMEs {t0:?} and {t1:?})\n{}", failures.join("\n")));
+    }
+}
+
+impl Pair<'_> {
+    /// Sets the simulated keyspace to the real one as last read.
+    fn resync(&mut self) {
+        let dump = self.last_real.clone();
+        let mut master = lock(&self.master);
+        master.run(&["FLUSHALL"]);
+        for entry in dump.items().iter().skip(2) {
+            let items = entry.items();
+            let key = match &items[0] {
+                Resp::Bulk(Some(k)) => k.clone(),
+                other => panic!("not a key: {other}"),
+            };
+            let expires_at = match items[2] {
+                Resp::Int(-1) => None,
+                Resp::Int(at) => Some(at),
+                ref other => panic!("not an expiry: {other}"),
+            };
+            let bytes = |r: &Resp| match r {
+                Resp::Bulk(Some(b)) => b.clone(),
+                other => panic!("not a string: {other}"),
+            };
+            let value = match items[1].to_string().as_str() {
+                "\"string\"" => Value::String(bytes(&items[3])),
+                "\"zset\"" => {
+                    let mut z = SortedSet::default();
+                    for pair in items[3].items().chunks(2) {
+                        let score: f64 = String::from_utf8_lossy(&bytes(&pair[1])).parse().unwrap();
+                        z.insert(&bytes(&pair[0]), score);
+                    }
+                    Value::SortedSet(z)
+                }
+                "\"hash\"" => {
+                    let mut h = Hash::default();
+                    for pair in items[3].items().chunks(2) {
+                        h.set(&bytes(&pair[0]), &bytes(&pair[1]));
+                    }
+                    Value::Hash(h)
+                }
+                other => panic!("a type the simulated master lacks: {other}"),
+            };
+            master.put(&key, Entry { value, expires_at });
+        }
+    }
+}
+
+trait IntoResp {
+    fn into_resp(self) -> Resp;
+}
+
+impl IntoResp for Vec<Resp> {
+    fn into_resp(self) -> Resp {
+        Resp::Array(Some(self))
+    }
+}
+
+/// Runs `steps` random steps against `real_server` and a fresh simulated master.
+fn differential(name: &str, real_server: &RedisServer, seed: u64, steps: usize) -> Tally {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let time = VirtualTime::new(Duration::from_secs(1));
+    let master = shared(Master::new(Clock::following(&time)).unwrap());
+    let server: Server = runtime.block_on(listen(master.clone())).unwrap();
+    let mut pair = Pair {
+        name,
+        real: Client::connect(real_server.addr()),
+        real_server,
+        sim: Client::connect(server.addr()),
+        master,
+        time,
+        history: VecDeque::new(),
+        tally: Tally::default(),
+        seed,
+        last_real: Resp::Array(None),
+    };
+    let scripts = scripts::all();
+    let mut shas = BTreeMap::new();
+    pair.real.call(&argv(&["FLUSHALL"]));
+    pair.sim.call(&argv(&["FLUSHALL"]));
+    for (name, source) in &scripts {
+        let load = vec![b"SCRIPT".to_vec(), b"LOAD".to_vec(), source.clone().into_bytes()];
+        let real = pair.real.call(&load);
+        let sim = pair.sim.call(&load);
+        assert_eq!(real, sim, "SCRIPT LOAD of {name}");
+        shas.insert(*name, real.bulk_str().unwrap());
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    for step in 0..steps {
+        if rng.random_bool(0.08) {
+            std::thread::sleep(Duration::from_millis(rng.random_range(1..=25)));
+            pair.tally.sleeps += 1;
+        }
+        let op = Gen {
+            rng: &mut rng,
+            scripts: &scripts,
+            shas: &shas,
+        }
+        .next();
+        if op.argv[0].starts_with(b"EVAL") {
+            pair.tally.scripts += 1;
+        }
+        pair.step(step, &op);
+        pair.tally.steps += 1;
+    }
+    drop(server);
+    pair.tally
+}
+
+fn seed() -> u64 {
+    match std::env::var("QUORUMLOCK_SIM_SEED") {
+        Ok(seed) => seed.parse().expect("QUORUMLOCK_SIM_SEED is a number"),
+        Err(_) => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1),
+    }
+}
+
+fn steps() -> usize {
+    std::env::var("QUORUMLOCK_SIM_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000)
+}
+
+#[test]
+fn the_simulated_master_answers_as_a_real_redis_server_does() {
+    let seed = seed();
+    println!("seed {seed}");
+    let started = Instant::now();
+    let server = RedisServer::spawn().unwrap();
+    let tally = differential("redis-server", &server, seed, steps());
+    println!("redis-server: {tally:?} in {:?}", started.elapsed());
+    assert_eq!(tally.steps, steps());
+    assert!(tally.scripts > steps() / 2, "{tally:?}");
+}
+
+#[test]
+fn the_simulated_master_answers_as_a_real_valkey_server_does() {
+    let Ok(binary) = std::env::var("QUORUMLOCK_VALKEY_SERVER") else {
+        println!("QUORUMLOCK_VALKEY_SERVER is not set: nothing compared");
+        return;
+    };
+    let seed = seed();
+    println!("seed {seed}");
+    let started = Instant::now();
+    let server = RedisServer::builder().binary(binary).spawn().unwrap();
+    let tally = differential("valkey-server", &server, seed, steps());
+    println!("valkey-server: {tally:?} in {:?}", started.elapsed());
+    assert_eq!(tally.steps, steps());
+}
