@@ -1,6 +1,6 @@
 //! The seam between the library and what it does not control: the monotonic clock, the wall
 //! clock and randomness. Every read of them in the library goes through here (and every
-//! connection to a standalone master through `node::target`, which asks [`connect`]), so that a
+//! connection to a standalone master through `node::target`, which asks `connect`), so that a
 //! deterministic simulation can supply each (see the `simulation` feature); in production each
 //! function is what it replaces, or a thin inline wrapper around it.
 //!
