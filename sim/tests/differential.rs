@@ -113,7 +113,11 @@ fn keyspace_diff(real: &Resp, sim: &Resp) -> Vec<String> {
     };
     let (real, sim) = (entries(real), entries(sim));
     let mut diff = Vec::new();
-    for key in real.keys().chain(sim.keys()).collect::<std::collections::BTreeSet<_>>() {
+    for key in real
+        .keys()
+        .chain(sim.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         match (real.get(key), sim.get(key)) {
             (a, b) if a == b => {}
             (a, b) => diff.push(format!("{key}: real {a:?}, sim {b:?}")),
@@ -162,7 +166,11 @@ impl Pair<'_> {
             "{} diverged at step {step} (seed {}): {what}\nlast steps:\n{}\nreal server log:\n{}",
             self.name,
             self.seed,
-            history.iter().map(|s| format!("  {s}")).collect::<Vec<_>>().join("\n"),
+            history
+                .iter()
+                .map(|s| format!("  {s}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
             self.real_server.log()
         );
     }
@@ -176,14 +184,20 @@ impl Pair<'_> {
             }
             let dump = argv(&["EVAL", DUMP, "0"]);
             let real = self.real.call(&dump);
-            self.time.set(instant_of(&real.items()[0..2].to_vec().into_resp()));
+            self.time
+                .set(instant_of(&real.items()[0..2].to_vec().into_resp()));
             let sim = self.sim.call(&dump);
             self.last_real = real.clone();
             if real == sim {
                 return Ok(real.items().len() - 2);
             }
             last = keyspace_diff(&real, &sim);
-            if std::env::var("DIFF_DEBUG").is_ok() { eprintln!("REREAD {:?} {last:?}", instant_of(&real.items()[0..2].to_vec().into_resp())); }
+            if std::env::var("DIFF_DEBUG").is_ok() {
+                eprintln!(
+                    "REREAD {:?} {last:?}",
+                    instant_of(&real.items()[0..2].to_vec().into_resp())
+                );
+            }
             if last.is_empty() {
                 last.push(format!("real {real}\nsim {sim}"));
             }
@@ -228,7 +242,11 @@ impl Pair<'_> {
                     if self.history.len() > 12 {
                         self.history.pop_front();
                     }
-                    if let Resp::Error(e) = &real { if std::env::var("DIFF_DEBUG").is_ok() { eprintln!("ERRREPLY {}", e.chars().take(70).collect::<String>()); } }
+                    if let Resp::Error(e) = &real {
+                        if std::env::var("DIFF_DEBUG").is_ok() {
+                            eprintln!("ERRREPLY {}", e.chars().take(70).collect::<String>());
+                        }
+                    }
                     if matches!(real, Resp::Error(_)) {
                         self.tally.errors += 1;
                     }
@@ -248,7 +266,10 @@ impl Pair<'_> {
                 .push_back(format!("{step}: (resynced after a tick) {}", op.label));
             return;
         }
-        self.fail(step, format!("(real TIMEs {t0:?} and {t1:?})\n{}", failures.join("\n")));
+        self.fail(
+            step,
+            format!("(real TIMEs {t0:?} and {t1:?})\n{}", failures.join("\n")),
+        );
     }
 }
 
@@ -334,7 +355,11 @@ fn differential(name: &str, real_server: &RedisServer, seed: u64, steps: usize) 
     pair.real.call(&argv(&["FLUSHALL"]));
     pair.sim.call(&argv(&["FLUSHALL"]));
     for (name, source) in &scripts {
-        let load = vec![b"SCRIPT".to_vec(), b"LOAD".to_vec(), source.clone().into_bytes()];
+        let load = vec![
+            b"SCRIPT".to_vec(),
+            b"LOAD".to_vec(),
+            source.clone().into_bytes(),
+        ];
         let real = pair.real.call(&load);
         let sim = pair.sim.call(&load);
         assert_eq!(real, sim, "SCRIPT LOAD of {name}");

@@ -37,7 +37,10 @@ pub(super) fn hset(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let Ok(Some(h)) = lookup(ctx, key) else {
         return Reply::error(errors::WRONGTYPE);
     };
-    let added = args[1..].chunks(2).filter(|fv| h.set(&fv[0], &fv[1])).count();
+    let added = args[1..]
+        .chunks(2)
+        .filter(|fv| h.set(&fv[0], &fv[1]))
+        .count();
     Reply::Int(added as i64)
 }
 

@@ -22,10 +22,14 @@ fn lookup<'c>(ctx: &'c mut Ctx<'_>, key: &[u8]) -> Result<Option<&'c mut SortedS
 /// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]`.
 pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let key = &args[0];
-    let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) = (false, false, false, false, false, false);
+    let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) =
+        (false, false, false, false, false, false);
     let mut i = 1;
     while i < args.len() {
-        match String::from_utf8_lossy(&args[i]).to_ascii_uppercase().as_str() {
+        match String::from_utf8_lossy(&args[i])
+            .to_ascii_uppercase()
+            .as_str()
+        {
             "NX" => nx = true,
             "XX" => xx = true,
             "GT" => gt = true,
@@ -169,8 +173,16 @@ impl ScoreRange {
 
     /// Whether `score` is in the range.
     pub(crate) fn contains(&self, score: f64) -> bool {
-        let above = if self.min_exclusive { score > self.min } else { score >= self.min };
-        let below = if self.max_exclusive { score < self.max } else { score <= self.max };
+        let above = if self.min_exclusive {
+            score > self.min
+        } else {
+            score >= self.min
+        };
+        let below = if self.max_exclusive {
+            score < self.max
+        } else {
+            score <= self.max
+        };
         above && below
     }
 }
@@ -218,7 +230,10 @@ pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let mut limit: Option<(i64, i64)> = None;
     let mut i = 3;
     while i < args.len() {
-        match String::from_utf8_lossy(&args[i]).to_ascii_uppercase().as_str() {
+        match String::from_utf8_lossy(&args[i])
+            .to_ascii_uppercase()
+            .as_str()
+        {
             "WITHSCORES" => with_scores = true,
             "BYSCORE" => by_score = true,
             "BYLEX" => by_lex = true,
@@ -243,7 +258,11 @@ pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         );
     }
     let members: Vec<(Vec<u8>, f64)> = if by_score {
-        let (min, max) = if rev { (&args[2], &args[1]) } else { (&args[1], &args[2]) };
+        let (min, max) = if rev {
+            (&args[2], &args[1])
+        } else {
+            (&args[1], &args[2])
+        };
         let Some(range) = ScoreRange::parse(min, max) else {
             return Reply::error(errors::RANGE_NOT_FLOAT);
         };
@@ -277,8 +296,16 @@ pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             Ok(Some(z)) => z,
         };
         let len = z.len() as i64;
-        let start = if start < 0 { (start + len).max(0) } else { start };
-        let stop = if stop < 0 { stop + len } else { stop.min(len - 1) };
+        let start = if start < 0 {
+            (start + len).max(0)
+        } else {
+            start
+        };
+        let stop = if stop < 0 {
+            stop + len
+        } else {
+            stop.min(len - 1)
+        };
         if start > stop || start >= len {
             return Reply::Array(Vec::new());
         }
@@ -288,7 +315,10 @@ pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         } else {
             Box::new(z.iter())
         };
-        all.skip(skip).take(take).map(|(m, s)| (m.to_vec(), s)).collect()
+        all.skip(skip)
+            .take(take)
+            .map(|(m, s)| (m.to_vec(), s))
+            .collect()
     };
     if with_scores {
         Reply::Pairs(

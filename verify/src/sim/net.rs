@@ -7,15 +7,21 @@
 //! A master's address in a client's URL names the worker too, `m<i>-w<j>`: the connector reaches
 //! master `m<i>` and files the connection under worker `j`, whose faults it then suffers.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
+
+/// `QUORUMLOCK_SIM_TRACE=<text>`: every request that contains the text, and every reply, is
+/// printed as it leaves its pump (for reading one failing seed, never in a search).
+static TRACE: std::sync::LazyLock<Option<String>> =
+    std::sync::LazyLock::new(|| std::env::var("QUORUMLOCK_SIM_TRACE").ok());
+
+/// Numbers connections for the trace.
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The port every simulated master listens on.
 pub const PORT: u16 = 6379;
@@ -39,8 +45,8 @@ struct Direction {
 /// One connection's faults.
 #[derive(Debug, Default)]
 struct Conn {
-    /// Nothing leaves the client for the master before this (a stalled route).
-    held_until: Option<Instant>,
+    /// Nothing leaves the client for the master before this simulated time (a stalled route).
+    held_until: Option<Duration>,
     up: Direction,
     down: Direction,
     open: bool,
@@ -66,8 +72,8 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Links {
     /// Holds what worker `worker` sends on every connection it has open to master `master`
-    /// until `until`; its later connections are not held.
-    pub fn hold(&mut self, worker: usize, master: usize, until: Instant) {
+    /// until the simulated time `until`; its later connections are not held.
+    pub fn hold(&mut self, worker: usize, master: usize, until: Duration) {
         for conn in self.conns.get(&(worker, master)).into_iter().flatten() {
             let mut conn = locked(conn);
             if conn.open {
@@ -124,8 +130,14 @@ pub async fn connect(links: SharedLinks, host: String) -> io::Result<tokio::io::
     let (ours, theirs) = tokio::io::duplex(1 << 16);
     let (net_read, net_write) = net.into_split();
     let (lib_read, lib_write) = tokio::io::split(theirs);
-    tokio::task::spawn_local(pump(lib_read, net_write, conn.clone(), true));
-    tokio::task::spawn_local(pump(net_read, lib_write, conn, false));
+    // Spawned on the runtime, not a local set: the library opens connections from tasks of its
+    // own.
+    let label = format!(
+        "w{worker}/m{master}#{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    tokio::spawn(pump(lib_read, net_write, conn.clone(), true, label.clone()));
+    tokio::spawn(pump(net_read, lib_write, conn, false, label));
     Ok(ours)
 }
 
@@ -133,12 +145,12 @@ pub async fn connect(links: SharedLinks, host: String) -> io::Result<tokio::io::
 /// in order; upwards, nothing leaves while the connection is held. Ends when `from` ends, once
 /// everything read has been delivered (a request sent on a connection its client has dropped
 /// still lands), or when `to` fails.
-async fn pump<R, W>(mut from: R, mut to: W, conn: Arc<Mutex<Conn>>, upwards: bool)
+async fn pump<R, W>(mut from: R, mut to: W, conn: Arc<Mutex<Conn>>, upwards: bool, label: String)
 where
-    R: tokio::io::AsyncRead + Unpin + 'static,
-    W: tokio::io::AsyncWrite + Unpin + 'static,
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let queue: Rc<RefCell<VecDeque<(Instant, Vec<u8>)>>> = Rc::default();
+    let queue: Arc<Mutex<VecDeque<(Instant, Vec<u8>)>>> = Arc::default();
     let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel::<()>();
     let reader = {
         let (queue, conn) = (queue.clone(), conn.clone());
@@ -161,7 +173,7 @@ where
                 // Bytes of one stream stay in order: none is due before the one ahead of it.
                 let due = (Instant::now() + latency).max(last_due);
                 last_due = due;
-                queue.borrow_mut().push_back((due, buf[..n].to_vec()));
+                locked(&queue).push_back((due, buf[..n].to_vec()));
                 if wake.send(()).is_err() {
                     break;
                 }
@@ -170,7 +182,7 @@ where
     };
     let writer = async move {
         loop {
-            let next = queue.borrow_mut().pop_front();
+            let next = locked(&queue).pop_front();
             let Some((due, bytes)) = next else {
                 if woken.recv().await.is_none() {
                     break;
@@ -181,12 +193,22 @@ where
             if upwards {
                 loop {
                     let held = locked(&conn).held_until;
+                    let now = turmoil::sim_elapsed().unwrap_or_default();
                     match held {
-                        Some(until) if until > Instant::now() => {
-                            tokio::time::sleep_until(until).await;
-                        }
+                        Some(until) if until > now => tokio::time::sleep(until - now).await,
                         _ => break,
                     }
+                }
+            }
+            if let Some(trace) = TRACE.as_deref() {
+                let text = String::from_utf8_lossy(&bytes).replace("\r\n", " ");
+                if text.contains(trace) || !upwards {
+                    println!(
+                        "trace {:>9.3} ms {label} {} {}",
+                        turmoil::sim_elapsed().unwrap_or_default().as_secs_f64() * 1e3,
+                        if upwards { "->" } else { "<-" },
+                        text.chars().take(400).collect::<String>()
+                    );
                 }
             }
             if to.write_all(&bytes).await.is_err() {

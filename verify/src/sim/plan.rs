@@ -147,11 +147,11 @@ impl Plan {
     pub fn from_seed(seed: u64, duration: Duration) -> Plan {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let masters = if rng.random_bool(0.6) { 5 } else { 3 };
-        let resources: Vec<String> = (0..rng.random_range(1..=2))
+        let resources: Vec<String> = (0..rng.random_range(1..=3))
             .map(|i| format!("r{i}"))
             .collect();
         let mut workers = Vec::new();
-        let count = rng.random_range(3..=6);
+        let count = rng.random_range(3..=8);
         for i in 0..count {
             let kind = match rng.random_range(0..10) {
                 0..=5 => WorkerKind::Mutex,
@@ -184,11 +184,13 @@ fn draw_worker(rng: &mut ChaCha8Rng, kind: WorkerKind, resources: usize) -> Work
     // The node timeout must leave the TTL most of its length (the library refuses a TTL not
     // above the drift allowance plus the node timeout).
     let node_timeout = Duration::from_millis(rng.random_range(5..=40));
-    let hold = match rng.random_range(0..10) {
-        0..=3 => Hold::Share(rng.random_range(0.05..0.9)),
-        4..=5 => Hold::ToTheDeadline,
-        6..=8 => Hold::ExtendThenToTheDeadline(Duration::from_millis(rng.random_range(120..=900))),
-        _ => Hold::Abandon(rng.random_range(0.05..0.9)),
+    let hold = match rng.random_range(0..20) {
+        0..=10 => Hold::Share(rng.random_range(0.0..0.2)),
+        11..=13 => Hold::ToTheDeadline,
+        14..=17 => {
+            Hold::ExtendThenToTheDeadline(Duration::from_millis(rng.random_range(120..=900)))
+        }
+        _ => Hold::Abandon(rng.random_range(0.0..0.5)),
     };
     WorkerPlan {
         kind,
@@ -198,7 +200,7 @@ fn draw_worker(rng: &mut ChaCha8Rng, kind: WorkerKind, resources: usize) -> Work
         retry_delay: Duration::from_millis(rng.random_range(5..=60)),
         acquire_timeout: Duration::from_millis(rng.random_range(0..=1_500)),
         hold,
-        idle: Duration::from_millis(rng.random_range(0..=50)),
+        idle: Duration::from_millis(rng.random_range(0..=20)),
     }
 }
 

@@ -5,12 +5,12 @@
 use std::fmt::Write as _;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use quorumlock_sim::{lock, shared, Clock, Master, SharedMaster, Snapshot};
 use quorumlock_testkit::{check_overlaps, Op, Outcome, Violation};
 
-use super::net::{self, Links, SharedLinks};
+use super::net::{self, SharedLinks};
 use super::plan::{Fault, Plan};
 use super::workload::{self, Ops};
 
@@ -41,6 +41,13 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// The first violation, its times in ms from the run's start.
+    pub fn first_violation(&self) -> Option<String> {
+        self.violations
+            .first()
+            .map(|v| v.display_from(self.origin).to_string())
+    }
+
     /// Whether the run found nothing wrong.
     pub fn is_clean(&self) -> bool {
         self.violations.is_empty() && self.error.is_none()
@@ -50,18 +57,12 @@ impl RunReport {
     /// second of it, times in ms from the run's start.
     pub fn around_first_violation(&self) -> String {
         let mut out = String::new();
-        let Some(Violation::Overlap {
-            resource, from, ..
-        }) = self.violations.first()
-        else {
+        let Some(Violation::Overlap { resource, from, .. }) = self.violations.first() else {
             return out;
         };
         let window = Duration::from_secs(1);
         for op in &self.ops {
-            if &op.resource != resource
-                || op.end + window < *from
-                || op.start > *from + window
-            {
+            if &op.resource != resource || op.end + window < *from || op.start > *from + window {
                 continue;
             }
             let ms = |t: std::time::Instant| {
@@ -100,9 +101,7 @@ pub fn run(plan: &Plan) -> RunReport {
     quorumlock::simulation::reset();
     quorumlock::simulation::seed_rng(plan.seed);
     quorumlock::simulation::set_wall_clock(|| {
-        UNIX_EPOCH
-            + Duration::from_secs(EPOCH_SECS)
-            + turmoil::sim_elapsed().unwrap_or_default()
+        UNIX_EPOCH + Duration::from_secs(EPOCH_SECS) + turmoil::sim_elapsed().unwrap_or_default()
     });
     {
         let links = links.clone();
@@ -115,6 +114,7 @@ pub fn run(plan: &Plan) -> RunReport {
         });
     }
     workload::LINKS.with(|l| *l.borrow_mut() = Some(links.clone()));
+    workload::reset();
 
     let mut sim = turmoil::Builder::new()
         .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECS))
@@ -172,23 +172,26 @@ pub fn run(plan: &Plan) -> RunReport {
     }
 }
 
-/// The checker: overlapping validities of two holders of one resource. Two holds of one owner
-/// id may overlap by design (a restarted owner takes its lock back), so the workers of one
-/// owner are one client in the history and their overlaps are not counted.
+/// The checker: overlapping validities of two holders of one resource. The workers of one
+/// owner id are one holder: they take the lock over from each other by design, and a release
+/// by any of them ends the owner's hold (their locks are one client in the history, under one
+/// token per resource here).
 fn violations_of(plan: &Plan, ops: &[Op]) -> Vec<Violation> {
     let owners: Vec<usize> = (0..plan.workers.len())
         .map(|i| workload::client_of(plan, i))
         .filter(|c| *c >= 1000)
         .collect();
-    check_overlaps(ops)
-        .into_iter()
-        .filter(|v| match v {
-            Violation::Overlap { first, second, .. } => {
-                !(first.client == second.client && owners.contains(&first.client))
+    let merged: Vec<Op> = ops
+        .iter()
+        .map(|op| {
+            let mut op = op.clone();
+            if owners.contains(&op.client) && !op.token.is_empty() {
+                op.token = format!("owner {}", op.client);
             }
-            _ => true,
+            op
         })
-        .collect()
+        .collect();
+    check_overlaps(&merged)
 }
 
 /// FNV-1a over the history: each operation's client, kind, resource, token, times (ns from
@@ -227,9 +230,8 @@ fn digest(ops: &[Op], origin: Option<std::time::Instant>) -> u64 {
 }
 
 fn new_master() -> SharedMaster {
-    let clock = Clock::new(|| {
-        Duration::from_secs(EPOCH_SECS) + turmoil::sim_elapsed().unwrap_or_default()
-    });
+    let clock =
+        Clock::new(|| Duration::from_secs(EPOCH_SECS) + turmoil::sim_elapsed().unwrap_or_default());
     match Master::new(clock) {
         Ok(master) => shared(master),
         // The embedded Lua starts the same way every time; a failure here is the harness's.
@@ -265,6 +267,7 @@ async fn clients(
     origin.set(Some(start));
     let end = start + plan.duration;
     let local = tokio::task::LocalSet::new();
+    let held = workload::Held::default();
     local
         .run_until(async move {
             let mut handles = Vec::new();
@@ -274,19 +277,25 @@ async fn clients(
                     i,
                     end,
                     ops.clone(),
+                    held.clone(),
                 )));
             }
             // Worker crashes: the task is aborted where it stands, a new one starts later.
             for (at, fault) in plan.faults.iter() {
-                let quorumlock_plan_fault = fault;
                 if let Fault::CrashWorker {
                     worker,
                     restart_after,
-                } = quorumlock_plan_fault
+                } = fault
                 {
                     tokio::time::sleep_until(tokio::time::Instant::from_std(start + *at)).await;
                     if let Some(h) = handles.get(*worker) {
                         h.abort();
+                        workload::crashed(
+                            *worker,
+                            workload::client_of(&plan, *worker),
+                            &held,
+                            &ops,
+                        );
                     }
                     tokio::time::sleep(*restart_after).await;
                     if workload::now() < end {
@@ -295,6 +304,7 @@ async fn clients(
                             *worker,
                             end,
                             ops.clone(),
+                            held.clone(),
                         ));
                     }
                 }
@@ -413,12 +423,8 @@ impl Faults {
                 master,
                 for_,
             } => {
-                let until = tokio::time::Instant::now() + for_;
-                let _ = until;
-                // The pumps read the clients' clock: the hold is set from the simulation's
-                // elapsed time, which the clients' host shares tick by tick.
                 if let Ok(mut links) = self.links.lock() {
-                    links.hold_for(worker, master, for_);
+                    links.hold(worker, master, now + for_);
                 }
             }
             Fault::Latency {
@@ -440,14 +446,3 @@ impl Faults {
         }
     }
 }
-
-impl Links {
-    /// Holds worker `worker`'s open connections to master `master` for `for_` from the next
-    /// byte their pumps forward.
-    fn hold_for(&mut self, worker: usize, master: usize, for_: Duration) {
-        self.hold_pending(worker, master, for_);
-    }
-}
-
-#[allow(dead_code)]
-fn _assert_send(_: &SystemTime) {}

@@ -17,6 +17,34 @@ use super::plan::{Hold, Plan, WorkerKind, WorkerPlan};
 /// The run's history: every operation, in the order they ended.
 pub type Ops = Rc<RefCell<Vec<Op>>>;
 
+/// The locks each worker holds as a `Lock` object (resource, token, fence), by worker: a worker
+/// that crashes drops them where they stand, and a dropped `Lock` releases itself, so its
+/// leases end at the crash.
+pub type Held = Rc<RefCell<std::collections::BTreeMap<usize, Vec<(String, String, Option<u64>)>>>>;
+
+/// Ends, at the crash of worker `index`, the leases of every lock it held (see [`Held`]).
+pub fn crashed(index: usize, client: usize, held: &Held, ops: &Ops) {
+    let locks = held.borrow_mut().remove(&index).unwrap_or_default();
+    for (resource, token, fence) in locks {
+        let at = now();
+        ops.borrow_mut().push(Op {
+            client,
+            resource,
+            token,
+            kind: OpKind::Release,
+            start: at,
+            end: at,
+            outcome: Outcome::Ok { valid_until: None },
+            fence,
+        });
+    }
+}
+
+/// Starts a run: the foreign clients' values count from 0 again, as in every run of a seed.
+pub fn reset() {
+    VALUES.with(|v| v.set(0));
+}
+
 /// Now, on the simulation's clock, as the library reads it.
 pub fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
@@ -39,7 +67,13 @@ pub fn client_of(plan: &Plan, index: usize) -> usize {
 }
 
 /// Runs worker `index` of `plan` until `end` (simulated), recording into `ops`.
-pub async fn run_worker(plan: Rc<Plan>, index: usize, end: std::time::Instant, ops: Ops) {
+pub async fn run_worker(
+    plan: Rc<Plan>,
+    index: usize,
+    end: std::time::Instant,
+    ops: Ops,
+    held: Held,
+) {
     let w = plan.workers[index].clone();
     let client = client_of(&plan, index);
     let resource = plan.resources[w.resource].clone();
@@ -74,14 +108,29 @@ pub async fn run_worker(plan: Rc<Plan>, index: usize, end: std::time::Instant, o
         };
         match got {
             Ok(lock) => {
-                ops.borrow_mut().push(Op::acquired(client, start, now(), &lock));
+                ops.borrow_mut()
+                    .push(Op::acquired(client, start, now(), &lock));
+                let entry = (
+                    lock.resource().to_owned(),
+                    lock.token().expose().to_owned(),
+                    lock.fencing_token(),
+                );
+                held.borrow_mut()
+                    .entry(index)
+                    .or_default()
+                    .push(entry.clone());
                 use_lock(lock, &w, client, &ops).await;
+                if let Some(locks) = held.borrow_mut().get_mut(&index) {
+                    locks.retain(|l| l.1 != entry.1);
+                }
             }
             Err(e) => ops
                 .borrow_mut()
                 .push(Op::acquire_failed(client, &resource, start, now(), e)),
         }
-        tokio::time::sleep(w.idle).await;
+        // Never less than a millisecond: a loop whose every call fails at once (an acquire of a
+        // lock this task walked away from) would otherwise never let virtual time move.
+        tokio::time::sleep(w.idle.max(Duration::from_millis(1))).await;
     }
 }
 
@@ -170,10 +219,13 @@ async fn foreign(
 ) {
     let quorum = plan.masters / 2 + 1;
     let mut conns: Vec<Option<MultiplexedConnection>> = vec![None; plan.masters];
-    let mut turn: u64 = 0;
     while now() < end {
-        turn += 1;
-        let value = format!("{:016x}{:016x}", plan.seed, (index as u64) << 32 | turn);
+        // A value of its own for every attempt, across restarts of this process too.
+        let turn = VALUES.with(|v| {
+            v.set(v.get() + 1);
+            v.get()
+        });
+        let value = format!("{:016x}{:016x}", plan.seed, (index as u64) << 48 | turn);
         let start = now();
         let set = redis::cmd("SET")
             .arg(resource)
@@ -208,8 +260,7 @@ async fn foreign(
             if let Hold::ExtendThenToTheDeadline(ttl) = w.hold {
                 tokio::time::sleep(deadline.saturating_duration_since(now()) / 2).await;
                 let renew_start = now();
-                let renewed =
-                    renew(&mut conns, w, index, resource, &value, ttl).await >= quorum;
+                let renewed = renew(&mut conns, w, index, resource, &value, ttl).await >= quorum;
                 let renew_end = renew_start + ttl.saturating_sub(drift(ttl));
                 let in_time = now() < deadline;
                 if renewed && in_time {
@@ -242,18 +293,20 @@ async fn foreign(
                 _ => sleep_until(deadline).await,
             }
             if !matches!(w.hold, Hold::Abandon(_)) {
-                let release_start = now();
-                release(&mut conns, w, index, resource, &value).await;
+                // Recorded as it starts: a release ends the holder's use of the lock whether or
+                // not the process lives to hear the answers.
+                let at = now();
                 ops.borrow_mut().push(Op {
                     client,
                     resource: resource.to_owned(),
-                    token: value,
+                    token: value.clone(),
                     kind: OpKind::Release,
-                    start: release_start,
-                    end: now(),
+                    start: at,
+                    end: at,
                     outcome: Outcome::Ok { valid_until: None },
                     fence: None,
                 });
+                release(&mut conns, w, index, resource, &value).await;
             }
         } else {
             release(&mut conns, w, index, resource, &value).await;
@@ -266,7 +319,9 @@ async fn foreign(
             ));
             tokio::time::sleep(w.retry_delay).await;
         }
-        tokio::time::sleep(w.idle).await;
+        // Never less than a millisecond: a loop whose every call fails at once (an acquire of a
+        // lock this task walked away from) would otherwise never let virtual time move.
+        tokio::time::sleep(w.idle.max(Duration::from_millis(1))).await;
     }
 }
 
@@ -348,9 +403,7 @@ where
                 };
                 tokio::time::timeout(timeout, request(c))
                     .await
-                    .map_err(|_| {
-                        redis::RedisError::from((redis::ErrorKind::Client, "timed out"))
-                    })?
+                    .map_err(|_| redis::RedisError::from((redis::ErrorKind::Client, "timed out")))?
             })
             .await;
             match answer {
@@ -389,11 +442,14 @@ async fn open(m: usize, index: usize) -> redis::RedisResult<MultiplexedConnectio
         redis::AsyncConnectionConfig::new(),
     )
     .await?;
-    tokio::task::spawn_local(driver);
+    tokio::spawn(driver);
     Ok(conn)
 }
 
 thread_local! {
+    /// How many values the foreign clients of this run have written (see [`reset`]).
+    static VALUES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+
     /// The run's network, for the foreign client's connections.
     pub static LINKS: RefCell<Option<SharedLinks>> = const { RefCell::new(None) };
 }
