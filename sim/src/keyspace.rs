@@ -24,8 +24,17 @@ impl fmt::Debug for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Value::String(s) => write!(f, "{:?}", String::from_utf8_lossy(s)),
-            Value::SortedSet(z) => f.debug_list().entries(z.iter().map(|(m, s)| (String::from_utf8_lossy(m), s))).finish(),
-            Value::Hash(h) => f.debug_map().entries(h.iter().map(|(k, v)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v)))).finish(),
+            Value::SortedSet(z) => f
+                .debug_list()
+                .entries(z.iter().map(|(m, s)| (String::from_utf8_lossy(m), s)))
+                .finish(),
+            Value::Hash(h) => f
+                .debug_map()
+                .entries(
+                    h.iter()
+                        .map(|(k, v)| (String::from_utf8_lossy(k), String::from_utf8_lossy(v))),
+                )
+                .finish(),
         }
     }
 }
@@ -157,7 +166,9 @@ impl Hash {
 
     /// The fields and values in order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-        self.fields.iter().map(|(f, v)| (f.as_slice(), v.as_slice()))
+        self.fields
+            .iter()
+            .map(|(f, v)| (f.as_slice(), v.as_slice()))
     }
 }
 

@@ -163,11 +163,7 @@ impl Engine {
                     .and_then(|n| n.parse().ok());
                 Reply::Error(format!("ERR {text}{}", suffix(line)))
             }
-            Err(e) => Reply::Error(format!(
-                "ERR {}{}",
-                one_line(&e.to_string()),
-                suffix(None)
-            )),
+            Err(e) => Reply::Error(format!("ERR {}{}", one_line(&e.to_string()), suffix(None))),
         }
     }
 }

@@ -150,7 +150,10 @@ impl fmt::Debug for Master {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Master")
             .field("clock", &self.clock)
-            .field("keys", &self.data.keyspace.live(self.clock.now_ms()).count())
+            .field(
+                "keys",
+                &self.data.keyspace.live(self.clock.now_ms()).count(),
+            )
             .field("scripts", &self.scripts.len())
             .field("clients", &self.clients.len())
             .field("restarts", &self.restarts)
@@ -356,7 +359,10 @@ impl Master {
         let mut i = 1;
         let mut name = None;
         while i < args.len() {
-            match String::from_utf8_lossy(&args[i]).to_ascii_uppercase().as_str() {
+            match String::from_utf8_lossy(&args[i])
+                .to_ascii_uppercase()
+                .as_str()
+            {
                 "AUTH" if i + 2 < args.len() => {
                     if let Err(e) = self.login(client, &args[i + 1], &args[i + 2]) {
                         return e;
@@ -367,7 +373,9 @@ impl Master {
                     name = Some(args[i + 1].clone());
                     i += 2;
                 }
-                other => return Reply::error(format!("ERR Syntax error in HELLO option '{other}'")),
+                other => {
+                    return Reply::error(format!("ERR Syntax error in HELLO option '{other}'"))
+                }
             }
         }
         let Some(state) = self.clients.get_mut(&client) else {
@@ -384,7 +392,11 @@ impl Master {
         if name.is_some() {
             state.name = name;
         }
-        let proto = if state.protocol == Protocol::Resp3 { 3 } else { 2 };
+        let proto = if state.protocol == Protocol::Resp3 {
+            3
+        } else {
+            2
+        };
         let field = |k: &str, v: Reply| (Reply::bulk(k), v);
         Reply::Map(vec![
             field("server", Reply::bulk("redis")),
@@ -518,7 +530,10 @@ impl Master {
         let Some(sub) = args.first() else {
             return commands::wrong_arity("script");
         };
-        match (String::from_utf8_lossy(sub).to_ascii_uppercase().as_str(), &args[1..]) {
+        match (
+            String::from_utf8_lossy(sub).to_ascii_uppercase().as_str(),
+            &args[1..],
+        ) {
             ("LOAD", [body]) => match self.load(body) {
                 Ok(sha) => Reply::bulk(sha),
                 Err(e) => e,
@@ -556,7 +571,11 @@ impl Master {
             channels.to_vec()
         };
         if channels.is_empty() {
-            return vec![Reply::Push(vec![Reply::bulk(name), Reply::Nil, Reply::Int(0)])];
+            return vec![Reply::Push(vec![
+                Reply::bulk(name),
+                Reply::Nil,
+                Reply::Int(0),
+            ])];
         }
         channels
             .iter()
@@ -769,11 +788,23 @@ mod tests {
         let invalid = Reply::error("ERR invalid expire time in 'set' command");
         assert_eq!(m.run(&["SET", "k", "v", "PX", "0"]), invalid);
         assert_eq!(m.run(&["SET", "k", "v", "PX", "-5"]), invalid);
-        assert_eq!(m.run(&["SET", "k", "v", "PX", "5", "EX", "5"]), Reply::error(errors::SYNTAX));
-        assert_eq!(m.run(&["SET", "k", "v", "NX", "XX"]), Reply::error(errors::SYNTAX));
-        assert_eq!(m.run(&["SET", "k", "v", "KEEPTTL", "PX", "5"]), Reply::error(errors::SYNTAX));
+        assert_eq!(
+            m.run(&["SET", "k", "v", "PX", "5", "EX", "5"]),
+            Reply::error(errors::SYNTAX)
+        );
+        assert_eq!(
+            m.run(&["SET", "k", "v", "NX", "XX"]),
+            Reply::error(errors::SYNTAX)
+        );
+        assert_eq!(
+            m.run(&["SET", "k", "v", "KEEPTTL", "PX", "5"]),
+            Reply::error(errors::SYNTAX)
+        );
         m.run(&["ZADD", "z", "1", "a"]);
-        assert_eq!(m.run(&["SET", "z", "v", "GET"]), Reply::error(errors::WRONGTYPE));
+        assert_eq!(
+            m.run(&["SET", "z", "v", "GET"]),
+            Reply::error(errors::WRONGTYPE)
+        );
         assert_eq!(m.run(&["SET", "z", "v"]), Reply::ok());
         assert_eq!(m.run(&["GET", "z"]), bulk("v"));
     }
@@ -783,8 +814,14 @@ mod tests {
         let (_, mut m) = master();
         m.run(&["ZADD", "z", "1", "a", "2", "b", "3", "c", "3", "d"]);
         let members = |items: &[&str]| Reply::Array(items.iter().map(|i| bulk(i)).collect());
-        assert_eq!(m.run(&["ZRANGE", "z", "-inf", "(3", "BYSCORE"]), members(&["a", "b"]));
-        assert_eq!(m.run(&["ZRANGE", "z", "(1", "+inf", "BYSCORE"]), members(&["b", "c", "d"]));
+        assert_eq!(
+            m.run(&["ZRANGE", "z", "-inf", "(3", "BYSCORE"]),
+            members(&["a", "b"])
+        );
+        assert_eq!(
+            m.run(&["ZRANGE", "z", "(1", "+inf", "BYSCORE"]),
+            members(&["b", "c", "d"])
+        );
         assert_eq!(
             m.run(&["ZRANGE", "z", "+inf", "(1", "BYSCORE", "REV", "LIMIT", "1", "2"]),
             members(&["c", "b"])
@@ -797,7 +834,10 @@ mod tests {
             Reply::Pairs(vec![(bulk("a"), Reply::Double(1.0))])
         );
         assert_eq!(m.run(&["ZCOUNT", "z", "(1", "3"]), Reply::Int(3));
-        assert_eq!(m.run(&["ZREMRANGEBYSCORE", "z", "-inf", "(3"]), Reply::Int(2));
+        assert_eq!(
+            m.run(&["ZREMRANGEBYSCORE", "z", "-inf", "(3"]),
+            Reply::Int(2)
+        );
         assert_eq!(m.run(&["ZCARD", "z"]), Reply::Int(2));
         assert_eq!(
             m.run(&["ZRANGE", "z", "x", "1", "BYSCORE"]),
@@ -811,8 +851,14 @@ mod tests {
         assert_eq!(m.run(&["ZADD", "z", "XX", "GT", "5", "a"]), Reply::Int(0));
         assert_eq!(m.run(&["EXISTS", "z"]), Reply::Int(0));
         m.run(&["ZADD", "z", "5", "a"]);
-        assert_eq!(m.run(&["ZADD", "z", "XX", "GT", "CH", "4", "a"]), Reply::Int(0));
-        assert_eq!(m.run(&["ZADD", "z", "XX", "GT", "CH", "6", "a", "7", "b"]), Reply::Int(1));
+        assert_eq!(
+            m.run(&["ZADD", "z", "XX", "GT", "CH", "4", "a"]),
+            Reply::Int(0)
+        );
+        assert_eq!(
+            m.run(&["ZADD", "z", "XX", "GT", "CH", "6", "a", "7", "b"]),
+            Reply::Int(1)
+        );
         assert_eq!(m.run(&["ZSCORE", "z", "a"]), Reply::Double(6.0));
         assert_eq!(m.run(&["ZSCORE", "z", "b"]), Reply::Nil);
         assert_eq!(m.run(&["ZREM", "z", "a"]), Reply::Int(1));
@@ -823,7 +869,8 @@ mod tests {
     fn scores_reach_lua_as_redis_writes_them() {
         let (_, mut m) = master();
         m.run(&["ZADD", "z", "1.5", "a", "3", "b"]);
-        let script = "return {redis.call('ZSCORE', KEYS[1], 'a'), redis.call('ZSCORE', KEYS[1], 'b')}";
+        let script =
+            "return {redis.call('ZSCORE', KEYS[1], 'a'), redis.call('ZSCORE', KEYS[1], 'b')}";
         assert_eq!(
             eval(&mut m, script, &["z"], &[]),
             Reply::Array(vec![bulk("1.5"), bulk("3")])
@@ -868,7 +915,12 @@ mod tests {
             Reply::error("ERR boom")
         );
         assert_eq!(
-            eval(&mut m, "return {KEYS[1], ARGV[1], #ARGV}", &["k"], &["a", "b"]),
+            eval(
+                &mut m,
+                "return {KEYS[1], ARGV[1], #ARGV}",
+                &["k"],
+                &["a", "b"]
+            ),
             Reply::Array(vec![bulk("k"), bulk("a"), Reply::Int(2)])
         );
     }
@@ -904,7 +956,10 @@ mod tests {
         let reply = eval(&mut m, script, &[], &[]);
         assert_eq!(
             reply,
-            Reply::error(format!("{} script: {sha}, on @user_script:2.", errors::WRONGTYPE))
+            Reply::error(format!(
+                "{} script: {sha}, on @user_script:2.",
+                errors::WRONGTYPE
+            ))
         );
         // Redis does not roll back what the script wrote before the error.
         assert_eq!(m.run(&["EXISTS", "before", "after"]), Reply::Int(1));
@@ -922,7 +977,12 @@ mod tests {
     #[test]
     fn a_scripts_functions_and_globals_do_not_leak_into_the_next() {
         let (_, mut m) = master();
-        eval(&mut m, "leaked = 1 local function f() return 1 end g = f", &[], &[]);
+        eval(
+            &mut m,
+            "leaked = 1 local function f() return 1 end g = f",
+            &[],
+            &[],
+        );
         assert_eq!(
             eval(&mut m, "return {type(leaked), type(g), type(f)}", &[], &[]),
             Reply::Array(vec![bulk("nil"), bulk("nil"), bulk("nil")])
@@ -1008,7 +1068,11 @@ mod tests {
         let config = Config::default().password("secret");
         let mut m = Master::with_config(Clock::following(&time), config).unwrap();
         let c = m.connect();
-        let argv = |args: &[&str]| args.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
+        let argv = |args: &[&str]| {
+            args.iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
             m.execute(c, &argv(&["GET", "k"])),
             Reply::error("NOAUTH Authentication required.")
@@ -1023,7 +1087,8 @@ mod tests {
     #[test]
     fn info_and_waitaof_follow_the_append_only_setting() {
         let time = VirtualTime::new(START);
-        let mut m = Master::with_config(Clock::following(&time), Config::default().aof(true)).unwrap();
+        let mut m =
+            Master::with_config(Clock::following(&time), Config::default().aof(true)).unwrap();
         let Reply::Verbatim(info) = m.run(&["INFO", "replication", "persistence", "server"]) else {
             panic!("INFO is text")
         };

@@ -100,7 +100,11 @@ pub(crate) fn encode(reply: &Reply, protocol: Protocol, out: &mut Vec<u8>) {
             }
         }
         Reply::Push(items) => {
-            line(out, if resp3 { b'>' } else { b'*' }, &items.len().to_string());
+            line(
+                out,
+                if resp3 { b'>' } else { b'*' },
+                &items.len().to_string(),
+            );
             for item in items {
                 encode(item, protocol, out);
             }
@@ -136,7 +140,10 @@ pub(crate) fn encode(reply: &Reply, protocol: Protocol, out: &mut Vec<u8>) {
 fn line(out: &mut Vec<u8>, kind: u8, text: &str) {
     out.push(kind);
     // A status or error never spans lines.
-    out.extend(text.bytes().map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }));
+    out.extend(
+        text.bytes()
+            .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
     out.extend_from_slice(b"\r\n");
 }
 

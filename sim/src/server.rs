@@ -25,7 +25,9 @@ pub fn shared(master: Master) -> SharedMaster {
 
 /// Locks `master`; a test that panicked while holding it leaves the data as it was.
 pub fn lock(master: &SharedMaster) -> MutexGuard<'_, Master> {
-    master.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    master
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Serves one connection to `master` over `stream` until the client closes it, sends `QUIT`
@@ -99,7 +101,11 @@ fn answer(
             Ok(Some(argv)) => argv,
             Ok(None) => return (out, false),
             Err(e) => {
-                encode(&Reply::Error(format!("ERR {}", e.0)), master.protocol(id), &mut out);
+                encode(
+                    &Reply::Error(format!("ERR {}", e.0)),
+                    master.protocol(id),
+                    &mut out,
+                );
                 return (out, true);
             }
         };

@@ -8,7 +8,10 @@ use crate::reply::{errors, Reply};
 /// `DEL key...`: how many were live.
 pub(super) fn del(ctx: &mut Ctx<'_>, keys: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms();
-    let removed = keys.iter().filter(|k| ctx.keyspace().remove(k, now)).count();
+    let removed = keys
+        .iter()
+        .filter(|k| ctx.keyspace().remove(k, now))
+        .count();
     Reply::Int(removed as i64)
 }
 
@@ -77,7 +80,10 @@ pub(super) fn expire(
 ) -> Reply {
     let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
     for option in &args[2..] {
-        match String::from_utf8_lossy(option).to_ascii_uppercase().as_str() {
+        match String::from_utf8_lossy(option)
+            .to_ascii_uppercase()
+            .as_str()
+        {
             "NX" => nx = true,
             "XX" => xx = true,
             "GT" => gt = true,
@@ -197,7 +203,10 @@ fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<usize> {
             matched |= pattern[i + 1] == c;
             i += 2;
         } else if i + 2 < pattern.len() && pattern[i + 1] == b'-' && pattern[i + 2] != b']' {
-            let (lo, hi) = (pattern[i].min(pattern[i + 2]), pattern[i].max(pattern[i + 2]));
+            let (lo, hi) = (
+                pattern[i].min(pattern[i + 2]),
+                pattern[i].max(pattern[i + 2]),
+            );
             matched |= (lo..=hi).contains(&c);
             i += 3;
         } else {

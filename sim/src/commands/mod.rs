@@ -214,7 +214,15 @@ mod tests {
         assert_eq!(parse_i64(b"42"), Some(42));
         assert_eq!(parse_i64(b"-7"), Some(-7));
         assert_eq!(parse_i64(b"0"), Some(0));
-        for bad in [&b"+1"[..], b"01", b"-0", b"1.0", b"", b" 1", b"99999999999999999999"] {
+        for bad in [
+            &b"+1"[..],
+            b"01",
+            b"-0",
+            b"1.0",
+            b"",
+            b" 1",
+            b"99999999999999999999",
+        ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }

@@ -22,10 +22,14 @@ fn lookup<'c>(ctx: &'c mut Ctx<'_>, key: &[u8]) -> Result<Option<&'c mut SortedS
 /// `ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]`.
 pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let key = &args[0];
-    let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) = (false, false, false, false, false, false);
+    let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) =
+        (false, false, false, false, false, false);
     let mut i = 1;
     while i < args.len() {
-        match String::from_utf8_lossy(&args[i]).to_ascii_uppercase().as_str() {
+        match String::from_utf8_lossy(&args[i])
+            .to_ascii_uppercase()
+            .as_str()
+        {
             "NX" => nx = true,
             "XX" => xx = true,
             "GT" => gt = true,
@@ -37,13 +41,13 @@ pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         i += 1;
     }
     let pairs = &args[i..];
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
         return Reply::error(errors::SYNTAX);
     }
     if nx && xx {
         return Reply::error("ERR XX and NX options at the same time are not compatible");
     }
-    if (gt && nx) || (lt && nx) || (gt && lt) {
+    if (nx && (gt || lt)) || (gt && lt) {
         return Reply::error("ERR GT, LT, and/or NX options at the same time are not compatible");
     }
     if incr && pairs.len() > 2 {
@@ -56,7 +60,6 @@ pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             None => return Reply::error(errors::NOT_FLOAT),
         }
     }
-    let now = ctx.now_ms();
     let exists = match lookup(ctx, key) {
         Err(e) => return e,
         Ok(z) => z.is_some(),
@@ -103,7 +106,6 @@ pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         }
         incr_reply = Reply::Double(score);
     }
-    let _ = now;
     ctx.keyspace().drop_if_empty(key);
     if incr {
         return incr_reply;
@@ -169,8 +171,16 @@ impl ScoreRange {
 
     /// Whether `score` is in the range.
     pub(crate) fn contains(&self, score: f64) -> bool {
-        let above = if self.min_exclusive { score > self.min } else { score >= self.min };
-        let below = if self.max_exclusive { score < self.max } else { score <= self.max };
+        let above = if self.min_exclusive {
+            score > self.min
+        } else {
+            score >= self.min
+        };
+        let below = if self.max_exclusive {
+            score < self.max
+        } else {
+            score <= self.max
+        };
         above && below
     }
 }
@@ -218,7 +228,10 @@ pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let mut limit: Option<(i64, i64)> = None;
     let mut i = 3;
     while i < args.len() {
-        match String::from_utf8_lossy(&args[i]).to_ascii_uppercase().as_str() {
+        match String::from_utf8_lossy(&args[i])
+            .to_ascii_uppercase()
+            .as_str()
+        {
             "WITHSCORES" => with_scores = true,
             "BYSCORE" => by_score = true,
             "BYLEX" => by_lex = true,
@@ -243,7 +256,11 @@ pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         );
     }
     let members: Vec<(Vec<u8>, f64)> = if by_score {
-        let (min, max) = if rev { (&args[2], &args[1]) } else { (&args[1], &args[2]) };
+        let (min, max) = if rev {
+            (&args[2], &args[1])
+        } else {
+            (&args[1], &args[2])
+        };
         let Some(range) = ScoreRange::parse(min, max) else {
             return Reply::error(errors::RANGE_NOT_FLOAT);
         };
@@ -277,8 +294,16 @@ pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             Ok(Some(z)) => z,
         };
         let len = z.len() as i64;
-        let start = if start < 0 { (start + len).max(0) } else { start };
-        let stop = if stop < 0 { stop + len } else { stop.min(len - 1) };
+        let start = if start < 0 {
+            (start + len).max(0)
+        } else {
+            start
+        };
+        let stop = if stop < 0 {
+            stop + len
+        } else {
+            stop.min(len - 1)
+        };
         if start > stop || start >= len {
             return Reply::Array(Vec::new());
         }
@@ -288,7 +313,10 @@ pub(super) fn zrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         } else {
             Box::new(z.iter())
         };
-        all.skip(skip).take(take).map(|(m, s)| (m.to_vec(), s)).collect()
+        all.skip(skip)
+            .take(take)
+            .map(|(m, s)| (m.to_vec(), s))
+            .collect()
     };
     if with_scores {
         Reply::Pairs(

@@ -65,7 +65,11 @@ pub(super) fn set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             let Some(ms) = n.checked_mul(unit) else {
                 return invalid();
             };
-            let at = if absolute { Some(ms) } else { ms.checked_add(now) };
+            let at = if absolute {
+                Some(ms)
+            } else {
+                ms.checked_add(now)
+            };
             match at {
                 Some(at) => Expiry::At(at),
                 None => return invalid(),
@@ -74,7 +78,13 @@ pub(super) fn set(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     };
     let old = ctx.keyspace().get(key, now).cloned();
     let old_value = match (&old, get) {
-        (Some(Entry { value: Value::String(s), .. }), true) => Reply::Bulk(s.clone()),
+        (
+            Some(Entry {
+                value: Value::String(s),
+                ..
+            }),
+            true,
+        ) => Reply::Bulk(s.clone()),
         (Some(_), true) => return Reply::error(errors::WRONGTYPE),
         (None, true) => Reply::Nil,
         (_, false) => Reply::Nil,

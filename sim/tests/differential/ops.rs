@@ -72,10 +72,13 @@ impl Gen<'_> {
         match self.rng.random_range(0..10) {
             0..=3 => format!("t{}", self.rng.random_range(1..=3)),
             4..=5 => {
-                let nonce = ["0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"]
-                    .choose(self.rng)
-                    .copied()
-                    .unwrap_or("");
+                let nonce = [
+                    "0123456789abcdef0123456789abcdef",
+                    "fedcba9876543210fedcba9876543210",
+                ]
+                .choose(self.rng)
+                .copied()
+                .unwrap_or("");
                 format!("{nonce}@{}", self.owner())
             }
             6..=7 => format!("~queued:{}", self.waiter()),
@@ -148,9 +151,17 @@ impl Gen<'_> {
                 let owner = self.owner();
                 let mut keys = Self::lined_keys(&[r]);
                 keys.push(companion(r, ":took"));
-                let nonce = if self.rng.random_bool(0.5) { "0123456789abcdef0123456789abcdef" } else { "fedcba9876543210fedcba9876543210" };
+                let nonce = if self.rng.random_bool(0.5) {
+                    "0123456789abcdef0123456789abcdef"
+                } else {
+                    "fedcba9876543210fedcba9876543210"
+                };
                 let token = format!("{nonce}@{owner}");
-                let expected = if self.rng.random_bool(0.5) { String::new() } else { self.token() };
+                let expected = if self.rng.random_bool(0.5) {
+                    String::new()
+                } else {
+                    self.token()
+                };
                 let mut args = vec![token, self.ttl(), owner.to_owned(), expected];
                 if fencing {
                     keys.extend(Self::fences(&[r]));
@@ -160,17 +171,41 @@ impl Gen<'_> {
             }
             19..=30 => {
                 let owned = self.rng.random_bool(0.2);
-                let rs = if owned { vec![self.resource()] } else { self.resources() };
+                let rs = if owned {
+                    vec![self.resource()]
+                } else {
+                    self.resources()
+                };
                 let waiter = self.waiter();
                 let mut keys = Self::lined_keys(&rs);
-                let token = if self.rng.random_bool(0.5) { format!("~queued:{waiter}") } else { self.token() };
+                let token = if self.rng.random_bool(0.5) {
+                    format!("~queued:{waiter}")
+                } else {
+                    self.token()
+                };
                 let order = self.rng.random_range(1..=5).to_string();
-                let lease = ["5", "50", "300", "2000"].choose(self.rng).copied().unwrap_or("300").to_owned();
-                let mut args = vec![token, self.ttl(), rs.len().to_string(), waiter.to_owned(), order, lease, lasts];
+                let lease = ["5", "50", "300", "2000"]
+                    .choose(self.rng)
+                    .copied()
+                    .unwrap_or("300")
+                    .to_owned();
+                let mut args = vec![
+                    token,
+                    self.ttl(),
+                    rs.len().to_string(),
+                    waiter.to_owned(),
+                    order,
+                    lease,
+                    lasts,
+                ];
                 if owned {
                     keys.push(companion(rs[0], ":took"));
                     args.push(self.owner().to_owned());
-                    args.push(if self.rng.random_bool(0.5) { String::new() } else { self.token() });
+                    args.push(if self.rng.random_bool(0.5) {
+                        String::new()
+                    } else {
+                        self.token()
+                    });
                 }
                 if fencing {
                     keys.extend(Self::fences(&rs));
@@ -223,7 +258,13 @@ impl Gen<'_> {
             }
             49..=51 => {
                 let r = self.resource();
-                let keys = vec![key(r), companion(r, ":queue"), companion(r, ":leases"), companion(r, ":took"), companion(r, ":held")];
+                let keys = vec![
+                    key(r),
+                    companion(r, ":queue"),
+                    companion(r, ":leases"),
+                    companion(r, ":took"),
+                    companion(r, ":held"),
+                ];
                 let mut args = vec![self.token(), self.ttl(), self.ttl()];
                 if self.rng.random_bool(0.3) {
                     args.push(self.waiter().to_owned());
@@ -241,7 +282,11 @@ impl Gen<'_> {
             55..=57 => {
                 let r = self.resource();
                 let mut keys = vec![key(r), companion(r, ":readers"), companion(r, ":writers")];
-                let wait = ["1", "50", "500"].choose(self.rng).copied().unwrap_or("1").to_owned();
+                let wait = ["1", "50", "500"]
+                    .choose(self.rng)
+                    .copied()
+                    .unwrap_or("1")
+                    .to_owned();
                 let mut args = vec![self.token(), self.ttl(), self.waiter().to_owned(), wait];
                 if fencing {
                     keys.push(companion(r, ":fence"));
@@ -272,7 +317,10 @@ impl Gen<'_> {
                 keys.extend(Self::fences(&rs));
                 let mut args = vec![self.token(), lasts];
                 for _ in &rs {
-                    args.push((1_795_000_000_000_000u64 + self.rng.random_range(0..3_000_000_000u64)).to_string());
+                    args.push(
+                        (1_795_000_000_000_000u64 + self.rng.random_range(0..3_000_000_000u64))
+                            .to_string(),
+                    );
                 }
                 self.script("raise_fence", keys, args)
             }
@@ -287,24 +335,49 @@ impl Gen<'_> {
             }
             70..=72 => {
                 let r = self.resource();
-                let keys = vec![key(r), companion(r, ":queue"), companion(r, ":leases"), companion(r, ":readers"), companion(r, ":writers"), companion(r, ":held")];
+                let keys = vec![
+                    key(r),
+                    companion(r, ":queue"),
+                    companion(r, ":leases"),
+                    companion(r, ":readers"),
+                    companion(r, ":writers"),
+                    companion(r, ":held"),
+                ];
                 self.script("inspect", keys, vec![])
             }
             // Plain commands: the library's bare attempt, and what a foreign client may send.
             73..=78 => {
                 let r = self.resource();
                 let (token, ttl) = (self.token(), self.ttl());
-                self.plain(vec!["SET".into(), key(r), token, "NX".into(), "PX".into(), ttl])
+                self.plain(vec![
+                    "SET".into(),
+                    key(r),
+                    token,
+                    "NX".into(),
+                    "PX".into(),
+                    ttl,
+                ])
             }
             79..=80 => {
                 let r = self.resource();
                 let (token, ttl) = (self.token(), self.ttl());
-                self.plain(vec!["SET".into(), key(r), token, "PX".into(), ttl, "GET".into()])
+                self.plain(vec![
+                    "SET".into(),
+                    key(r),
+                    token,
+                    "PX".into(),
+                    ttl,
+                    "GET".into(),
+                ])
             }
             81..=82 => {
                 let r = self.resource();
                 let ttl = self.ttl();
-                let gt = if self.rng.random_bool(0.5) { "GT" } else { "LT" };
+                let gt = if self.rng.random_bool(0.5) {
+                    "GT"
+                } else {
+                    "LT"
+                };
                 self.plain(vec!["PEXPIRE".into(), key(r), ttl, gt.into()])
             }
             83 => {
@@ -313,19 +386,36 @@ impl Gen<'_> {
             }
             84..=85 => {
                 let r = self.resource();
-                let what = ["GET", "PTTL", "PEXPIRETIME", "TYPE", "EXISTS"].choose(self.rng).copied().unwrap_or("GET");
+                let what = ["GET", "PTTL", "PEXPIRETIME", "TYPE", "EXISTS"]
+                    .choose(self.rng)
+                    .copied()
+                    .unwrap_or("GET");
                 self.plain(vec![what.into(), key(r)])
             }
             86 => {
                 let r = self.resource();
-                let suffix = ["", ":queue", ":leases", ":held", ":fence", ":took"].choose(self.rng).copied().unwrap_or("");
-                let target = if suffix.is_empty() { key(r) } else { companion(r, suffix) };
+                let suffix = ["", ":queue", ":leases", ":held", ":fence", ":took"]
+                    .choose(self.rng)
+                    .copied()
+                    .unwrap_or("");
+                let target = if suffix.is_empty() {
+                    key(r)
+                } else {
+                    companion(r, suffix)
+                };
                 self.plain(vec!["DEL".into(), target])
             }
             87..=88 => {
                 let r = self.resource();
-                let score = ["1", "2.5", "-inf", "+inf", "1795920000000"].choose(self.rng).copied().unwrap_or("1").to_owned();
-                let options: &[&str] = [&[][..], &["NX"], &["XX", "GT"], &["CH"], &["LT", "CH"]].choose(self.rng).copied().unwrap_or(&[]);
+                let score = ["1", "2.5", "-inf", "+inf", "1795920000000"]
+                    .choose(self.rng)
+                    .copied()
+                    .unwrap_or("1")
+                    .to_owned();
+                let options: &[&str] = [&[][..], &["NX"], &["XX", "GT"], &["CH"], &["LT", "CH"]]
+                    .choose(self.rng)
+                    .copied()
+                    .unwrap_or(&[]);
                 let mut args = vec!["ZADD".to_owned(), companion(r, ":queue")];
                 args.extend(options.iter().map(|o| (*o).to_owned()));
                 args.push(score);
@@ -334,12 +424,44 @@ impl Gen<'_> {
             }
             89..=90 => {
                 let r = self.resource();
-                let set = companion(r, if self.rng.random_bool(0.5) { ":queue" } else { ":leases" });
-                let (min, max) = [("-inf", "+inf"), ("(1", "3"), ("-inf", "(2.5"), ("0", "(0")].choose(self.rng).copied().unwrap_or(("-inf", "+inf"));
+                let set = companion(
+                    r,
+                    if self.rng.random_bool(0.5) {
+                        ":queue"
+                    } else {
+                        ":leases"
+                    },
+                );
+                let (min, max) = [("-inf", "+inf"), ("(1", "3"), ("-inf", "(2.5"), ("0", "(0")]
+                    .choose(self.rng)
+                    .copied()
+                    .unwrap_or(("-inf", "+inf"));
                 match self.rng.random_range(0..5) {
-                    0 => self.plain(vec!["ZRANGE".into(), set, "0".into(), "-1".into(), "WITHSCORES".into()]),
-                    1 => self.plain(vec!["ZRANGE".into(), set, min.into(), max.into(), "BYSCORE".into()]),
-                    2 => self.plain(vec!["ZRANGE".into(), set, max.into(), min.into(), "BYSCORE".into(), "REV".into(), "LIMIT".into(), "0".into(), "1".into()]),
+                    0 => self.plain(vec![
+                        "ZRANGE".into(),
+                        set,
+                        "0".into(),
+                        "-1".into(),
+                        "WITHSCORES".into(),
+                    ]),
+                    1 => self.plain(vec![
+                        "ZRANGE".into(),
+                        set,
+                        min.into(),
+                        max.into(),
+                        "BYSCORE".into(),
+                    ]),
+                    2 => self.plain(vec![
+                        "ZRANGE".into(),
+                        set,
+                        max.into(),
+                        min.into(),
+                        "BYSCORE".into(),
+                        "REV".into(),
+                        "LIMIT".into(),
+                        "0".into(),
+                        "1".into(),
+                    ]),
                     3 => self.plain(vec!["ZCOUNT".into(), set, min.into(), max.into()]),
                     _ => self.plain(vec!["ZREMRANGEBYSCORE".into(), set, min.into(), max.into()]),
                 }
@@ -347,13 +469,20 @@ impl Gen<'_> {
             91 => {
                 let r = self.resource();
                 let member = self.waiter().to_owned();
-                let what = ["ZSCORE", "ZREM"].choose(self.rng).copied().unwrap_or("ZSCORE");
+                let what = ["ZSCORE", "ZREM"]
+                    .choose(self.rng)
+                    .copied()
+                    .unwrap_or("ZSCORE");
                 self.plain(vec![what.into(), companion(r, ":queue"), member])
             }
             92 => {
                 let r = self.resource();
                 let token = self.token();
-                let value = if self.rng.random_bool(0.5) { String::new() } else { self.token() };
+                let value = if self.rng.random_bool(0.5) {
+                    String::new()
+                } else {
+                    self.token()
+                };
                 self.plain(vec!["HSET".into(), companion(r, ":took"), token, value])
             }
             93 => {
@@ -362,28 +491,52 @@ impl Gen<'_> {
             }
             94 => {
                 // A foreign value of another type on a lock key: the scripts then meet WRONGTYPE.
+                // (Now and then: a key of the wrong type stays until deleted, and fails every
+                // script that meets it meanwhile.)
                 let r = self.resource();
-                if self.rng.random_bool(0.5) {
-                    self.plain(vec!["ZADD".into(), key(r), "1".into(), "x".into()])
-                } else {
-                    self.plain(vec!["HSET".into(), companion(r, ":queue"), "f".into(), "v".into()])
+                match self.rng.random_range(0..6) {
+                    0 => self.plain(vec!["ZADD".into(), key(r), "1".into(), "x".into()]),
+                    1 => self.plain(vec![
+                        "HSET".into(),
+                        companion(r, ":queue"),
+                        "f".into(),
+                        "v".into(),
+                    ]),
+                    _ => self.plain(vec!["DEL".into(), key(r), companion(r, ":queue")]),
                 }
             }
             95 => {
                 let r = self.resource();
                 let ttl = self.ttl();
-                self.plain(vec!["SET".into(), key(r), "t1".into(), "PXAT".into(), format!("{}", 1_795_000_000_000u64 + ttl.parse::<u64>().unwrap_or(0)), "NX".into()])
+                self.plain(vec![
+                    "SET".into(),
+                    key(r),
+                    "t1".into(),
+                    "PXAT".into(),
+                    format!("{}", 1_795_000_000_000u64 + ttl.parse::<u64>().unwrap_or(0)),
+                    "NX".into(),
+                ])
             }
             96 => {
                 let r = self.resource();
                 let ttl = self.ttl();
                 let opt = ["NX", "XX"].choose(self.rng).copied().unwrap_or("NX");
-                self.plain(vec!["PEXPIRE".into(), companion(r, ":queue"), ttl, opt.into()])
+                self.plain(vec![
+                    "PEXPIRE".into(),
+                    companion(r, ":queue"),
+                    ttl,
+                    opt.into(),
+                ])
             }
             97 => self.plain(vec!["KEYS".into(), "*".into()]),
             98 => {
                 let r = self.resource();
-                self.plain(vec!["SET".into(), companion(r, ":held"), "t1|1795920000000|1795920001000".into(), "KEEPTTL".into()])
+                self.plain(vec![
+                    "SET".into(),
+                    companion(r, ":held"),
+                    "t1|1795920000000|1795920001000".into(),
+                    "KEEPTTL".into(),
+                ])
             }
             _ => {
                 let r = self.resource();
