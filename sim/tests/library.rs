@@ -122,7 +122,16 @@ async fn the_library_acquires_extends_and_releases_a_lock_on_simulated_masters()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_stands_in_the_simulated_masters_line_and_is_handed_the_lock() {
     let servers = three_masters().await;
-    let (holder, waiter) = (client(&servers), client(&servers));
+    let holder = client(&servers);
+    // A waiter whose retries are far apart: it gets the lock from the masters' announcements
+    // (sharded pub/sub over RESP3), not from a retry of its own.
+    let waiter = Redlock::builder(servers.iter().map(Server::url))
+        .retry_delay(Duration::from_secs(2))
+        .retry_jitter(Duration::ZERO)
+        .node_timeout(Duration::from_secs(1))
+        .acquire_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
     holder.connect().await.unwrap();
     waiter.connect().await.unwrap();
     let key = resource_key("", "r");
@@ -150,6 +159,11 @@ async fn a_waiter_stands_in_the_simulated_masters_line_and_is_handed_the_lock() 
         .unwrap()
         .unwrap();
     let token = second.token().expose().to_owned();
+    assert!(
+        token.starts_with("~queued:") || waiter.stats().wakeups > 0,
+        "handed over or woken by an announcement: {token} {:?}",
+        waiter.stats()
+    );
     assert!(
         eventually(Duration::from_secs(2), || servers
             .iter()
