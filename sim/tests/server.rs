@@ -170,3 +170,28 @@ async fn a_crash_drops_every_connection_and_the_scripts_and_keeps_the_data_it_wa
     let size: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
     assert_eq!(size, 0);
 }
+
+#[tokio::test]
+async fn a_master_down_for_a_while_comes_back_on_its_port() {
+    let (_, server) = server(Config::default().aof(true)).await;
+    let (addr, master) = (server.addr(), server.master().clone());
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    drop(server);
+    assert!(client.get_multiplexed_async_connection().await.is_err());
+    lock(&master).crash(true);
+    let _back = quorumlock_sim::listen_on(master, addr).await.unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let value: String = redis::cmd("GET")
+        .arg("k")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(value, "v");
+}
