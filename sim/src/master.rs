@@ -503,6 +503,11 @@ impl Master {
         let mut exec = |argv: &[Vec<u8>]| {
             let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
             if commands::knows(&name) {
+                if !commands::arity_fits(&name, argv.len()) {
+                    return Reply::error(
+                        "ERR Wrong number of args calling Redis command from script",
+                    );
+                }
                 let mut ctx = Ctx {
                     data: &mut *data,
                     now,
