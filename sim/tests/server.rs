@@ -195,3 +195,28 @@ async fn a_master_down_for_a_while_comes_back_on_its_port() {
         .unwrap();
     assert_eq!(value, "v");
 }
+
+#[tokio::test]
+async fn a_master_is_served_over_any_async_stream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let time = VirtualTime::new(START);
+    let master = shared(Master::new(Clock::following(&time)).unwrap());
+    let (mut client, server_end) = tokio::io::duplex(4096);
+    let serving = tokio::spawn(quorumlock_sim::serve(master, server_end));
+    client
+        .write_all(
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\nPING\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n",
+        )
+        .await
+        .unwrap();
+    let expected = b"+OK\r\n+PONG\r\n$1\r\nv\r\n";
+    let mut got = vec![0; expected.len()];
+    client.read_exact(&mut got).await.unwrap();
+    assert_eq!(got, expected);
+    client.write_all(b"QUIT\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    client.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(rest, b"+OK\r\n");
+    serving.await.unwrap().unwrap();
+}
