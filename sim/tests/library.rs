@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quorumlock::{companion_key, resource_key, Redlock};
+use quorumlock::{companion_key, resource_key, Redlock, KEY_LAYOUT, LAYOUT_MARKER};
 use quorumlock_sim::{listen, lock, shared, Clock, Entry, Master, Server, Value};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -115,7 +115,8 @@ async fn the_library_acquires_extends_and_releases_a_lock_on_simulated_masters()
     for server in &servers {
         let keys = keyspace(server);
         assert_eq!(keys.len(), 1, "{keys:?}");
-        assert_eq!(string(keys.get("quorumlock:layout")).as_deref(), Some("4"));
+        let layout = KEY_LAYOUT.to_string();
+        assert_eq!(string(keys.get(LAYOUT_MARKER)), Some(layout), "{keys:?}");
     }
 }
 
@@ -182,7 +183,7 @@ async fn a_waiter_stands_in_the_simulated_masters_line_and_is_handed_the_lock() 
     let gone = eventually(Duration::from_secs(2), || {
         servers
             .iter()
-            .all(|s| keyspace(s).keys().all(|k| k == "quorumlock:layout"))
+            .all(|s| keyspace(s).keys().all(|k| k == LAYOUT_MARKER))
     })
     .await;
     assert!(gone, "{:?}", keyspace(&servers[2]));
@@ -254,7 +255,7 @@ async fn fencing_many_keys_read_write_locks_semaphores_and_elections_run_on_simu
         servers.iter().all(|s| {
             keyspace(s)
                 .keys()
-                .all(|k| k == "quorumlock:layout" || k.ends_with(":fence"))
+                .all(|k| k == LAYOUT_MARKER || k.ends_with(":fence"))
         })
     })
     .await;
