@@ -18,7 +18,7 @@
 //! | `master` | [`Master`]: connections, connection commands (`HELLO`, `AUTH`, `EVAL`, ...), faults (crash, snapshot, restore) |
 //! | `reply` | [`Reply`] and how a score is written |
 //! | `resp` | RESP2/RESP3 parsing and writing |
-//! | `server` | [`serve`] over any async stream, [`listen`] on a loopback TCP port |
+//! | `server` | [`serve`] over any async stream, [`listen`] on a loopback TCP port (or [`listen_on`] a given one) |
 //!
 //! # Examples
 //!
@@ -51,4 +51,4 @@ pub use keyspace::{Entry, Hash, SortedSet, Value};
 pub use master::{Config, Error as MasterError, Master, Protocol, Snapshot, DEFAULT_VERSION};
 pub use pubsub::ClientId;
 pub use reply::{format_double, Reply};
-pub use server::{listen, lock, serve, shared, Server, SharedMaster};
+pub use server::{listen, listen_on, lock, serve, shared, Server, SharedMaster};

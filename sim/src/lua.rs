@@ -9,8 +9,9 @@
 //! Conversions, as Redis makes them:
 //!
 //! * reply to Lua: integer → number; bulk → string; nil → `false`; array → table (its nils as
-//!   `false`); status → `{ok = ...}`; error → `{err = ...}` (which `redis.call` raises and
-//!   `redis.pcall` returns).
+//!   `false`); status → `{ok = ...}`; error → `{err = ...}`, which `redis.pcall` returns and
+//!   `redis.call` raises (as an error object of its own, not that table: a script that catches
+//!   it with Lua's `pcall` cannot read `.err` from it, as it could on Redis).
 //! * Lua to reply: number → integer (truncated toward zero); string → bulk; `true` → 1;
 //!   `false` and `nil` → nil; `{err = ...}` → error; `{ok = ...}` → status; other tables →
 //!   arrays, up to their first `nil`.
@@ -36,21 +37,13 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-/// The `redis` table's Lua side: `call` raises what `pcall` returns as an error.
+/// The `redis` table's Lua side; `call` and `pcall` are set for each script (see `run`).
 const PRELUDE: &str = r#"
 redis = {}
 function redis.error_reply(message) return { err = message } end
 function redis.status_reply(message) return { ok = message } end
 function redis.log(...) end
 redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 2, 3
-function redis.pcall(...) return redis.__call(...) end
-function redis.call(...)
-  local reply = redis.__call(...)
-  if type(reply) == 'table' and reply.err ~= nil then
-    error(reply, 0)
-  end
-  return reply
-end
 "#;
 
 /// The chunk name, as Redis names a script (errors read `user_script:3: ...`).
@@ -94,9 +87,13 @@ impl Engine {
             .set_name(CHUNK_NAME)
             .into_function()
             .map_err(|e| {
+                let message = match e {
+                    mlua::Error::SyntaxError { message, .. } => message,
+                    other => other.to_string(),
+                };
                 Reply::error(format!(
                     "ERR Error compiling script (new function): {}",
-                    one_line(&e.to_string())
+                    one_line(&message)
                 ))
             })?;
         self.compiled.insert(sha.to_owned(), function);
@@ -115,22 +112,34 @@ impl Engine {
         let Some(function) = self.compiled.get(sha) else {
             return Reply::error("NOSCRIPT No matching script. Please use EVAL.");
         };
-        // Where the last failing `redis.call` was, for the error's suffix.
-        let failed_at: Cell<Option<usize>> = Cell::new(None);
+        // The error the last failing `redis.call` raised, and where the script called it.
+        let raised: Cell<Option<(String, Option<usize>)>> = Cell::new(None);
+        // `redis.call` and `redis.pcall` are functions of Rust, as Redis's are of C: the
+        // script's own frame is the caller even of `return redis.call(...)` (a tail call to a
+        // Lua function would replace it, and the error could not say its line).
+        let exec = std::cell::RefCell::new(exec);
+        let run = |argv: MultiValue| match command_args(argv) {
+            Ok(argv) => match exec.try_borrow_mut() {
+                Ok(mut exec) => (*exec)(&argv),
+                Err(_) => Reply::error("ERR a script's command ran inside another"),
+            },
+            Err(e) => e,
+        };
         let outcome = self.lua.scope(|scope| {
-            let call = scope.create_function_mut(|lua, argv: MultiValue| {
-                let reply = match command_args(argv) {
-                    Ok(argv) => exec(&argv),
-                    Err(e) => e,
-                };
-                if reply.is_error() {
-                    failed_at.set(lua.inspect_stack(2, |d| d.current_line()).flatten());
+            let call = scope.create_function(|lua, argv: MultiValue| {
+                let reply = run(argv);
+                if let Reply::Error(message) = &reply {
+                    let line = lua.inspect_stack(1, |d| d.current_line()).flatten();
+                    raised.set(Some((message.clone(), line)));
+                    return Err(mlua::Error::RuntimeError(message.clone()));
                 }
                 to_lua(lua, &reply)
             })?;
+            let pcall = scope.create_function(|lua, argv: MultiValue| to_lua(lua, &run(argv)))?;
             let globals = self.lua.globals();
             let redis: Table = globals.get("redis")?;
-            redis.raw_set("__call", call)?;
+            redis.raw_set("call", call)?;
+            redis.raw_set("pcall", pcall)?;
             let env = self.lua.create_table()?;
             let meta = self.lua.create_table()?;
             meta.raw_set("__index", globals.clone())?;
@@ -140,7 +149,8 @@ impl Engine {
             function.set_environment(env)?;
             let pcall: Function = globals.get("pcall")?;
             let results: MultiValue = pcall.call(function.clone())?;
-            redis.raw_set("__call", Value::Nil)?;
+            redis.raw_set("call", Value::Nil)?;
+            redis.raw_set("pcall", Value::Nil)?;
             let mut results = results.into_iter();
             let ok = matches!(results.next(), Some(Value::Boolean(true)));
             let value = results.next().unwrap_or(Value::Nil);
@@ -153,7 +163,12 @@ impl Engine {
         match outcome {
             Ok((true, reply, _)) => reply,
             Ok((false, Reply::Error(message), _)) => {
-                Reply::Error(format!("{message}{}", suffix(failed_at.get())))
+                Reply::Error(format!("{message}{}", suffix(None)))
+            }
+            // The error `redis.call` raised, uncaught.
+            Ok((false, _, text)) if raised_here(&raised, &text).is_some() => {
+                let (message, line) = raised_here(&raised, &text).unwrap_or_default();
+                Reply::Error(format!("{message}{}", suffix(line)))
             }
             Ok((false, _, text)) => {
                 let text = one_line(&text);
@@ -166,6 +181,16 @@ impl Engine {
             Err(e) => Reply::Error(format!("ERR {}{}", one_line(&e.to_string()), suffix(None))),
         }
     }
+}
+
+/// The error `redis.call` raised last, when `text` (the script's uncaught error) is that one.
+fn raised_here(
+    raised: &Cell<Option<(String, Option<usize>)>>,
+    text: &str,
+) -> Option<(String, Option<usize>)> {
+    let last = raised.take();
+    raised.set(last.clone());
+    last.filter(|(message, _)| text.contains(message.as_str()))
 }
 
 /// The first line of an error's text (mlua appends a traceback).

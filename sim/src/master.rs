@@ -503,6 +503,11 @@ impl Master {
         let mut exec = |argv: &[Vec<u8>]| {
             let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
             if commands::knows(&name) {
+                if !commands::arity_fits(&name, argv.len()) {
+                    return Reply::error(
+                        "ERR Wrong number of args calling Redis command from script",
+                    );
+                }
                 let mut ctx = Ctx {
                     data: &mut *data,
                     now,
@@ -1117,5 +1122,26 @@ mod tests {
         assert_eq!(m.run(&["HDEL", "h", "a", "b", "c"]), Reply::Int(2));
         assert_eq!(m.run(&["TYPE", "h"]), Reply::Status("none".to_owned()));
         assert_eq!(m.run(&["HGET", "h", "a"]), Reply::Nil);
+    }
+
+    #[test]
+    fn two_masters_given_the_same_requests_at_the_same_instants_answer_alike() {
+        let script = "redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1]) \
+            local t = redis.call('TIME') \
+            redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) \
+            return {t[1], t[2], redis.call('PTTL', KEYS[1]), redis.call('ZRANGE', KEYS[2], 0, -1)}";
+        let run = || {
+            let (time, mut m) = master();
+            let mut replies = Vec::new();
+            for i in 0..50u64 {
+                time.advance(Duration::from_micros(i * 777));
+                let ttl = (i % 7 + 1).to_string();
+                let key = format!("k{}", i % 3);
+                replies.push(eval(&mut m, script, &[&key, "z"], &[&i.to_string(), &ttl]));
+                replies.push(m.run(&["KEYS", "*"]));
+            }
+            (replies, m.keyspace())
+        };
+        assert_eq!(run(), run());
     }
 }

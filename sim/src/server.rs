@@ -179,7 +179,17 @@ impl Drop for Server {
 /// # }
 /// ```
 pub async fn listen(master: SharedMaster) -> io::Result<Server> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    listen_on(master, SocketAddr::from(([127, 0, 0, 1], 0))).await
+}
+
+/// Serves `master` on `addr`: the port of a [`Server`] dropped earlier, to bring a master back
+/// where its clients look for it after some time down.
+///
+/// # Errors
+///
+/// The listener's (the port is taken).
+pub async fn listen_on(master: SharedMaster, addr: SocketAddr) -> io::Result<Server> {
+    let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let served = master.clone();
     let task = tokio::spawn(async move {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quorumlock::{companion_key, resource_key, Redlock};
+use quorumlock::{companion_key, resource_key, Redlock, KEY_LAYOUT, LAYOUT_MARKER};
 use quorumlock_sim::{listen, lock, shared, Clock, Entry, Master, Server, Value};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -115,14 +115,24 @@ async fn the_library_acquires_extends_and_releases_a_lock_on_simulated_masters()
     for server in &servers {
         let keys = keyspace(server);
         assert_eq!(keys.len(), 1, "{keys:?}");
-        assert_eq!(string(keys.get("quorumlock:layout")).as_deref(), Some("4"));
+        let layout = KEY_LAYOUT.to_string();
+        assert_eq!(string(keys.get(LAYOUT_MARKER)), Some(layout), "{keys:?}");
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiter_stands_in_the_simulated_masters_line_and_is_handed_the_lock() {
     let servers = three_masters().await;
-    let (holder, waiter) = (client(&servers), client(&servers));
+    let holder = client(&servers);
+    // A waiter whose retries are far apart: it gets the lock from the masters' announcements
+    // (sharded pub/sub over RESP3), not from a retry of its own.
+    let waiter = Redlock::builder(servers.iter().map(Server::url))
+        .retry_delay(Duration::from_secs(2))
+        .retry_jitter(Duration::ZERO)
+        .node_timeout(Duration::from_secs(1))
+        .acquire_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
     holder.connect().await.unwrap();
     waiter.connect().await.unwrap();
     let key = resource_key("", "r");
@@ -151,6 +161,11 @@ async fn a_waiter_stands_in_the_simulated_masters_line_and_is_handed_the_lock() 
         .unwrap();
     let token = second.token().expose().to_owned();
     assert!(
+        token.starts_with("~queued:") || waiter.stats().wakeups > 0,
+        "handed over or woken by an announcement: {token} {:?}",
+        waiter.stats()
+    );
+    assert!(
         eventually(Duration::from_secs(2), || servers
             .iter()
             .all(|s| string(keyspace(s).get(&key)).as_deref() == Some(token.as_str())))
@@ -168,8 +183,88 @@ async fn a_waiter_stands_in_the_simulated_masters_line_and_is_handed_the_lock() 
     let gone = eventually(Duration::from_secs(2), || {
         servers
             .iter()
-            .all(|s| keyspace(s).keys().all(|k| k == "quorumlock:layout"))
+            .all(|s| keyspace(s).keys().all(|k| k == LAYOUT_MARKER))
     })
     .await;
     assert!(gone, "{:?}", keyspace(&servers[2]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_many_keys_read_write_locks_semaphores_and_elections_run_on_simulated_masters() {
+    let servers = three_masters().await;
+    let rl = Redlock::builder(servers.iter().map(Server::url))
+        .retry_delay(Duration::from_millis(20))
+        .retry_jitter(Duration::from_millis(10))
+        .node_timeout(Duration::from_secs(1))
+        .fencing(true)
+        .build()
+        .unwrap();
+    rl.connect().await.unwrap();
+
+    // Fencing tokens rise from one holder to the next.
+    let first = rl.acquire("fenced", TTL).await.unwrap();
+    let one = first.fencing_token().unwrap();
+    first.release().await.unwrap();
+    let second = rl.acquire("fenced", TTL).await.unwrap();
+    let two = second.fencing_token().unwrap();
+    assert!(two > one, "{two} after {one}");
+    second.release().await.unwrap();
+
+    // Several resources at once, all or nothing.
+    let many = rl.acquire_many(&["x", "y"], TTL).await.unwrap();
+    assert!(rl.try_acquire("y", TTL).await.is_err());
+    many.release().await.unwrap();
+    rl.try_acquire("y", TTL)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // Readers share, a writer waits for them.
+    let rw = rl.rw_lock("doc").unwrap();
+    let (r1, r2) = (
+        rw.try_read(TTL).await.unwrap(),
+        rw.try_read(TTL).await.unwrap(),
+    );
+    assert!(rw.try_write(TTL).await.is_err());
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = rw.try_write(TTL).await.unwrap();
+    assert!(rw.try_read(TTL).await.is_err());
+    w.release().await.unwrap();
+
+    // Two permits, a third is refused.
+    let permits = rl.semaphore("pool", 2).unwrap();
+    let (p1, p2) = (
+        permits.try_acquire(TTL).await.unwrap(),
+        permits.try_acquire(TTL).await.unwrap(),
+    );
+    assert!(permits.try_acquire(TTL).await.is_err());
+    drop((p1, p2));
+
+    // An election, and who leads.
+    let term = rl.elect("leader", TTL, "host-a").await.unwrap();
+    let leader = rl.leader("leader").await.unwrap().unwrap();
+    assert_eq!(leader.value, "host-a");
+    term.release().await.unwrap();
+
+    // Everything released (the permits by their drop, in the background): what is left is
+    // the layout marker and the fencing counters, which outlive their grants by design.
+    let after = eventually(Duration::from_secs(2), || {
+        servers.iter().all(|s| {
+            keyspace(s)
+                .keys()
+                .all(|k| k == LAYOUT_MARKER || k.ends_with(":fence"))
+        })
+    })
+    .await;
+    assert!(after, "{:?}", keyspace(&servers[0]));
+    // A quorum of masters keeps a counter at least as high as the last fence given.
+    let kept = servers
+        .iter()
+        .filter_map(|s| string(keyspace(s).get("{fenced}:fence")))
+        .filter(|fence| fence.parse::<u64>().is_ok_and(|f| f >= two))
+        .count();
+    assert!(kept >= 2, "{kept} masters keep the fence {two}");
 }

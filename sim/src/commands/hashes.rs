@@ -19,7 +19,7 @@ fn lookup<'c>(ctx: &'c mut Ctx<'_>, key: &[u8]) -> Result<Option<&'c mut Hash>, 
 
 /// `HSET key field value [field value ...]`: how many fields are new.
 pub(super) fn hset(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return wrong_arity("hset");
     }
     let key = &args[0];

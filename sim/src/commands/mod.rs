@@ -65,17 +65,22 @@ pub(crate) fn knows(name: &str) -> bool {
     arity(name).is_some()
 }
 
+/// Whether `argc` arguments (the name included) fit the data command `name`'s arity.
+pub(crate) fn arity_fits(name: &str, argc: usize) -> bool {
+    let n = argc as i32;
+    arity(name).is_some_and(|arity| (arity > 0 && n == arity) || (arity < 0 && n >= -arity))
+}
+
 /// Runs the data command `argv` (its name first, any case).
 pub(crate) fn dispatch(ctx: &mut Ctx<'_>, argv: &[Vec<u8>]) -> Reply {
     let Some(first) = argv.first() else {
         return Reply::error("ERR empty command");
     };
     let name = String::from_utf8_lossy(first).to_ascii_lowercase();
-    let Some(arity) = arity(&name) else {
+    if arity(&name).is_none() {
         return unknown_command(argv);
-    };
-    let n = argv.len() as i32;
-    if (arity > 0 && n != arity) || (arity < 0 && n < -arity) {
+    }
+    if !arity_fits(&name, argv.len()) {
         return wrong_arity(&name);
     }
     let args = &argv[1..];

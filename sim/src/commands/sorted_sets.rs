@@ -41,13 +41,13 @@ pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         i += 1;
     }
     let pairs = &args[i..];
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
         return Reply::error(errors::SYNTAX);
     }
     if nx && xx {
         return Reply::error("ERR XX and NX options at the same time are not compatible");
     }
-    if (gt && nx) || (lt && nx) || (gt && lt) {
+    if (nx && (gt || lt)) || (gt && lt) {
         return Reply::error("ERR GT, LT, and/or NX options at the same time are not compatible");
     }
     if incr && pairs.len() > 2 {
@@ -60,7 +60,6 @@ pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             None => return Reply::error(errors::NOT_FLOAT),
         }
     }
-    let now = ctx.now_ms();
     let exists = match lookup(ctx, key) {
         Err(e) => return e,
         Ok(z) => z.is_some(),
@@ -107,7 +106,6 @@ pub(super) fn zadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         }
         incr_reply = Reply::Double(score);
     }
-    let _ = now;
     ctx.keyspace().drop_if_empty(key);
     if incr {
         return incr_reply;

@@ -491,16 +491,18 @@ impl Gen<'_> {
             }
             94 => {
                 // A foreign value of another type on a lock key: the scripts then meet WRONGTYPE.
+                // (Now and then: a key of the wrong type stays until deleted, and fails every
+                // script that meets it meanwhile.)
                 let r = self.resource();
-                if self.rng.random_bool(0.5) {
-                    self.plain(vec!["ZADD".into(), key(r), "1".into(), "x".into()])
-                } else {
-                    self.plain(vec![
+                match self.rng.random_range(0..6) {
+                    0 => self.plain(vec!["ZADD".into(), key(r), "1".into(), "x".into()]),
+                    1 => self.plain(vec![
                         "HSET".into(),
                         companion(r, ":queue"),
                         "f".into(),
                         "v".into(),
-                    ])
+                    ]),
+                    _ => self.plain(vec!["DEL".into(), key(r), companion(r, ":queue")]),
                 }
             }
             95 => {
