@@ -1,7 +1,7 @@
 # quorumlock — the two commands: `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: demo test test-valkey lint bench chaos explore redis-server
+.PHONY: demo test test-valkey lint bench chaos explore sim mutants redis-server
 
 ## Install redis-server when missing (the demo, the benchmarks and the chaos suite need nothing else).
 redis-server:
@@ -24,7 +24,9 @@ TESTED_EXAMPLES = testing_your_code
 test:
 	@scripts/ensure-redis-server.sh --tls --faketime
 	@scripts/ensure-valkey-server.sh >/dev/null
-	$(CARGO) test --workspace --all-features --lib --bins --tests $(addprefix --example ,$(TESTED_EXAMPLES))
+	$(CARGO) test --workspace --exclude quorumlock-verify --all-features --lib --bins --tests $(addprefix --example ,$(TESTED_EXAMPLES))
+	@# The simulation's fixed seeds and its determinism check, optimised (as `make sim` runs it).
+	$(CARGO) test --release -p quorumlock-verify
 	$(CARGO) test --workspace --all-features --doc
 	$(CARGO) check --workspace --all-features --examples
 	scripts/check-examples.sh
@@ -66,6 +68,23 @@ explore:
 	@echo "Building the explorer (release; the first build takes a few minutes), then it runs."
 	QUORUMLOCK_VALKEY_SERVER=$(VALKEY) $(CARGO) run --release -q --example explore -- \
 		--minutes $(EXPLORE_MINUTES) $(if $(strip $(SEED)),--seed $(SEED))
+
+## The deterministic simulation: the real client and the real Lua scripts on simulated masters
+## and a simulated network, every source of time and randomness seeded; fresh seeds for
+## SIM_MINUTES (default 10), each run SIM_SECONDS (default 20) of simulated time; prints each
+## run's seed and digest; on a violation the history around it and a smaller plan that still
+## fails. SEED=<seed> replays one run exactly. Needs no redis-server.
+SIM_MINUTES ?= 10
+SIM_SECONDS ?= 20
+sim:
+	$(CARGO) run --release -q -p quorumlock-verify --bin sim -- --seconds $(SIM_SECONDS) \
+		$(if $(strip $(SEED)),--seed $(SEED),--minutes $(SIM_MINUTES) --quiet)
+
+## The catalogue of known defects (verify/mutants/*.patch), each put back into a scratch copy:
+## the simulation runs until it finds it (MUTANT_SECS, default 120 s, per patch); prints the table
+## and fails if any patch is missed.
+mutants:
+	scripts/mutants.sh
 
 ## Criterion benchmarks, the side-by-side comparison (quorumlock, rslock, the raw floor), then
 ## the primitives (semaphore, read-write lock, leader failover) against the mutex, on five local

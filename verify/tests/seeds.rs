@@ -35,7 +35,7 @@ fn fixed_seeds_find_no_violation() {
         );
         assert!(
             report.is_clean(),
-            "seed {seed:#x} (replay: make sim SEED={seed:#x}): {:?}\n{}",
+            "seed {seed:#x} (replay: make sim SEED={seed:#x} SIM_SECONDS=8): {:?}\n{}",
             report
                 .violations
                 .first()

@@ -118,7 +118,10 @@ fn main() -> ExitCode {
                 smaller.workers.len(),
                 smaller.duration
             );
-            println!("replay: make sim SEED={seed:#x}");
+            println!(
+                "replay: make sim SEED={seed:#x} SIM_SECONDS={}",
+                args.seconds
+            );
             return ExitCode::from(1);
         }
         if report.error.is_some() {

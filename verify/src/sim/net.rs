@@ -141,6 +141,9 @@ pub async fn connect(links: SharedLinks, host: String) -> io::Result<tokio::io::
     Ok(ours)
 }
 
+/// Bytes read and not yet delivered, each with when it is due.
+type Chunks = VecDeque<(Instant, Vec<u8>)>;
+
 /// Carries bytes from `from` to `to`, each chunk due its direction's latency after it was read,
 /// in order; upwards, nothing leaves while the connection is held. Ends when `from` ends, once
 /// everything read has been delivered (a request sent on a connection its client has dropped
@@ -150,7 +153,7 @@ where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let queue: Arc<Mutex<VecDeque<(Instant, Vec<u8>)>>> = Arc::default();
+    let queue: Arc<Mutex<Chunks>> = Arc::default();
     let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel::<()>();
     let reader = {
         let (queue, conn) = (queue.clone(), conn.clone());

@@ -204,9 +204,10 @@ fn drift(ttl: Duration) -> Duration {
 }
 
 /// A client as every other Redlock client is written (redsync, node-redlock, rslock): `SET key
-/// value NX PX ttl` on every master at once, a quorum within the validity; a renewal by
-/// compare-and-`PEXPIRE … GT` (quorumlock's own never-shorten rule, which the stretch's record
-/// once could not see); release by compare-and-delete. Its values are 32 hex digits, as
+/// value NX PX ttl` on every master at once, a quorum within the validity; a renewal that never
+/// shortens the key (compare-and-`PEXPIRE … GT`, or a `PEXPIREAT` that lands on the key's own
+/// millisecond when it already lives longer: writes the stretch's record once could not see);
+/// release by compare-and-delete. Its values are 32 hex digits, as
 /// node-redlock writes them.
 async fn foreign(
     plan: &Plan,
@@ -334,10 +335,19 @@ async fn renew(
     value: &str,
     ttl: Duration,
 ) -> usize {
-    let script = redis::Script::new(
+    // Half the foreign clients renew with `PEXPIRE … GT`, the others with a `PEXPIREAT` to the
+    // later of the key's expiry and the TTL from now: both never shorten a key, and both leave it
+    // as it was when it already lives longer (the writes the stretch's record once missed).
+    let script = redis::Script::new(if index.is_multiple_of(2) {
         "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-           redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') return 1 end return 0",
-    );
+           redis.call('PEXPIRE', KEYS[1], ARGV[2], 'GT') return 1 end return 0"
+    } else {
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+           local t = redis.call('TIME') \
+           local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+           local at = math.max(redis.call('PEXPIRETIME', KEYS[1]), now + tonumber(ARGV[2])) \
+           redis.call('PEXPIREAT', KEYS[1], string.format('%d', at)) return 1 end return 0"
+    });
     on_every_master(conns, w, index, |mut c| {
         let mut call = script.prepare_invoke();
         call.key(resource).arg(value).arg(ttl.as_millis() as u64);
