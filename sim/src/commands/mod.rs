@@ -11,8 +11,8 @@ mod strings;
 
 use std::time::Duration;
 
+use crate::data::Data;
 use crate::keyspace::{Entry, Keyspace, Value};
-use crate::master::Data;
 use crate::reply::{errors, Reply};
 
 /// What one command runs with: the data, the instant it runs at (one reading of the master's
