@@ -137,6 +137,7 @@ pub fn run(plan: &Plan) -> RunReport {
         });
     }
 
+    DRIVER_TIME.with(|t| t.set(Duration::ZERO));
     let mut faults = Faults::new(&plan, masters.clone(), links.clone());
     let mut error = None;
     loop {
@@ -229,9 +230,18 @@ fn digest(ops: &[Op], origin: Option<std::time::Instant>) -> u64 {
     hash
 }
 
+thread_local! {
+    /// The simulation's time as the driver last saw it, for a master's clock read between steps
+    /// (a fault that changes its rate): turmoil answers only inside a host, and a clock that read
+    /// zero there would fold a jump into its offset.
+    static DRIVER_TIME: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
 fn new_master() -> SharedMaster {
-    let clock =
-        Clock::new(|| Duration::from_secs(EPOCH_SECS) + turmoil::sim_elapsed().unwrap_or_default());
+    let clock = Clock::new(|| {
+        let elapsed = turmoil::sim_elapsed().unwrap_or_else(|| DRIVER_TIME.with(|t| t.get()));
+        Duration::from_secs(EPOCH_SECS) + elapsed
+    });
     match Master::new(clock) {
         Ok(master) => shared(master),
         // The embedded Lua starts the same way every time; a failure here is the harness's.
@@ -351,6 +361,7 @@ impl Faults {
 
     fn strike(&mut self, sim: &mut turmoil::Sim<'_>) {
         let now = sim.elapsed();
+        DRIVER_TIME.with(|t| t.set(now));
         // Keep a snapshot of each master every 10 ms for the last 300 ms.
         if now.as_millis() % 10 == 0 {
             for (i, m) in self.masters.iter().enumerate() {
