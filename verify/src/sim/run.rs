@@ -174,25 +174,61 @@ pub fn run(plan: &Plan) -> RunReport {
 }
 
 /// The checker: overlapping validities of two holders of one resource. The workers of one
-/// owner id are one holder: they take the lock over from each other by design, and a release
-/// by any of them ends the owner's hold (their locks are one client in the history, under one
-/// token per resource here).
+/// owner id are one holder (one client in the history): they take the lock over from each
+/// other by design, so their overlaps are not counted; and a release by one of them ends, too,
+/// the owner's earlier locks of that resource, whose keys the releasing lock took over.
 fn violations_of(plan: &Plan, ops: &[Op]) -> Vec<Violation> {
     let owners: Vec<usize> = (0..plan.workers.len())
         .map(|i| workload::client_of(plan, i))
         .filter(|c| *c >= 1000)
         .collect();
-    let merged: Vec<Op> = ops
+    let mut all: Vec<Op> = ops.to_vec();
+    for release in ops
         .iter()
-        .map(|op| {
-            let mut op = op.clone();
-            if owners.contains(&op.client) && !op.token.is_empty() {
-                op.token = format!("owner {}", op.client);
+        .filter(|op| op.kind == quorumlock_testkit::OpKind::Release && owners.contains(&op.client))
+    {
+        let acquired = |token: &str| {
+            ops.iter()
+                .filter(|op| {
+                    op.kind == quorumlock_testkit::OpKind::Acquire
+                        && op.succeeded()
+                        && op.token == token
+                })
+                .map(|op| op.end)
+                .min()
+        };
+        let Some(mine) = acquired(&release.token) else {
+            continue;
+        };
+        let earlier: std::collections::BTreeSet<&str> = ops
+            .iter()
+            .filter(|op| {
+                op.client == release.client
+                    && op.resource == release.resource
+                    && op.token != release.token
+                    && op.kind == quorumlock_testkit::OpKind::Acquire
+                    && op.succeeded()
+                    && op.end < mine
+            })
+            .map(|op| op.token.as_str())
+            .collect();
+        for token in earlier {
+            all.push(Op {
+                token: token.to_owned(),
+                ..release.clone()
+            });
+        }
+    }
+    all.sort_by_key(|op| op.end);
+    check_overlaps(&all)
+        .into_iter()
+        .filter(|v| match v {
+            Violation::Overlap { first, second, .. } => {
+                !(first.client == second.client && owners.contains(&first.client))
             }
-            op
+            _ => true,
         })
-        .collect();
-    check_overlaps(&merged)
+        .collect()
 }
 
 /// FNV-1a over the history: each operation's client, kind, resource, token, times (ns from
