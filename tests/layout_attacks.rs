@@ -178,7 +178,7 @@ fn now_us() -> u64 {
 /// An owner attempt's value as another process of `owner` writes it: its order (its wall
 /// clock in µs), 16 random hex digits, `@`, the owner.
 fn owner_value(order_us: u64, owner: &str) -> String {
-    format!("{order_us:016x}{:016x}@{owner}", 0x5eed_u64)
+    format!("ql-{order_us:016x}{:016x}@{owner}", 0x5eed_u64)
 }
 
 /// Defect (the README's promise, not the code's comment): "a restarted owner takes its lock back

@@ -36,8 +36,8 @@ local function drop_lapsed(line, leases, now)
 end
 
 -- Whether quorumlock wrote `value`: a token (`ql-` and 32 hex digits, alone or followed by
--- `@<owner>` or `:<value>`, see token.rs), a reservation (`~queued:` and a waiter's 32 hex
--- digits) or either marked elected. No other Redlock client writes a value of these shapes, and
+-- `@<owner>` or `:<value>`, see token.rs), a reservation (`~queued:` and a waiter's id) or
+-- either marked elected. No other Redlock client writes a value of these shapes, and
 -- only quorumlock's own scripts renew one, each renewing the key's record with it (see stretch):
 -- so only such a key is stretched, and a record speaks only for such a value.
 local function ours(value)
@@ -47,11 +47,10 @@ local function ours(value)
   if string.sub(value, 1, 9) == '~elected:' then
     value = string.sub(value, 10)
   end
-  local hex = string.rep('%x', 32)
-  if string.find(value, '^~queued:' .. hex .. '$') then
+  if string.sub(value, 1, 8) == '~queued:' then
     return true
   end
-  if not string.find(value, '^ql%-' .. hex) then
+  if not string.find(value, '^ql%-' .. string.rep('%x', 32)) then
     return false
   end
   local after = string.sub(value, 36, 36)

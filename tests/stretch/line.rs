@@ -114,10 +114,11 @@ async fn a_bare_set_never_takes_a_key_whose_holder_lapsed_while_somebody_waits()
 }
 
 /// Another Redlock client holds the key and renews it with a plain `PEXPIRE` (as redsync and
-/// node-redlock do) after a waiter stretched it: the record of the stretch is void, and the head
-/// waits for the foreign holder's renewed lease.
+/// node-redlock do) while a waiter waits: its key is never stretched for the line nor recorded
+/// (its value is not one quorumlock writes), and the head waits for the foreign holder's renewed
+/// lease.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_foreign_holders_pexpire_voids_the_record_and_the_head_waits_for_it() {
+async fn a_foreign_holders_key_is_never_stretched_and_the_head_waits_for_its_renewal() {
     let nodes = five();
     let res = "foreign-renewal";
     let key = lock_key(res);
@@ -130,7 +131,8 @@ async fn a_foreign_holders_pexpire_voids_the_record_and_the_head_waits_for_it() 
         (Instant::now(), lock)
     });
     waiters_in_line(&nodes, &key, 1).await;
-    assert!(records(&nodes, &key).iter().all(Option::is_some));
+    assert!(records(&nodes, &key).iter().all(Option::is_none));
+    assert!(ttls(&nodes, &key).iter().all(|&t| t <= 1_000));
 
     // The foreign holder renews for 4 s.
     let renewed_until = Instant::now() + Duration::from_millis(4_000);

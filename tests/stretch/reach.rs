@@ -12,6 +12,17 @@ use quorumlock_testkit::RedisServer;
 use crate::common::*;
 use crate::one_master::*;
 
+/// Tokens of the shape quorumlock writes (`ql-` and 32 hex digits): only such a key is stretched
+/// over its line (see `ours` in `lua/line.lua`).
+const X: &str = "ql-00000000000000000000000000000001";
+const T: &str = "ql-00000000000000000000000000000002";
+const T1: &str = "ql-00000000000000000000000000000003";
+const T2: &str = "ql-00000000000000000000000000000004";
+const L: &str = "ql-00000000000000000000000000000005";
+const P: &str = "ql-00000000000000000000000000000006";
+const C: &str = "ql-00000000000000000000000000000007";
+const B: &str = "ql-00000000000000000000000000000008";
+
 fn expiretime(c: &mut redis::Connection, key: &str) -> i64 {
     redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
 }
@@ -61,24 +72,24 @@ fn a_grant_with_others_waiting_is_written_stretched_and_its_lease_bounds_renewal
     let mut c = direct(&server);
     let k = keys("rv-grant");
     // Another client holds the key; W2 then W1 (ahead of it) wait.
-    set(&server, &k.key, "X", Duration::from_millis(300));
-    assert_eq!(attempt(&mut c, &[&k], "T2", 400, "w2", 2, 3_000), -2);
-    assert_eq!(attempt(&mut c, &[&k], "T1", 400, "w1", 1, 3_000), -2);
+    set(&server, &k.key, X, Duration::from_millis(300));
+    assert_eq!(attempt(&mut c, &[&k], T2, 400, "w2", 2, 3_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], T1, 400, "w1", 1, 3_000), -2);
     let (tok, _, _) = record(&mut c, &k).expect("X's key stretched for its line");
-    assert_eq!(tok, "X");
+    assert_eq!(tok, X);
     std::thread::sleep(Duration::from_millis(350));
     // X's lease passed: W1, the head, takes it.
     let before = now_ms(&mut c);
     assert_eq!(
-        attempt(&mut c, &[&k], "T1", 400, "w1", 1, 3_000),
+        attempt(&mut c, &[&k], T1, 400, "w1", 1, 3_000),
         0,
         "the head is granted"
     );
     let after = now_ms(&mut c);
-    assert_eq!(getv(&mut c, &k.key).as_deref(), Some("T1"));
+    assert_eq!(getv(&mut c, &k.key).as_deref(), Some(T1));
     let lasts = expiretime(&mut c, &k.line);
     let (tok, lease, stretched) = record(&mut c, &k).expect("written stretched over W2");
-    assert_eq!(tok, "T1", "the record speaks for the new token");
+    assert_eq!(tok, T1, "the record speaks for the new token");
     assert!(
         lease >= before + 400 && lease <= after + 400,
         "lease {lease} is not the grant's own TTL ({before}..{after} + 400)"
@@ -97,13 +108,13 @@ fn a_grant_with_others_waiting_is_written_stretched_and_its_lease_bounds_renewal
     assert_eq!(line(&server, &k.key), vec!["w2".to_string()]);
     // A renewal within the lease moves the record's lease, not the key.
     let at = now_ms(&mut c);
-    assert_eq!(extend(&mut c, &k, "T1", 300, false), 1);
+    assert_eq!(extend(&mut c, &k, T1, 300, false), 1);
     let (_, renewed, still) = record(&mut c, &k).unwrap();
     assert_eq!(still, stretched);
     assert!(renewed >= at + 300, "renewed lease {renewed} < {at} + 300");
     assert_eq!(expiretime(&mut c, &k.key), stretched);
     // W2 renews its place: the key stays as it was (no rewrite per renewal).
-    assert_eq!(attempt(&mut c, &[&k], "T2", 400, "w2", 2, 3_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], T2, 400, "w2", 2, 3_000), -2);
     assert_eq!(
         expiretime(&mut c, &k.key),
         stretched,
@@ -115,29 +126,29 @@ fn a_grant_with_others_waiting_is_written_stretched_and_its_lease_bounds_renewal
     ));
     assert_eq!(
         getv(&mut c, &k.key).as_deref(),
-        Some("T1"),
+        Some(T1),
         "kept for the line"
     );
     assert_eq!(
-        extend(&mut c, &k, "T1", 300, false),
+        extend(&mut c, &k, T1, 300, false),
         0,
         "a renewal after the lease passed must be refused"
     );
     assert!(
-        !bare_set_nx(&mut c, &k.key, "B", 1_000),
+        !bare_set_nx(&mut c, &k.key, B, 1_000),
         "a bare SET NX jumped the line"
     );
     assert_eq!(
-        plain(&mut c, &k, "P", 1_000),
+        plain(&mut c, &k, P, 1_000),
         -1,
         "a plain attempt jumped the line"
     );
     assert_eq!(
-        attempt(&mut c, &[&k], "T2", 400, "w2", 2, 3_000),
+        attempt(&mut c, &[&k], T2, 400, "w2", 2, 3_000),
         0,
         "the head is granted"
     );
-    assert_eq!(getv(&mut c, &k.key).as_deref(), Some("T2"));
+    assert_eq!(getv(&mut c, &k.key).as_deref(), Some(T2));
     // W2 was the last: not stretched, no record left, key lives its TTL.
     assert!(
         record(&mut c, &k).is_none(),
@@ -155,11 +166,11 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
     let server = RedisServer::spawn().unwrap();
     let mut c = direct(&server);
     let k = keys("rv-handoff");
-    assert!(bare_set_nx(&mut c, &k.key, "X", 5_000));
+    assert!(bare_set_nx(&mut c, &k.key, X, 5_000));
     // W1 first with a short entry, W2 behind with a longer one: the line outlasts W1's entry.
     // (Both long enough to outlast the steps up to the release on a loaded machine.)
-    assert_eq!(attempt(&mut c, &[&k], "T1", 400, "w1", 1, 1_000), -2);
-    assert_eq!(attempt(&mut c, &[&k], "T2", 400, "w2", 2, 2_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], T1, 400, "w1", 1, 1_000), -2);
+    assert_eq!(attempt(&mut c, &[&k], T2, 400, "w2", 2, 2_000), -2);
     assert!(
         record(&mut c, &k).is_none(),
         "the line never outlasted X's own TTL"
@@ -170,7 +181,7 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
         .query(&mut c)
         .unwrap();
     let before = now_ms(&mut c);
-    assert_eq!(release(&mut c, &[&k], "X", 10_000, None), 1);
+    assert_eq!(release(&mut c, &[&k], X, 10_000, None), 1);
     let after = now_ms(&mut c);
     assert_eq!(getv(&mut c, &k.key).as_deref(), Some("~queued:w1"));
     let lasts = expiretime(&mut c, &k.line);
@@ -190,18 +201,18 @@ fn a_hand_off_is_written_stretched_and_a_dead_line_lets_the_script_take_it() {
         getv(&mut c, &k.key).is_some(),
         "kept past its line (the documented extra reach)"
     );
-    assert!(!bare_set_nx(&mut c, &k.key, "B", 1_000));
+    assert!(!bare_set_nx(&mut c, &k.key, B, 1_000));
     // The dead waiter's handed lock cannot be renewed.
     assert_eq!(extend(&mut c, &k, "~queued:w1", 1_000, false), 0);
     assert_eq!(
-        plain(&mut c, &k, "P", 1_000),
+        plain(&mut c, &k, P, 1_000),
         1,
         "the script's way takes a lapsed key"
     );
-    assert_eq!(getv(&mut c, &k.key).as_deref(), Some("P"));
+    assert_eq!(getv(&mut c, &k.key).as_deref(), Some(P));
     assert!(record(&mut c, &k).is_none());
     assert!(pttl(&server, &k.key) <= 1_000);
-    assert_eq!(release(&mut c, &[&k], "P", 10_000, None), 1);
+    assert_eq!(release(&mut c, &[&k], P, 10_000, None), 1);
     let left: Vec<String> = redis::cmd("KEYS")
         .arg("*rv-handoff*")
         .query(&mut c)
@@ -217,25 +228,29 @@ fn an_elected_key_stretched_keeps_its_record_and_refuses_a_late_renewal() {
     let server = RedisServer::spawn().unwrap();
     let mut c = direct(&server);
     let k = keys("rv-elected");
-    set(&server, &k.key, "~elected:L", Duration::from_millis(1_000));
-    assert_eq!(attempt(&mut c, &[&k], "C", 400, "c1", 1, 3_000), -2);
+    set(
+        &server,
+        &k.key,
+        &format!("~elected:{L}"),
+        Duration::from_millis(1_000),
+    );
+    assert_eq!(attempt(&mut c, &[&k], C, 400, "c1", 1, 3_000), -2);
     let (tok, _, stretched) = record(&mut c, &k).unwrap();
     assert_eq!(
-        tok, "L",
+        tok, L,
         "an elected leader's record names its token unmarked"
     );
-    assert_eq!(getv(&mut c, &k.key).as_deref(), Some("~elected:L"));
+    assert_eq!(
+        getv(&mut c, &k.key).as_deref(),
+        Some(format!("~elected:{L}").as_str())
+    );
     assert_eq!(expiretime(&mut c, &k.key), stretched);
-    assert_eq!(extend(&mut c, &k, "L", 200, true), 1);
+    assert_eq!(extend(&mut c, &k, L, 200, true), 1);
     let (_, lease, _) = record(&mut c, &k).unwrap();
     std::thread::sleep(Duration::from_millis(
         (lease - now_ms(&mut c) + 30).max(0) as u64
     ));
-    assert_eq!(
-        extend(&mut c, &k, "L", 200, true),
-        0,
-        "a late leader renewed"
-    );
+    assert_eq!(extend(&mut c, &k, L, 200, true), 0, "a late leader renewed");
     let read: (Option<String>, i64) =
         redis::Script::new(&in_line(include_str!("../../src/lua/read_leader.lua")))
             .key(&k.key)
@@ -247,7 +262,7 @@ fn an_elected_key_stretched_keeps_its_record_and_refuses_a_late_renewal() {
         (None, -2),
         "a leader past its lease is still reported"
     );
-    assert_eq!(attempt(&mut c, &[&k], "C", 400, "c1", 1, 3_000), 0);
+    assert_eq!(attempt(&mut c, &[&k], C, 400, "c1", 1, 3_000), 0);
 }
 
 /// A waiter over two keys refused for the second passes the first on to itself, quietly (it
@@ -259,7 +274,7 @@ fn a_quiet_reservation_is_stretched_and_keeps_the_line() {
     let mut c = direct(&server);
     let a = keys("{rv-multi}a");
     let b = keys("{rv-multi}b");
-    set(&server, &b.key, "X", Duration::from_millis(300));
+    set(&server, &b.key, X, Duration::from_millis(300));
     let attempt = |c: &mut redis::Connection| -> i64 {
         let reply: Vec<i64> =
             redis::Script::new(&in_line(include_str!("../../src/lua/acquire_queued.lua")))
@@ -271,7 +286,7 @@ fn a_quiet_reservation_is_stretched_and_keeps_the_line() {
                 .key(&b.leases)
                 .key(&a.held)
                 .key(&b.held)
-                .arg("T")
+                .arg(T)
                 .arg(1_000)
                 .arg(2)
                 .arg("w")
@@ -292,12 +307,12 @@ fn a_quiet_reservation_is_stretched_and_keeps_the_line() {
         "reservation {lease} outlives the waiter's entry {lasts}"
     );
     assert!(stretched >= lasts);
-    assert!(!bare_set_nx(&mut c, &a.key, "B", 1_000));
+    assert!(!bare_set_nx(&mut c, &a.key, B, 1_000));
     assert_eq!(line(&server, &a.key), vec!["w".to_string()]);
     std::thread::sleep(Duration::from_millis(350));
     assert_eq!(attempt(&mut c), 0, "both free: granted");
-    assert_eq!(getv(&mut c, &a.key).as_deref(), Some("T"));
-    assert_eq!(getv(&mut c, &b.key).as_deref(), Some("T"));
+    assert_eq!(getv(&mut c, &a.key).as_deref(), Some(T));
+    assert_eq!(getv(&mut c, &b.key).as_deref(), Some(T));
     assert!(record(&mut c, &a).is_none() && record(&mut c, &b).is_none());
 }
 
