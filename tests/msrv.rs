@@ -46,7 +46,11 @@ fn every_locked_dependency_builds_with_the_declared_rust_version() {
         .iter()
         .filter(|p| workspace.contains(&p["id"].as_str().unwrap()))
         .collect();
-    assert_eq!(ours.len(), 3, "the library, the CLI and the testkit");
+    assert_eq!(
+        ours.len(),
+        5,
+        "the library, the CLI, the testkit, the simulated master and the simulation"
+    );
     let declared = ours[0]["rust_version"].as_str().unwrap();
     for package in &ours {
         assert_eq!(
