@@ -24,9 +24,9 @@ TESTED_EXAMPLES = testing_your_code
 test:
 	@scripts/ensure-redis-server.sh --tls --faketime
 	@scripts/ensure-valkey-server.sh >/dev/null
-	$(CARGO) test --workspace --exclude quorumlock-verify --all-features --lib --bins --tests $(addprefix --example ,$(TESTED_EXAMPLES))
-	@# The simulation's fixed seeds and its determinism check, optimised (as `make sim` runs it).
-	$(CARGO) test --release -p quorumlock-verify
+	@# Every test binary (the simulation's fixed seeds included), those that wait on servers
+	@# and sleeps side by side, those that load both cores (the chaos suite) alone after them.
+	scripts/run-tests.sh --workspace --all-features --lib --bins --tests $(addprefix --example ,$(TESTED_EXAMPLES))
 	$(CARGO) test --workspace --all-features --doc
 	$(CARGO) check --workspace --all-features --examples
 	scripts/check-examples.sh
@@ -44,7 +44,7 @@ VALKEY_CHAOS = s01 s05 s14 s16 s19
 test-valkey:
 	$(eval VALKEY := $(shell scripts/ensure-valkey-server.sh))
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) QUORUMLOCK_EXPECT_SERVER=valkey \
-		$(CARGO) test --workspace --all-features $(addprefix --test ,$(VALKEY_TESTS))
+		scripts/run-tests.sh --workspace --all-features $(addprefix --test ,$(VALKEY_TESTS))
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
 		$(CARGO) test --workspace --all-features --test topology
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \

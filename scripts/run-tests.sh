@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the test binaries `cargo test` would, then runs them: most binaries wait on sleeps and
+# real servers rather than the CPU, so JOBS of them (default 3) run side by side; the binaries
+# that load both cores by design (the chaos scenarios, the explorer) run after them, one at a
+# time, alone, as their throughput floors assume.
+#
+# Each binary runs in its package's folder, as `cargo test` runs it; its output goes to
+# target/test-logs/<package>-<target>.log and is printed when it fails. Exits non-zero when any
+# binary failed, after all ran. Arguments are passed to cargo (which targets to build).
+#
+#   scripts/run-tests.sh --workspace --exclude quorumlock-verify --all-features --lib --tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+jobs=${JOBS:-3}
+# The binaries (by target name) that take both cores: never beside another binary.
+alone=" chaos chaos_tls explore election_chaos reentrant_chaos rwlock_chaos semaphore_chaos "
+
+logs=$root/target/test-logs
+rm -rf "$logs"
+mkdir -p "$logs"
+
+# One line per test binary (built with the test profile): its path, its package's manifest,
+# its kind (lib, bin, test, example) and its name.
+artifacts=$logs/artifacts
+cargo test --no-run --message-format=json "$@" >"$logs/build.json"
+grep '"reason":"compiler-artifact"' "$logs/build.json" |
+  grep -E '"profile":\{[^}]*"test":true' |
+  grep -v '"executable":null' |
+  sed -E 's/.*"manifest_path":"([^"]*)".*"target":\{"kind":\["([a-z-]*)"\][^}]*"name":"([^"]*)".*"executable":"([^"]*)".*/\4 \1 \2 \3/' \
+    >"$artifacts"
+
+light=()
+heavy=()
+while read -r exe manifest kind name; do
+  dir=$(dirname "$manifest")
+  package=$([[ $dir == "$root" ]] && echo quorumlock || basename "$dir")
+  entry="$exe|$dir|$package-$kind-$name"
+  if [[ $alone == *" $name "* ]]; then heavy+=("$entry"); else light+=("$entry"); fi
+done <"$artifacts"
+
+started=$SECONDS
+
+# Runs one binary (an entry of the lists above) and prints one line of verdict.
+run_one() {
+  local exe=${1%%|*} rest=${1#*|}
+  local dir=${rest%%|*} label=${rest#*|}
+  local t0=$SECONDS verdict=ok
+  (cd "$dir" && "$exe") >"$logs/$label.log" 2>&1 || verdict=FAILED
+  local result
+  result=$(grep -h '^test result' "$logs/$label.log" | tail -1 | sed 's/^test result: [A-Za-z]*\. //')
+  echo "$verdict $label: ${result:-no result} [$((SECONDS - t0)) s]"
+  [[ $verdict == ok ]]
+}
+
+echo "running ${#light[@]} test binaries, $jobs at a time, then ${#heavy[@]} alone"
+for entry in "${light[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs)); do
+    wait -n || true
+  done
+  run_one "$entry" &
+done
+wait || true
+for entry in "${heavy[@]}"; do
+  run_one "$entry" || true
+done
+
+failed=$(grep -L '^test result: ok\.' "$logs"/*.log || true)
+passed=$(cat "$logs"/*.log | sed -nE 's/^test result: [A-Za-z]*\. ([0-9]+) passed.*/\1/p' |
+  awk '{n += $1} END {print n + 0}')
+echo "test binaries: $((${#light[@]} + ${#heavy[@]})), tests passed: $passed [$((SECONDS - started)) s]"
+if [[ -n $failed ]]; then
+  for log in $failed; do
+    echo "FAILED $(basename "$log" .log); its output:"
+    sed 's/^/    /' "$log"
+  done
+  exit 1
+fi
