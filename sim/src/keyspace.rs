@@ -230,6 +230,12 @@ impl Keyspace {
         self.entries.clear();
     }
 
+    /// The entry of `key` if it is live at `now`, leaving the keyspace as it is (an observer's
+    /// read, not a command's).
+    pub(crate) fn peek(&self, key: &[u8], now: i64) -> Option<&Entry> {
+        self.entries.get(key).filter(|e| !e.expired(now))
+    }
+
     /// The keys live at `now`, in byte order, with their entries.
     pub(crate) fn live(&self, now: i64) -> impl Iterator<Item = (&[u8], &Entry)> + '_ {
         self.entries

@@ -595,6 +595,12 @@ impl Master {
         self.data.keyspace.insert(key, entry);
     }
 
+    /// `key`'s value and expiry if it is live on the master's clock now: an observer's read,
+    /// which changes nothing (no expiry is carried out, no command counted).
+    pub fn peek(&self, key: &[u8]) -> Option<Entry> {
+        self.data.keyspace.peek(key, self.clock.now_ms()).cloned()
+    }
+
     /// Every key live on the master's clock now, in byte order, with its value and expiry.
     pub fn keyspace(&self) -> BTreeMap<Vec<u8>, Entry> {
         let now = self.clock.now_ms();

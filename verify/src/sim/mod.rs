@@ -8,12 +8,14 @@
 //! * [`net`]: the clients' connections, with faults of their own (latency by direction, held
 //!   requests that land after a newer connection's).
 //! * [`workload`]: the clients: quorumlock's mutex and owner ids, and another Redlock client.
-//! * [`run`](mod@run): one run; the checker and the digest.
+//! * [`run`](mod@run): one run; the overlap checker and the digest.
+//! * [`quorum`]: the second checker, on the masters' keys: a valid lock's value on a quorum.
 //! * [`shrink`]: a failing plan made smaller (faults taken away one at a time, then clients, then
 //!   time) while it still fails.
 
 pub mod net;
 pub mod plan;
+pub mod quorum;
 pub mod run;
 pub mod shrink;
 pub mod workload;

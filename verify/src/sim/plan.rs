@@ -146,6 +146,12 @@ impl Plan {
     /// The plan of `seed`: `duration` of work.
     pub fn from_seed(seed: u64, duration: Duration) -> Plan {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        // One plan in four is an owner's race: the owner's workers contend for one resource
+        // with slow routes and long node timeouts, so that an attempt's requests land after
+        // it lost and after the owner's next grant (what the takeovers must survive).
+        if rng.random_bool(0.25) {
+            return Plan::owner_race(seed, duration, &mut rng);
+        }
         let masters = if rng.random_bool(0.6) { 5 } else { 3 };
         let resources: Vec<String> = (0..rng.random_range(1..=3))
             .map(|i| format!("r{i}"))
@@ -165,8 +171,14 @@ impl Plan {
         if !workers.iter().any(|w| w.kind == WorkerKind::Foreign) && rng.random_bool(0.5) {
             workers.push(draw_worker(&mut rng, WorkerKind::Foreign, resources.len()));
         }
-        let max_ttl = workers.iter().map(|w| w.ttl).max().unwrap_or_default();
-        let faults = draw_faults(&mut rng, duration, masters, workers.len(), max_ttl);
+        let max_latency = Duration::from_micros(rng.random_range(200..=3_000));
+        let faults = draw_faults(
+            &mut rng,
+            duration,
+            masters,
+            workers.len(),
+            max_ttl(&workers),
+        );
         Plan {
             seed,
             masters,
@@ -174,9 +186,70 @@ impl Plan {
             resources,
             workers,
             faults,
+            max_latency,
+        }
+    }
+
+    /// An owner's race (see [`Plan::from_seed`]): three masters, one resource, two to four
+    /// workers of one owner id beside one or two plain ones, node timeouts long enough to wait
+    /// out slow routes, and more of the faults that make requests late.
+    fn owner_race(seed: u64, duration: Duration, rng: &mut ChaCha8Rng) -> Plan {
+        let mut workers = Vec::new();
+        for _ in 0..rng.random_range(2..=4) {
+            let mut w = draw_worker(rng, WorkerKind::Owner("owner-0".to_owned()), 1);
+            w.node_timeout = Duration::from_millis(rng.random_range(20..=100));
+            workers.push(w);
+        }
+        for _ in 0..rng.random_range(1..=2) {
+            workers.push(draw_worker(rng, WorkerKind::Mutex, 1));
+        }
+        let mut faults = draw_faults(rng, duration, 3, workers.len(), max_ttl(&workers));
+        // Slow routes, each from one worker to one master, sometimes longer than a request may
+        // wait, and held connections.
+        for _ in 0..rng.random_range(10..=40) {
+            let at = Duration::from_millis(rng.random_range(0..duration.as_millis().max(1) as u64));
+            let worker = rng.random_range(0..workers.len());
+            let master = rng.random_range(0..3);
+            let fault = if rng.random_bool(0.7) {
+                Fault::Latency {
+                    worker,
+                    master,
+                    up: Duration::from_micros(rng.random_range(0..=120_000)),
+                    down: Duration::from_micros(rng.random_range(0..=40_000)),
+                }
+            } else {
+                Fault::HoldConnections {
+                    worker,
+                    master,
+                    for_: Duration::from_millis(rng.random_range(1..=300)),
+                }
+            };
+            faults.push((at, fault));
+        }
+        faults.sort_by_key(|(at, _)| *at);
+        Plan {
+            seed,
+            masters: 3,
+            duration,
+            resources: vec!["r0".to_owned()],
+            workers,
+            faults,
             max_latency: Duration::from_micros(rng.random_range(200..=3_000)),
         }
     }
+}
+
+/// The longest TTL any worker gives a key, its extensions' included: a master that loses its
+/// data stays down longer than that.
+fn max_ttl(workers: &[WorkerPlan]) -> Duration {
+    workers
+        .iter()
+        .map(|w| match w.hold {
+            Hold::ExtendThenToTheDeadline(ttl) => w.ttl.max(ttl),
+            _ => w.ttl,
+        })
+        .max()
+        .unwrap_or_default()
 }
 
 fn draw_worker(rng: &mut ChaCha8Rng, kind: WorkerKind, resources: usize) -> WorkerPlan {
@@ -284,7 +357,7 @@ mod tests {
     fn a_master_that_loses_writes_stays_down_longer_than_any_ttl() {
         for seed in 0..200 {
             let plan = Plan::from_seed(seed, Duration::from_secs(10));
-            let max_ttl = plan.workers.iter().map(|w| w.ttl).max().unwrap();
+            let max_ttl = max_ttl(&plan.workers);
             for (_, fault) in &plan.faults {
                 if let Fault::Crash {
                     keep_data: false,

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use quorumlock_sim::{lock, shared, Clock, Master, SharedMaster, Snapshot};
-use quorumlock_testkit::{check_overlaps, Op, Outcome, Violation};
+use quorumlock_testkit::{check_overlaps, Op, OpKind, Outcome, Violation};
 
 use super::net::{self, SharedLinks};
 use super::plan::{Fault, Plan};
+use super::quorum::{self, KeyLog, QuorumLoss};
 use super::workload::{self, Ops};
 
 /// The simulation's epoch: a fixed wall-clock time, so that a run reads the same times.
@@ -26,6 +27,8 @@ pub struct RunReport {
     pub ops: Vec<Op>,
     /// The exclusion violations found (overlapping validities of two holders).
     pub violations: Vec<Violation>,
+    /// The locks whose value was on fewer than a quorum of masters while they were valid.
+    pub quorum_losses: Vec<QuorumLoss>,
     /// A digest of the history: two runs of one seed must print the same.
     pub digest: u64,
     /// Successful acquisitions.
@@ -41,28 +44,32 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// The first violation, its times in ms from the run's start.
+    /// The first violation (an overlap, else a lock short of its quorum), its times in ms
+    /// from the run's start.
     pub fn first_violation(&self) -> Option<String> {
         self.violations
             .first()
             .map(|v| v.display_from(self.origin).to_string())
+            .or_else(|| self.quorum_losses.first().map(ToString::to_string))
     }
 
     /// Whether the run found nothing wrong.
     pub fn is_clean(&self) -> bool {
-        self.violations.is_empty() && self.error.is_none()
+        self.violations.is_empty() && self.quorum_losses.is_empty() && self.error.is_none()
     }
 
     /// The history around the first violation: every operation on its resource within a
     /// second of it, times in ms from the run's start.
     pub fn around_first_violation(&self) -> String {
         let mut out = String::new();
-        let Some(Violation::Overlap { resource, from, .. }) = self.violations.first() else {
-            return out;
+        let (resource, from) = match (self.violations.first(), self.quorum_losses.first()) {
+            (Some(Violation::Overlap { resource, from, .. }), _) => (resource, *from),
+            (_, Some(loss)) => (&loss.resource, self.origin + loss.at),
+            _ => return out,
         };
         let window = Duration::from_secs(1);
         for op in &self.ops {
-            if &op.resource != resource || op.end + window < *from || op.start > *from + window {
+            if op.resource != *resource || op.end + window < from || op.start > from + window {
                 continue;
             }
             let ms = |t: std::time::Instant| {
@@ -156,44 +163,40 @@ pub fn run(plan: &Plan) -> RunReport {
     workload::LINKS.with(|l| *l.borrow_mut() = None);
 
     let ops = std::mem::take(&mut *ops.borrow_mut());
-    let violations = violations_of(&plan, &ops);
+    let ended = with_owner_releases(&plan, &ops);
+    let violations = violations_of(&plan, &ended);
+    let origin = origin.get().unwrap_or_else(std::time::Instant::now);
+    let quorum_losses = quorum::quorum_losses(&plan, &ended, &faults.log, origin);
     RunReport {
         seed: plan.seed,
         acquisitions: ops
             .iter()
-            .filter(|op| op.kind == quorumlock_testkit::OpKind::Acquire && op.succeeded())
+            .filter(|op| op.kind == OpKind::Acquire && op.succeeded())
             .count(),
-        digest: digest(&ops, origin.get()),
+        digest: digest(&ops, origin),
         ops,
         violations,
+        quorum_losses,
         faults: faults.struck,
         simulated,
         error,
-        origin: origin.get().unwrap_or_else(std::time::Instant::now),
+        origin,
     }
 }
 
-/// The checker: overlapping validities of two holders of one resource. The workers of one
-/// owner id are one holder (one client in the history): they take the lock over from each
-/// other by design, so their overlaps are not counted; and a release by one of them ends, too,
-/// the owner's earlier locks of that resource, whose keys the releasing lock took over.
-fn violations_of(plan: &Plan, ops: &[Op]) -> Vec<Violation> {
-    let owners: Vec<usize> = (0..plan.workers.len())
-        .map(|i| workload::client_of(plan, i))
-        .filter(|c| *c >= 1000)
-        .collect();
+/// The history with the releases an owner's locks saw: the workers of one owner id are one
+/// holder (one client in the history), and a release by one of them ends, too, the owner's
+/// earlier locks of that resource, whose keys the releasing lock took over.
+fn with_owner_releases(plan: &Plan, ops: &[Op]) -> Vec<Op> {
+    let owners = owners(plan);
     let mut all: Vec<Op> = ops.to_vec();
     for release in ops
         .iter()
-        .filter(|op| op.kind == quorumlock_testkit::OpKind::Release && owners.contains(&op.client))
+        .filter(|op| op.kind == OpKind::Release && owners.contains(&op.client))
     {
         let acquired = |token: &str| {
             ops.iter()
-                .filter(|op| {
-                    op.kind == quorumlock_testkit::OpKind::Acquire
-                        && op.succeeded()
-                        && op.token == token
-                })
+                .filter(|op| op.kind == OpKind::Acquire && op.succeeded() && op.token == token)
                 .map(|op| op.end)
                 .min()
         };
@@ -206,7 +209,7 @@ fn violations_of(plan: &Plan, ops: &[Op]) -> Vec<Violation> {
                 op.client == release.client
                     && op.resource == release.resource
                     && op.token != release.token
-                    && op.kind == quorumlock_testkit::OpKind::Acquire
+                    && op.kind == OpKind::Acquire
                     && op.succeeded()
                     && op.end < mine
             })
@@ -220,7 +223,23 @@ fn violations_of(plan: &Plan, ops: &[Op]) -> Vec<Violation> {
         }
     }
     all.sort_by_key(|op| op.end);
-    check_overlaps(&all)
+    all
+}
+
+/// The history clients of the owners' workers.
+fn owners(plan: &Plan) -> Vec<usize> {
+    (0..plan.workers.len())
+        .map(|i| workload::client_of(plan, i))
+        .filter(|c| *c >= 1000)
+        .collect()
+}
+
+/// The checker: overlapping validities of two holders of one resource in `ended` (see
+/// [`with_owner_releases`]). An owner's workers take the lock over from each other by design:
+/// their overlaps are not counted.
+fn violations_of(plan: &Plan, ended: &[Op]) -> Vec<Violation> {
+    let owners = owners(plan);
+    check_overlaps(ended)
         .into_iter()
         .filter(|v| match v {
             Violation::Overlap { first, second, .. } => {
@@ -233,8 +252,7 @@ fn violations_of(plan: &Plan, ops: &[Op]) -> Vec<Violation> {
 
 /// FNV-1a over the history: each operation's client, kind, resource, token, times (ns from
 /// the run's start) and outcome.
-fn digest(ops: &[Op], origin: Option<std::time::Instant>) -> u64 {
-    let Some(origin) = origin else { return 0 };
+fn digest(ops: &[Op], origin: std::time::Instant) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
         for b in bytes {
@@ -375,6 +393,8 @@ struct Faults {
     /// Each master's state a while ago, for a lossy failover.
     snapshots: Vec<Vec<(Duration, Snapshot)>>,
     struck: usize,
+    /// The resources' keys on every master, read after every step (see [`quorum`]).
+    log: KeyLog,
 }
 
 enum Undo {
@@ -392,6 +412,7 @@ impl Faults {
             links,
             undo: Vec::new(),
             struck: 0,
+            log: KeyLog::new(plan),
         }
     }
 
@@ -427,6 +448,7 @@ impl Faults {
             self.struck += 1;
             self.apply(sim, now, fault);
         }
+        self.log.observe(now, &self.masters);
     }
 
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, fault: Fault) {
@@ -441,6 +463,9 @@ impl Faults {
                 }
                 sim.crash(net::master_host(master));
                 lock(&self.masters[master]).crash(keep_data);
+                if !keep_data {
+                    self.log.data_lost(now, master);
+                }
                 self.undo.push((now + down, Undo::Restart(master)));
             }
             Fault::LossyFailover { master, lost, down } => {
@@ -459,6 +484,7 @@ impl Faults {
                     None => m.crash(false),
                 }
                 drop(m);
+                self.log.data_lost(now, master);
                 self.undo.push((now + down, Undo::Restart(master)));
             }
             Fault::Partition { master, heal_after } => {
