@@ -2,7 +2,8 @@
 # `make mutants`: every patch in verify/mutants/ puts one known defect back into a scratch copy of
 # this tree; the simulation then runs fresh seeds until its first violation, for at most
 # MUTANT_SECS (default 120) seconds of wall clock. Prints, per patch, the time to find it and the
-# seed that did; a patch not found in time is reported missed, and the run fails.
+# seed that did; a patch not found in time is reported missed, and the run fails. MUTANTS=<glob>
+# runs only the patches whose names match (e.g. MUTANTS='owner-*').
 set -u
 top=$(git rev-parse --show-toplevel)
 limit=${MUTANT_SECS:-120}
@@ -15,7 +16,7 @@ trap 'rm -rf "$scratch"' EXIT
 tar -C "$top" --exclude=./target --exclude=./.git -cf - . | tar -C "$scratch" -xf -
 missed=0
 results=()
-for patch in "$top"/verify/mutants/*.patch; do
+for patch in "$top"/verify/mutants/${MUTANTS:-*}.patch; do
   name=$(basename "$patch" .patch)
   if ! patch -s -p1 -d "$scratch" < "$patch"; then
     results+=("$(printf '%-46s %s' "$name" 'does not apply')")
@@ -26,7 +27,7 @@ for patch in "$top"/verify/mutants/*.patch; do
   if CARGO_TARGET_DIR="$target" cargo build -q --release -p quorumlock-verify --bin sim \
       --manifest-path "$scratch/Cargo.toml"; then
     out=$("$target/release/sim" --until-violation --limit-secs "$limit" --seconds "$seconds" --quiet)
-    echo "$out" | grep -E '^(overlapping|seed|FOUND|MISSED)' | head -4
+    echo "$out" | grep -E '^(overlapping|client|seed|FOUND|MISSED)' | head -4
     found=$(echo "$out" | sed -n 's/^FOUND seed=\([^ ]*\) after=\([^ ]*\) runs=\([0-9]*\).*/seed \1 after \2 (\3 runs)/p')
     if [ -n "$found" ]; then
       results+=("$(printf '%-46s found: %s' "$name" "$found")")

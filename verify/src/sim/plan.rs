@@ -69,8 +69,14 @@ pub enum Hold {
     Share(f64),
     /// Works until the deadline the lock reports, to its last millisecond, then releases.
     ToTheDeadline,
-    /// Extends (or renews) once with this TTL halfway, then works until the new deadline.
-    ExtendThenToTheDeadline(Duration),
+    /// Extends (or renews) with `ttl` halfway to its deadline, `times` times in a row (a
+    /// holder that keeps its lock alive), then works until the last deadline.
+    Extend {
+        /// The TTL of each extension.
+        ttl: Duration,
+        /// How many extensions.
+        times: u32,
+    },
     /// Works for this share of its validity, then walks away without releasing.
     Abandon(f64),
 }
@@ -245,7 +251,7 @@ fn max_ttl(workers: &[WorkerPlan]) -> Duration {
     workers
         .iter()
         .map(|w| match w.hold {
-            Hold::ExtendThenToTheDeadline(ttl) => w.ttl.max(ttl),
+            Hold::Extend { ttl, .. } => w.ttl.max(ttl),
             _ => w.ttl,
         })
         .max()
@@ -260,9 +266,10 @@ fn draw_worker(rng: &mut ChaCha8Rng, kind: WorkerKind, resources: usize) -> Work
     let hold = match rng.random_range(0..20) {
         0..=10 => Hold::Share(rng.random_range(0.0..0.2)),
         11..=13 => Hold::ToTheDeadline,
-        14..=17 => {
-            Hold::ExtendThenToTheDeadline(Duration::from_millis(rng.random_range(120..=900)))
-        }
+        14..=17 => Hold::Extend {
+            ttl: Duration::from_millis(rng.random_range(120..=900)),
+            times: rng.random_range(1..=4),
+        },
         _ => Hold::Abandon(rng.random_range(0.0..0.5)),
     };
     WorkerPlan {

@@ -186,7 +186,11 @@ pub fn run(plan: &Plan) -> RunReport {
 
 /// The history with the releases an owner's locks saw: the workers of one owner id are one
 /// holder (one client in the history), and a release by one of them ends, too, the owner's
-/// earlier locks of that resource, whose keys the releasing lock took over.
+/// other locks of that resource whose attempts started before the releasing lock was granted.
+/// The later acquire takes the lock over from every attempt of the owner already under way
+/// (`Redlock::acquire_as`: two live processes with one owner id take the lock from each other),
+/// even from one that returns after it: such an attempt's hold is lost, as its extend would
+/// find, and the release frees the keys it counted.
 fn with_owner_releases(plan: &Plan, ops: &[Op]) -> Vec<Op> {
     let owners = owners(plan);
     let mut all: Vec<Op> = ops.to_vec();
@@ -211,7 +215,7 @@ fn with_owner_releases(plan: &Plan, ops: &[Op]) -> Vec<Op> {
                     && op.token != release.token
                     && op.kind == OpKind::Acquire
                     && op.succeeded()
-                    && op.end < mine
+                    && op.start < mine
             })
             .map(|op| op.token.as_str())
             .collect();

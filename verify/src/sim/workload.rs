@@ -140,27 +140,32 @@ async fn use_lock(mut lock: Lock, w: &WorkerPlan, client: usize, ops: &Ops) {
     match w.hold {
         Hold::Share(share) => tokio::time::sleep(validity.mul_f64(share)).await,
         Hold::ToTheDeadline => sleep_until(lock.deadline()).await,
-        Hold::ExtendThenToTheDeadline(ttl) => {
-            tokio::time::sleep(validity / 2).await;
-            let start = now();
-            let extended = lock.extend(ttl).await;
-            ops.borrow_mut().push(Op {
-                client,
-                resource: lock.resource().to_owned(),
-                token: lock.token().expose().to_owned(),
-                kind: OpKind::Extend,
-                start,
-                end: now(),
-                outcome: match &extended {
-                    Ok(()) => Outcome::Ok {
-                        valid_until: Some(lock.deadline()),
+        Hold::Extend { ttl, times } => {
+            for _ in 0..times {
+                tokio::time::sleep(lock.deadline().saturating_duration_since(now()) / 2).await;
+                let start = now();
+                let extended = lock.extend(ttl).await;
+                ops.borrow_mut().push(Op {
+                    client,
+                    resource: lock.resource().to_owned(),
+                    token: lock.token().expose().to_owned(),
+                    kind: OpKind::Extend,
+                    start,
+                    end: now(),
+                    outcome: match &extended {
+                        Ok(()) => Outcome::Ok {
+                            valid_until: Some(lock.deadline()),
+                        },
+                        Err(e) => Outcome::Failed {
+                            reason: e.to_string(),
+                        },
                     },
-                    Err(e) => Outcome::Failed {
-                        reason: e.to_string(),
-                    },
-                },
-                fence: lock.fencing_token(),
-            });
+                    fence: lock.fencing_token(),
+                });
+                if extended.is_err() {
+                    break;
+                }
+            }
             sleep_until(lock.deadline()).await;
         }
         Hold::Abandon(share) => {
@@ -258,7 +263,11 @@ async fn foreign(
                 fence: None,
             });
             let mut deadline = validity_end;
-            if let Hold::ExtendThenToTheDeadline(ttl) = w.hold {
+            let (ttl, times) = match w.hold {
+                Hold::Extend { ttl, times } => (ttl, times),
+                _ => (Duration::ZERO, 0),
+            };
+            for _ in 0..times {
                 tokio::time::sleep(deadline.saturating_duration_since(now()) / 2).await;
                 let renew_start = now();
                 let renewed = renew(&mut conns, w, index, resource, &value, ttl).await >= quorum;
@@ -285,6 +294,9 @@ async fn foreign(
                     },
                     fence: None,
                 });
+                if !(renewed && in_time) {
+                    break;
+                }
             }
             match w.hold {
                 Hold::Share(share) | Hold::Abandon(share) => {
