@@ -72,6 +72,9 @@ async fn a_waiter_granted_by_a_master_that_lost_the_key_does_not_hand_the_lock_t
 async fn a_head_that_cannot_take_a_key_passes_it_to_the_waiter_behind() {
     let nodes = five();
     let holds = client(&nodes);
+    // Connected first: a first connection slower than the node timeout (a loaded machine)
+    // would leave that master without the grants the line below is built on.
+    assert_eq!(holds.connect().await.unwrap().reachable, 5);
     let a = holds.acquire("a", TTL).await.unwrap();
     let b = holds.acquire("b", TTL).await.unwrap();
     granted_everywhere(&nodes, &lock_key("a"), a.token().expose()).await;

@@ -86,6 +86,17 @@ impl Shape {
                 long_hold_one_in: 10,
                 longest_freeze: Duration::from_millis(800),
             },
+            // The negative control holds long enough that a lock granted while the replication
+            // was cut is still held once both voters failed over (killed, promoted, the virtual
+            // IP moved), which takes a few hundred milliseconds on a busy machine: with holds of
+            // 80–200 ms a run beside other work once struck 31 rounds and made no second holder.
+            Scenario::FailoverNotDurable => Shape {
+                clusters: false,
+                ttl: Duration::from_secs(2),
+                long_hold: Duration::from_millis(300)..=Duration::from_millis(800),
+                long_hold_one_in: 5,
+                longest_freeze: Duration::from_millis(400),
+            },
             _ => Shape {
                 clusters: false,
                 ttl: Duration::from_secs(1),
