@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Builds the test binaries `cargo test` would, then runs them: most binaries wait on sleeps and
-# real servers rather than the CPU, so JOBS of them (default 3) run side by side; the binaries
-# that load both cores by design (the chaos scenarios, the explorer) run after them, one at a
-# time, alone, as their throughput floors assume.
+# Builds the test binaries `cargo test` would, then runs them: JOBS of them at a time (default
+# 1), then the binaries that load both cores by design (the chaos scenarios, the explorer) one
+# at a time, alone, as their throughput floors assume.
+#
+# Most binaries wait on sleeps and real servers rather than the CPU, and JOBS=3 runs them in
+# about half the time; but several tests still assume an idle machine (a first connection or a
+# rollback within a 100 ms node timeout: core, waiters, rwlock, line_fairness, security, the
+# CLI's TLS Sentinel look), and fail beside other binaries. Until each is fixed at its cause,
+# `make test` runs one binary at a time.
 #
 # Each binary runs in its package's folder, as `cargo test` runs it; its output goes to
 # target/test-logs/<package>-<target>.log and is printed when it fails. Exits non-zero when any
@@ -12,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-jobs=${JOBS:-3}
+jobs=${JOBS:-1}
 # The binaries (by target name) that take both cores: never beside another binary.
 alone=" chaos chaos_tls explore election_chaos reentrant_chaos rwlock_chaos semaphore_chaos "
 
