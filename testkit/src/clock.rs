@@ -393,7 +393,7 @@ pub(crate) fn clash(output: &str, port: u16) -> Option<io::Error> {
              (libfaketime issue #130). Run the clock on a server with the libc \
              allocator (RedisServerBuilder::binary), such as the valkey-server that \
              scripts/ensure-valkey-server.sh fetches; its output:\n{}",
-            crate::server::tail(output, 10)
+            crate::log_tail::tail(output, 10)
         ),
     ))
 }

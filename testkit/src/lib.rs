@@ -108,6 +108,7 @@
 pub mod clock;
 pub mod cluster;
 pub mod history;
+mod log_tail;
 pub mod masters;
 pub mod proxy;
 pub mod sentinel;

@@ -27,7 +27,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::cluster::{query, wait_until, Promotion};
-use crate::server::{tail, RedisServer, RedisServerBuilder, LOG_TAIL_LINES};
+use crate::log_tail::tail;
+use crate::server::{RedisServer, RedisServerBuilder, LOG_TAIL_LINES};
 
 /// The master name the Sentinels monitor the primary under, unless
 /// [`SentinelGroupBuilder::master_name`] says otherwise.

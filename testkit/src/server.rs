@@ -25,6 +25,7 @@ use nix::unistd::Pid;
 use tempfile::TempDir;
 
 use crate::clock::{self, Clock, ClockFile};
+use crate::log_tail::tail;
 use crate::mutex;
 
 /// Environment variable naming the `redis-server` binary to run instead of the one on `PATH`.
@@ -75,7 +76,7 @@ const SECRET_FLAGS: &[&str] = &["--requirepass", "--masterauth"];
 
 /// TLS settings of a server ([`RedisServerBuilder::tls`]): its certificate and key, the CA it
 /// trusts for client certificates, whether it requires them, and whether it keeps its plain
-/// port. [`TestCa::server_tls`](crate::tls::TestCa::server_tls) makes one from a throw-away CA.
+/// port. `TestCa::server_tls` (in the `tls` module) makes one from a throw-away CA.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerTls {
     cert_file: PathBuf,
@@ -1250,12 +1251,6 @@ fn read_from(dir: &Path, name: &str, start: u64) -> String {
 
 fn port_in_use(log: &str) -> bool {
     log.contains("Address already in use") || log.contains("Failed listening on port")
-}
-
-/// The last `n` lines of `text`.
-pub(crate) fn tail(text: &str, n: usize) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// `args` with the values of password flags and ACL passwords hidden.

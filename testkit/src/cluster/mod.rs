@@ -38,7 +38,8 @@ use std::ops::{Index, IndexMut};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::server::{tail, RedisServer, LOG_TAIL_LINES};
+use crate::log_tail::tail;
+use crate::server::{RedisServer, LOG_TAIL_LINES};
 
 pub use builder::{
     RedisClusterBuilder, DEFAULT_NODE_TIMEOUT, DEFAULT_PRIMARIES, DEFAULT_REPLICAS_PER_PRIMARY,
