@@ -42,6 +42,7 @@
 
 mod bounds;
 mod config;
+mod draw;
 mod driver;
 mod foreign;
 mod liveness;
