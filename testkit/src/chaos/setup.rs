@@ -22,7 +22,7 @@ pub(super) fn keys_pattern() -> String {
 }
 
 /// What a scenario runs: the masters, the clients and how they behave. What the clients do is
-/// their [`Workload`](super::workload::Workload), given to the engine beside the setup.
+/// their `Workload` (in `workload`), given to the engine beside the setup.
 ///
 /// Every client behaves as the setup's own fields say, unless the setup gives it a [`Tuning`]
 /// of its own ([`tunings`](Setup::tunings), by client): see [`Setup::tuning`].
@@ -33,7 +33,7 @@ pub(super) struct Setup {
     /// The server binary the masters run (`None`: the testkit's default, `redis-server`).
     pub(super) server: Option<PathBuf>,
     /// Whether the masters run under a clock of their own (libfaketime, real to begin with), so
-    /// that a fault driver can change it (see [`Ctl::set_clock`](super::ctl::Ctl::set_clock)).
+    /// that a fault driver can change it (see `Ctl::set_clock` in `ctl`).
     pub(super) clocks: bool,
     pub(super) proxied: bool,
     /// Each client also has proxies of its own, one straight to each master, so that one client
