@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
 # Builds the test binaries `cargo test` would, then runs them: JOBS of them at a time (default
-# 1), then the binaries that load both cores by design (the chaos scenarios, the explorer) one
-# at a time, alone, as their throughput floors assume.
-#
-# Most binaries wait on sleeps and real servers rather than the CPU, and JOBS=3 runs them in
-# about half the time; but several tests still assume an idle machine (a first connection or a
-# rollback within a 100 ms node timeout: core, waiters, rwlock, line_fairness, security, the
-# CLI's TLS Sentinel look), and fail beside other binaries. Until each is fixed at its cause,
-# `make test` runs one binary at a time.
+# 1), then the binary that loads both cores by design (`chaos`: the chaos scenarios, the
+# explorer) alone, as its throughput floors assume.
 #
 # Each binary runs in its package's folder, as `cargo test` runs it; its output goes to
 # target/test-logs/<package>-<target>.log and is printed when it fails. Exits non-zero when any
-# binary failed, after all ran. Arguments are passed to cargo (which targets to build).
+# binary failed, after all ran. Arguments are passed to cargo (which targets to build); those
+# after `--`, to every test binary (test name filters, say).
 #
-#   scripts/run-tests.sh --workspace --exclude quorumlock-verify --all-features --lib --tests
+#   scripts/run-tests.sh --workspace --all-features --lib --tests
+#   scripts/run-tests.sh --all-features --test line --test mutex -- order:: quorum::
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 jobs=${JOBS:-1}
 # The binaries (by target name) that take both cores: never beside another binary.
-alone=" chaos chaos_tls explore election_chaos reentrant_chaos rwlock_chaos semaphore_chaos "
+alone=" chaos "
+
+# What goes to cargo, and what (after `--`) to each test binary.
+cargo_args=()
+while (($#)) && [[ $1 != -- ]]; do
+  cargo_args+=("$1")
+  shift
+done
+(($#)) && shift
+test_args=("$@")
 
 logs=$root/target/test-logs
 rm -rf "$logs"
@@ -28,7 +33,7 @@ mkdir -p "$logs"
 # One line per test binary (built with the test profile): its path, its package's manifest,
 # its kind (lib, bin, test, example) and its name.
 artifacts=$logs/artifacts
-cargo test --no-run --message-format=json "$@" >"$logs/build.json"
+cargo test --no-run --message-format=json "${cargo_args[@]}" >"$logs/build.json"
 grep '"reason":"compiler-artifact"' "$logs/build.json" |
   grep -E '"profile":\{[^}]*"test":true' |
   grep -v '"executable":null' |
@@ -51,7 +56,7 @@ run_one() {
   local exe=${1%%|*} rest=${1#*|}
   local dir=${rest%%|*} label=${rest#*|}
   local t0=$SECONDS verdict=ok
-  (cd "$dir" && "$exe") >"$logs/$label.log" 2>&1 || verdict=FAILED
+  (cd "$dir" && "$exe" "${test_args[@]}") >"$logs/$label.log" 2>&1 || verdict=FAILED
   local result
   result=$(grep -h '^test result' "$logs/$label.log" | tail -1 | sed 's/^test result: [A-Za-z]*\. //')
   echo "$verdict $label: ${result:-no result} [$((SECONDS - t0)) s]"

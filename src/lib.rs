@@ -162,7 +162,7 @@
 //! # Layers
 //!
 //! Inside, each module imports only from its own layer or the layers below it, so the bottom
-//! of any change is easy to find (`tests/layering.rs` reads this table and checks every `use`):
+//! of any change is easy to find (`tests/house/layering.rs` reads this table and checks every `use`):
 //!
 //! | layer | modules | what they hold |
 //! |---|---|---|

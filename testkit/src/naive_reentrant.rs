@@ -11,7 +11,7 @@
 //! early.
 //!
 //! It is here so that the leak checker ([`check_left_behind`](crate::history::check_left_behind))
-//! can be shown to catch that drift against real masters (`tests/reentrant_chaos.rs`), beside
+//! can be shown to catch that drift against real masters (`tests/chaos/reentrant_control.rs`), beside
 //! the library's [`ReentrantLock`](quorumlock::ReentrantLock), which counts holds in the client
 //! and keeps one key with one token on the masters, released once.
 

@@ -10,7 +10,7 @@
 //!
 //! It is here so that the history checker
 //! ([`check_rw_exclusion`](crate::history::check_rw_exclusion)) can be shown to catch that
-//! counterexample against real masters (`tests/rwlock_chaos.rs`), beside the library's
+//! counterexample against real masters (`tests/chaos/rwlock_control.rs`), beside the library's
 //! [`RwLock`](quorumlock::RwLock), whose writer looks for live readers on every master it takes
 //! and which refuses the writer under the same reachability.
 //!

@@ -10,7 +10,7 @@
 //!
 //! It is here so that the history checker
 //! ([`check_max_holders`](crate::history::check_max_holders)) can be shown to catch that
-//! counterexample against real masters (`tests/semaphore_chaos.rs`), beside the library's
+//! counterexample against real masters (`tests/chaos/semaphore_control.rs`), beside the library's
 //! [`Semaphore`](quorumlock::Semaphore), whose K slots are each an ordinary quorum lock and which
 //! refuses the third holder under the same reachability.
 //!
