@@ -56,7 +56,11 @@ async fn fences_strictly_increase_across_successive_holders() {
     let report = history.check();
     assert!(report.is_clean(), "{report}");
     // Without fencing there is no token.
-    let plain = connected(&nodes).await.acquire("ledger", TTL).await.unwrap();
+    let plain = connected(&nodes)
+        .await
+        .acquire("ledger", TTL)
+        .await
+        .unwrap();
     assert_eq!(plain.fencing_token(), None);
 }
 

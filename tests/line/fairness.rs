@@ -117,7 +117,8 @@ async fn a_head_that_cannot_take_a_key_passes_it_to_the_waiter_behind() {
 async fn a_plain_attempt_does_not_take_a_key_that_expired_while_others_wait() {
     let nodes = five();
     // A holder that crashed: its key lapses after 1 s, with nobody to release it.
-    let crashed = connected(&nodes).await
+    let crashed = connected(&nodes)
+        .await
         .acquire("job", Duration::from_secs(1))
         .await
         .unwrap();
@@ -177,11 +178,13 @@ async fn a_refusal_by_the_line_says_so() {
         async move { rl.acquire("job", TTL).await }
     });
     in_line_everywhere(&nodes, "job", 1).await;
+    // Connected first: the try below must follow the deletes at once, before the waiter polls.
+    let other = connected(&nodes).await;
     // The key is gone from every master (its holder overran), but somebody waits.
     for server in nodes.iter() {
         del(server, &lock_key("job"));
     }
-    let e = connected(&nodes).await.try_acquire("job", TTL).await.unwrap_err();
+    let e = other.try_acquire("job", TTL).await.unwrap_err();
     assert!(e.is_contention(), "{e}");
     assert!(e.to_string().contains("others wait in line"), "{e}");
     drop(holder);
@@ -191,7 +194,8 @@ async fn a_refusal_by_the_line_says_so() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_candidate_that_waited_longest_leads_next_whatever_its_acquire_timeout() {
     let nodes = five();
-    let leader = connected(&nodes).await
+    let leader = connected(&nodes)
+        .await
         .elect("scheduler", TTL, "leader")
         .await
         .unwrap();
@@ -215,7 +219,12 @@ async fn the_candidate_that_waited_longest_leads_next_whatever_its_acquire_timeo
         .expect("the candidate that waited longest was not elected")
         .unwrap()
         .unwrap();
-    let read = connected(&nodes).await.leader("scheduler").await.unwrap().unwrap();
+    let read = connected(&nodes)
+        .await
+        .leader("scheduler")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(read.value, "early");
     assert!(!second.is_finished(), "both candidates were elected");
     term.release().await.unwrap();

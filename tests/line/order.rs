@@ -151,7 +151,11 @@ async fn an_uncontended_release_publishes_nothing() {
 async fn try_acquire_never_joins_the_line() {
     let nodes = five();
     let _holder = connected(&nodes).await.acquire("busy", TTL).await.unwrap();
-    let err = connected(&nodes).await.try_acquire("busy", TTL).await.unwrap_err();
+    let err = connected(&nodes)
+        .await
+        .try_acquire("busy", TTL)
+        .await
+        .unwrap_err();
     assert!(err.is_contention(), "{err}");
     for node in nodes.iter() {
         assert_eq!(line_len(node, "busy"), 0);

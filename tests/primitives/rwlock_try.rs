@@ -22,14 +22,16 @@ fn readers(nodes: &RedisNodes, resource: &str) -> Vec<usize> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_try_write_leaves_no_note_and_new_readers_get_in_at_once() {
     let nodes = five();
-    let reading = connected(&nodes).await
+    let reading = connected(&nodes)
+        .await
         .rw_lock("feed")
         .unwrap()
         .try_read(TTL)
         .await
         .unwrap();
 
-    let refused = connected(&nodes).await
+    let refused = connected(&nodes)
+        .await
         .rw_lock("feed")
         .unwrap()
         .try_write(TTL)
@@ -44,7 +46,8 @@ async fn a_refused_try_write_leaves_no_note_and_new_readers_get_in_at_once() {
     );
 
     // Right after, a new reader is let in beside the first.
-    let second = connected(&nodes).await
+    let second = connected(&nodes)
+        .await
         .rw_lock("feed")
         .unwrap()
         .try_read(TTL)
@@ -57,7 +60,8 @@ async fn a_refused_try_write_leaves_no_note_and_new_readers_get_in_at_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_with_an_acquire_timeout_of_zero_is_one_attempt_that_leaves_no_note() {
     let nodes = five();
-    let reading = connected(&nodes).await
+    let reading = connected(&nodes)
+        .await
         .rw_lock("feed")
         .unwrap()
         .try_read(TTL)
@@ -72,7 +76,8 @@ async fn a_write_with_an_acquire_timeout_of_zero_is_one_attempt_that_leaves_no_n
     let refused = once.rw_lock("feed").unwrap().write(TTL).await.unwrap_err();
     assert!(refused.is_contention(), "{refused}");
     assert_eq!(notes(&nodes, "feed"), vec![0; 5], "{}", nodes.logs());
-    let second = connected(&nodes).await
+    let second = connected(&nodes)
+        .await
         .rw_lock("feed")
         .unwrap()
         .try_read(TTL)
@@ -85,7 +90,8 @@ async fn a_write_with_an_acquire_timeout_of_zero_is_one_attempt_that_leaves_no_n
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_writer_still_notes_itself() {
     let nodes = five();
-    let reading = connected(&nodes).await
+    let reading = connected(&nodes)
+        .await
         .rw_lock("feed")
         .unwrap()
         .try_read(TTL)

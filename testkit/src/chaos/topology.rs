@@ -15,8 +15,11 @@
 //! and restarted empty after a TTL.
 //!
 //! * 24, 25, 26 keep the rule `f ≤ q − 1 − (N − k)` per voter: one voter at a time loses keys,
-//!   and the next fault waits until the last faulted voter has been back for a TTL (and a
-//!   reconnect's backoff), so every lock granted while it was away has expired. 0 violations.
+//!   only keys of locks that every other voter holds too (a failover loses every fresh grant of
+//!   its shard, and a lock some voter refused has `k = N − 1`: the primary's writes are paused
+//!   at a moment when none is fresh, or the failover is called off), and the next fault waits
+//!   until the last faulted voter has been back for a TTL (and a reconnect's backoff), so every
+//!   lock granted while it was away has expired. 0 violations.
 //! * 27, the negative control: two cluster voters lose the same held resource's key in one
 //!   window (q = 2, N = 3, k = 3: f = 2 > 1). The checker must find two holders.
 //!
@@ -63,6 +66,10 @@ const LONG_HOLD_ONE_IN: u32 = 10;
 /// How long a replica stays frozen at most, waiting for its primary to take a grant it will
 /// lose (a long hold's, at best).
 const LONGEST_FREEZE: Duration = Duration::from_millis(800);
+
+/// How long a lossy failover of 24–26 waits for a moment when every grant it would lose is on
+/// every other voter too (see [`pause_when_losses_keep_the_rule`]) before it is called off.
+const KEEP_THE_RULE_WITHIN: Duration = Duration::from_secs(5);
 
 /// After a voter is back, how long before another voter may be struck (24–26): a TTL, so that
 /// the locks granted without it have expired, and the clients' reconnect backoff (at most 1 s).
@@ -111,6 +118,16 @@ impl Voter {
         })
     }
 
+    /// The URL of every server of this voter: whichever of them serves a key answers `GET` for
+    /// it (a cluster node that does not serve its slot answers `MOVED`).
+    fn servers(&self) -> Vec<String> {
+        match self {
+            Voter::Cluster(c) => (0..c.len()).map(|i| c[i].url()).collect(),
+            Voter::Sentinel(g) => g.servers().iter().map(RedisServer::url).collect(),
+            Voter::Master(m) => vec![m.url()],
+        }
+    }
+
     /// Brings back, empty, the servers the last strike killed: each rejoins as a replica.
     fn recover(&mut self) -> io::Result<()> {
         match self {
@@ -153,14 +170,17 @@ impl Voter {
 
     /// The fault this voter takes next, for the resource `resource` (in the negative control,
     /// always a lossy failover, its freeze met by the other struck voter's at `together`):
-    /// returns its kind and how many grants it lost.
+    /// returns its kind and the grants it lost; `None` when a lossy failover was called off
+    /// because it could not keep the rule (see [`pause_when_losses_keep_the_rule`]). `peers`:
+    /// the servers of every other voter.
     fn strike(
         &mut self,
         resource: &str,
         rng: &mut StdRng,
         shared: &Shared,
         together: Option<&Rendezvous>,
-    ) -> io::Result<(&'static str, Vec<String>)> {
+        peers: &[Vec<String>],
+    ) -> io::Result<Option<(&'static str, Vec<String>)>> {
         let control = together.is_some();
         let key = quorumlock::resource_key("", resource);
         self.recover()?;
@@ -176,10 +196,13 @@ impl Voter {
                     rng.random_range(Duration::from_millis(20)..=Duration::from_millis(300)),
                 );
                 cluster.finish_migration(migration)?;
-                Ok(("a cluster slot moved while held", Vec::new()))
+                Ok(Some(("a cluster slot moved while held", Vec::new())))
             }
             Voter::Cluster(cluster) => {
-                let lost = lossy_cluster_failover(cluster, &key, shared, together)?;
+                let Some(lost) = lossy_cluster_failover(cluster, &key, shared, together, peers)?
+                else {
+                    return Ok(None);
+                };
                 if control && !lost.is_empty() {
                     // The negative control's replica lost the older write too: the struck
                     // key is free there. A promoted replica that kept the value the lost write
@@ -189,18 +212,23 @@ impl Voter {
                     let primary = cluster.primary_for_slot(key_slot(&key))?;
                     del(&cluster[primary].url(), &key);
                 }
-                Ok(("a cluster shard failed over, losing writes", lost))
+                Ok(Some(("a cluster shard failed over, losing writes", lost)))
             }
             Voter::Sentinel(group) => {
-                let lost = lossy_sentinel_failover(group, shared)?;
-                Ok(("a Sentinel master failed over, losing writes", lost))
+                let Some(lost) = lossy_sentinel_failover(group, shared, peers)? else {
+                    return Ok(None);
+                };
+                Ok(Some(("a Sentinel master failed over, losing writes", lost)))
             }
             Voter::Master(master) => {
                 let lost = get(&master.url(), &key).into_iter().collect();
                 master.kill()?;
                 std::thread::sleep(TTL);
                 master.restart()?;
-                Ok(("a standalone master restarted empty after a TTL", lost))
+                Ok(Some((
+                    "a standalone master restarted empty after a TTL",
+                    lost,
+                )))
             }
         }
     }
@@ -249,10 +277,7 @@ fn wait_for_unreplicated_grant(
 ) -> HashMap<String, String> {
     let frozen = Instant::now();
     loop {
-        let fresh: HashMap<String, String> = tokens(url, serves)
-            .into_iter()
-            .filter(|(key, token)| before.get(key) != Some(token))
-            .collect();
+        let fresh = granted_since(url, serves, before);
         let long = {
             let holds = crate::mutex::lock(&shared.clients.long_holds);
             fresh.values().any(|token| holds.contains_key(token))
@@ -263,6 +288,69 @@ fn wait_for_unreplicated_grant(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The grants the primary at `url` holds that it did not hold as `before`.
+fn granted_since(
+    url: &str,
+    serves: &dyn Fn(&str) -> bool,
+    before: &HashMap<String, String>,
+) -> HashMap<String, String> {
+    tokens(url, serves)
+        .into_iter()
+        .filter(|(key, token)| before.get(key) != Some(token))
+        .collect()
+}
+
+/// With the replica frozen, in 24–26: stops the primary at `url` taking writes (`CLIENT PAUSE
+/// … WRITE`) at a moment when every grant it took since the freeze is on every other voter too,
+/// and returns those grants, which the failover will lose. The scenarios keep the rule
+/// `f ≤ q − 1 − (N − k)`, and a lock granted by all voters but one (its request refused there,
+/// or not yet landed) has `k = N − 1`: no voter may lose its key. The failover strikes one
+/// resource, but loses every fresh grant of the shard, whoever holds it. `None`, writes taken
+/// again, when no such moment came within [`KEEP_THE_RULE_WITHIN`].
+fn pause_when_losses_keep_the_rule(
+    url: &str,
+    serves: &dyn Fn(&str) -> bool,
+    before: &HashMap<String, String>,
+    shared: &Shared,
+    peers: &[Vec<String>],
+) -> io::Result<Option<HashMap<String, String>>> {
+    let on_every_peer = |key: &str, token: &str| {
+        peers.iter().all(|servers| {
+            servers
+                .iter()
+                .any(|u| get(u, key).as_deref() == Some(token))
+        })
+    };
+    let called_off = Instant::now() + KEEP_THE_RULE_WITHIN;
+    loop {
+        wait_for_unreplicated_grant(url, serves, before, shared);
+        client_pause(url, true)?;
+        let fresh = granted_since(url, serves, before);
+        if fresh.iter().all(|(key, token)| on_every_peer(key, token)) {
+            return Ok(Some(fresh));
+        }
+        client_pause(url, false)?;
+        if Instant::now() >= called_off {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `CLIENT PAUSE … WRITE` (for 10 s at most) or `CLIENT UNPAUSE` on the server at `url`.
+fn client_pause(url: &str, pause: bool) -> io::Result<()> {
+    let mut cmd = redis::cmd("CLIENT");
+    match pause {
+        true => cmd.arg("PAUSE").arg(10_000).arg("WRITE"),
+        false => cmd.arg("UNPAUSE"),
+    };
+    let mut conn = redis::Client::open(url)
+        .map_err(io::Error::other)?
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map_err(io::Error::other)?;
+    cmd.query::<()>(&mut conn).map_err(io::Error::other)
 }
 
 /// The tokens of `fresh` (key, token) the promoted primary at `url` lacks.
@@ -306,13 +394,15 @@ impl Rendezvous {
 /// Fails the shard that serves `key` over to its replica, cut off from it
 /// ([`RedisCluster::cut_replication`]) until the primary took a grant the replica lacks (with
 /// `together`, counted once every struck voter cut its replica); the old primary rejoins empty
-/// as a replica. Returns how many grants the failover lost.
+/// as a replica. Returns the grants the failover lost; `None` when, without `together`, it was
+/// called off to keep the rule (see [`pause_when_losses_keep_the_rule`]: replication resumes).
 fn lossy_cluster_failover(
     cluster: &mut RedisCluster,
     key: &str,
     shared: &Shared,
     together: Option<&Rendezvous>,
-) -> io::Result<Vec<String>> {
+    peers: &[Vec<String>],
+) -> io::Result<Option<Vec<String>>> {
     cluster.wait_settled()?;
     let slot = key_slot(key);
     let primary = cluster.primary_for_slot(slot)?;
@@ -332,7 +422,16 @@ fn lossy_cluster_failover(
     }
     // What the primary holds with its replica frozen: any grant after this one is lacking.
     let before = tokens(&url, &serves);
-    let fresh = wait_for_unreplicated_grant(&url, &serves, &before, shared);
+    let fresh = match together {
+        Some(_) => wait_for_unreplicated_grant(&url, &serves, &before, shared),
+        None => match pause_when_losses_keep_the_rule(&url, &serves, &before, shared, peers)? {
+            Some(fresh) => fresh,
+            None => {
+                cluster[replica].resume()?;
+                return Ok(None);
+            }
+        },
+    };
     cluster[primary].kill()?;
     cluster[replica].resume()?;
     let mut takeover = redis::Client::open(cluster[replica].url())
@@ -347,11 +446,15 @@ fn lossy_cluster_failover(
     cluster.wait_settled()?;
     // The old primary comes back at the next strike (see `Voter::recover`), so that the prober
     // meets the voter as the failover left it.
-    Ok(lost(&cluster[replica].url(), &fresh))
+    Ok(Some(lost(&cluster[replica].url(), &fresh)))
 }
 
 /// As [`lossy_cluster_failover`], for the master of a Sentinel group.
-fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Result<Vec<String>> {
+fn lossy_sentinel_failover(
+    group: &mut SentinelGroup,
+    shared: &Shared,
+    peers: &[Vec<String>],
+) -> io::Result<Option<Vec<String>>> {
     group.wait_settled()?;
     let primary = group.primary()?;
     let Some(replica) = (0..group.servers().len()).find(|i| *i != primary) else {
@@ -361,7 +464,10 @@ fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Re
     let every = |_: &str| true;
     let before = tokens(&url, every);
     group[replica].pause()?;
-    let fresh = wait_for_unreplicated_grant(&url, &every, &before, shared);
+    let Some(fresh) = pause_when_losses_keep_the_rule(&url, &every, &before, shared, peers)? else {
+        group[replica].resume()?;
+        return Ok(None);
+    };
     group[primary].kill()?;
     group[replica].resume()?;
     let sentinel = group.sentinels()[0].url();
@@ -383,7 +489,7 @@ fn lossy_sentinel_failover(group: &mut SentinelGroup, shared: &Shared) -> io::Re
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    Ok(lost(&group[replica].url(), &fresh))
+    Ok(Some(lost(&group[replica].url(), &fresh)))
 }
 
 /// A run's TLS: how its servers are started, and what each client's builder is given (the CA,
@@ -569,7 +675,11 @@ async fn run_on(
         Check::new(
             "faults struck held resources",
             log.len() >= min_faults,
-            format!("{} faults (at least {min_faults})", log.len()),
+            format!(
+                "{} faults (at least {min_faults}); {} lossy failovers called off to keep the rule",
+                log.len(),
+                shared.called_off.load(Ordering::Relaxed)
+            ),
         ),
         Check::new(
             "failovers lost grants their replicas never got",
@@ -639,6 +749,9 @@ struct Shared {
     lost: AtomicUsize,
     /// Rounds of the negative control that lost one grant on both struck voters.
     lost_on_both: AtomicUsize,
+    /// Lossy failovers called off (24–26): a grant they would have lost was not on every other
+    /// voter (see [`pause_when_losses_keep_the_rule`]).
+    called_off: AtomicUsize,
     /// The clients' (see `contenders`): the fault driver strikes their long holds first.
     clients: Arc<Contention>,
 }
@@ -660,6 +773,7 @@ async fn strike(
     history: Arc<History>,
     shared: Arc<Shared>,
 ) -> io::Result<Vec<Struck>> {
+    let servers: Vec<Vec<String>> = voters.iter().map(Voter::servers).collect();
     let voters: Vec<Arc<Mutex<Voter>>> = voters
         .into_iter()
         .map(|v| Arc::new(Mutex::new(v)))
@@ -691,13 +805,26 @@ async fn strike(
             let shared = Arc::clone(&shared);
             let mut rng = StdRng::seed_from_u64(rng.random());
             let together = together.clone();
+            let peers: Vec<Vec<String>> = (0..VOTERS)
+                .filter(|&p| p != v)
+                .map(|p| servers[p].clone())
+                .collect();
             strikes.push(blocking(move || {
-                crate::mutex::lock(&voter).strike(&resource, &mut rng, &shared, together.as_deref())
+                crate::mutex::lock(&voter).strike(
+                    &resource,
+                    &mut rng,
+                    &shared,
+                    together.as_deref(),
+                    &peers,
+                )
             }));
         }
         let mut lost_here: Vec<Vec<String>> = Vec::new();
         for done in futures::future::join_all(strikes).await {
-            let (kind, lost) = done?;
+            let Some((kind, lost)) = done? else {
+                shared.called_off.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
             shared.lost.fetch_add(lost.len(), Ordering::Relaxed);
             lost_here.push(lost.clone());
             log.push(Struck {

@@ -288,7 +288,8 @@ async fn a_line_its_last_waiter_left_lets_the_key_lapse_with_its_holders_lease()
     );
     tokio::time::sleep_until((lease_end + Duration::from_millis(100)).into()).await;
     assert!(eventually(Duration::from_secs(1), || present(&nodes, &key) == 0).await);
-    let next = connected(&nodes).await
+    let next = connected(&nodes)
+        .await
         .acquire(res, Duration::from_secs(1))
         .await
         .unwrap();
