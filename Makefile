@@ -24,8 +24,8 @@ TESTED_EXAMPLES = testing_your_code
 test:
 	@scripts/ensure-redis-server.sh --tls --faketime
 	@scripts/ensure-valkey-server.sh >/dev/null
-	@# Every test binary (the simulation's fixed seeds included), one at a time (JOBS=n runs n
-	@# side by side: see the script), those that load both cores (the chaos suite) last.
+	@# Every test binary (the simulation's fixed seeds included), three at a time (JOBS=n runs n
+	@# side by side: see the script), then the one that loads both cores (the chaos suite) alone.
 	scripts/run-tests.sh --workspace --all-features --lib --bins --tests $(addprefix --example ,$(TESTED_EXAMPLES))
 	$(CARGO) test --workspace --all-features --doc
 	$(CARGO) check --workspace --all-features --examples

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test binaries `cargo test` would, then runs them: JOBS of them at a time (default
-# 1), then the binary that loads both cores by design (`chaos`: the chaos scenarios, the
-# explorer) alone, as its throughput floors assume.
+# 3: most wait on sleeps and real servers rather than the CPU), then the binary that loads both
+# cores by design (`chaos`: the chaos scenarios, the explorer) alone, as its throughput floors
+# assume.
 #
 # Each binary runs in its package's folder, as `cargo test` runs it; its output goes to
 # target/test-logs/<package>-<target>.log and is printed when it fails. Exits non-zero when any
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-jobs=${JOBS:-1}
+jobs=${JOBS:-3}
 # The binaries (by target name) that take both cores: never beside another binary.
 alone=" chaos "
 
