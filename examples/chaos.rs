@@ -17,7 +17,7 @@
 
 use std::process::ExitCode;
 
-use quorumlock_testkit::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
+use quorumlock_verify::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> ExitCode {

@@ -27,7 +27,7 @@ use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use quorumlock_testkit::chaos::explore::{
+use quorumlock_verify::chaos::explore::{
     self, Control, Explored, FaultKind, Options, Plan, Verdict,
 };
 

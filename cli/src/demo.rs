@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use quorumlock::{Error, Redlock};
-use quorumlock_testkit::{mutex, OccupancyWitness, RedisNodes};
+use quorumlock_testkit::{OccupancyWitness, RedisNodes};
 
 use crate::duration;
 use crate::output::out;
@@ -51,6 +51,14 @@ struct Tally {
     unavailable: AtomicU64,
     expired_in_section: AtomicU64,
     latencies: Mutex<Vec<Duration>>,
+}
+
+/// The latencies recorded so far, even if a worker panicked while recording one.
+fn latencies(tally: &Tally) -> std::sync::MutexGuard<'_, Vec<Duration>> {
+    tally
+        .latencies
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -136,7 +144,7 @@ async fn worker(
             Ok(lock) => {
                 let latency = start.elapsed();
                 tally.acquisitions.fetch_add(1, Ordering::Relaxed);
-                mutex::lock(&tally.latencies).push(latency);
+                latencies(&tally).push(latency);
                 {
                     let _inside = witness.enter(id);
                     tokio::time::sleep(WORK).await;
@@ -225,7 +233,7 @@ fn report(
     overlaps: usize,
     took: Duration,
 ) -> std::io::Result<()> {
-    let mut latencies = mutex::lock(&tally.latencies).clone();
+    let mut latencies = latencies(tally).clone();
     latencies.sort();
     let pct = |p: f64| -> String {
         match latencies.len() {

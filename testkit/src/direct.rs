@@ -1,8 +1,5 @@
 //! One query on a fresh plain connection, bypassing every proxy and client library: how the
-//! chaos engine's monitors and the failover evidence read the masters themselves.
-//!
-//! It sits below both (`chaos` and `failover` import it; it imports neither), so that no module
-//! of the testkit imports one that imports it back.
+//! failover evidence reads and steers the servers themselves.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -239,18 +239,29 @@ pub async fn independent_masters_failover() -> io::Result<FailoverReport> {
     Ok(FailoverReport { cases })
 }
 
-/// A master, its replica replicating through a proxy, and the proxy clients use.
-pub(crate) struct Pair {
-    pub(crate) master: RedisServer,
-    pub(crate) replica: RedisServer,
+/// A master and its asynchronous replica, replicating through a proxy, and the proxy clients
+/// reach the master through (a virtual IP): the single-master topology whose failover loses
+/// what the replica had not received. Give clients [`vip`](Self::vip)'s URL.
+#[derive(Debug)]
+pub struct Pair {
+    /// The master (after [`rebuild`](Self::rebuild), the server promoted last).
+    pub master: RedisServer,
+    /// Its replica.
+    pub replica: RedisServer,
     /// The replication link: the replica connects to the master through it.
-    pub(crate) link: FaultProxy,
+    pub link: FaultProxy,
     /// The virtual IP clients connect to.
-    pub(crate) vip: FaultProxy,
+    pub vip: FaultProxy,
 }
 
 impl Pair {
-    pub(crate) fn start() -> io::Result<Pair> {
+    /// Starts a master and a replica, and waits until the replica has synced.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServerBuilder::spawn`] and [`FaultProxy::start`]; [`io::ErrorKind::TimedOut`]
+    /// when the replica has not synced within 10 s.
+    pub fn start() -> io::Result<Pair> {
         // Both start a replica's full sync at once (Redis waits 5 s by default for more
         // replicas): the replica becomes a master at its failover. Both time a blocked `WAIT`
         // out within 10 ms (`hz 100`), so that an unconfirmed grant is reported in time.
@@ -297,12 +308,16 @@ impl Pair {
     }
 
     /// The replica stops receiving: the replication stream is swallowed from now on.
-    pub(crate) fn freeze_replication(&self) {
+    pub fn freeze_replication(&self) {
         self.link.blackhole();
     }
 
     /// The master dies, the replica is promoted and the virtual IP moves to it.
-    pub(crate) fn fail_over(&mut self) -> io::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::kill`]; an error when the replica refuses `REPLICAOF NO ONE`.
+    pub fn fail_over(&mut self) -> io::Result<()> {
         self.master.kill()?;
         let promoted: Option<String> =
             crate::direct::query(self.replica.addr(), Duration::from_secs(2), |c| {
@@ -319,7 +334,12 @@ impl Pair {
     /// After [`fail_over`](Self::fail_over): the dead master comes back empty as the replica
     /// of the promoted one, through the replication link (healed), and the two swap roles, so
     /// that the pair can fail over again.
-    pub(crate) fn rebuild(&mut self) -> io::Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisServer::restart`]; an error when the restarted master refuses `REPLICAOF`;
+    /// [`io::ErrorKind::TimedOut`] when it has not synced within 10 s.
+    pub fn rebuild(&mut self) -> io::Result<()> {
         self.link.retarget(self.replica.addr());
         self.link.heal();
         self.master.restart()?;
@@ -478,7 +498,7 @@ fn info(addr: SocketAddr, section: &str) -> String {
     .unwrap_or_default()
 }
 
-pub(crate) async fn blocking<T: Send + 'static>(
+async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
     tokio::task::spawn_blocking(f)

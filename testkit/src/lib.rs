@@ -96,57 +96,35 @@
 //!
 //! The names used most are also at the crate root.
 //!
+//! * [`failover`] — [`failover::Pair`]: a primary and its asynchronous replica behind a virtual
+//!   IP, failed over by hand; and the failover evidence `quorumlock demo --failover` prints (a
+//!   lock on one master with a replica lost at its failover, five masters keeping theirs).
+//! * [`figures`] — percentiles by one definition (nearest rank), as every figure quorumlock
+//!   prints is computed.
+//!
 //! # Stability
 //!
-//! The crate follows semver like `quorumlock` itself (see its README, "Versioning"). The
-//! `internal` feature, off by default and hidden from these docs, carries the chaos engine and
-//! negative controls of quorumlock's own test suite: it is not part of the public API.
+//! The crate follows semver like `quorumlock` itself (see its README, "Versioning").
+//! quorumlock's own verification (the chaos scenarios, the explorer, the negative controls and
+//! the deterministic simulation) is in an unpublished crate of the workspace,
+//! `quorumlock-verify`, built on this one.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations)]
 
 pub mod clock;
 pub mod cluster;
+mod direct;
+pub mod failover;
+pub mod figures;
 pub mod history;
 mod log_tail;
 pub mod masters;
+mod mutex;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;
 pub mod tls;
-
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod mutex;
-#[cfg(not(feature = "internal"))]
-mod mutex;
-
-// Internal to quorumlock's own tests, benchmarks and demo: no semver, no docs.
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod chaos;
-#[cfg(feature = "internal")]
-mod direct;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod failover;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod figures;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod naive_election;
-#[cfg(feature = "internal")]
-mod naive_masters;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod naive_reentrant;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod naive_rwlock;
-#[cfg(feature = "internal")]
-#[doc(hidden)]
-pub mod naive_semaphore;
 
 // Sandboxed masters.
 #[doc(no_inline)]

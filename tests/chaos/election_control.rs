@@ -2,7 +2,7 @@
 //! masters.
 //!
 //! * The naive design (`SET NX` on one master, the term an `INCR` beside it, the leader read from
-//!   that master: `quorumlock_testkit::naive_election`) loses its leader and its term counter when
+//!   that master: `quorumlock_verify::naive_election`) loses its leader and its term counter when
 //!   that master restarts empty: a second candidate is elected while the first still holds its
 //!   term, with the same term number. `check_overlaps` reports the two leaderships at once,
 //!   `check_fence_order` and `check_term_order` the repeated term, and the leaders' witness both
@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use quorumlock::{Lock, Redlock};
 use quorumlock_testkit::history::{check_leader_reads, LeaderRead};
-use quorumlock_testkit::naive_election::{NaiveElection, NaiveTerm};
 use quorumlock_testkit::{History, Op, OpKind, Outcome, RedisNodes, Releasing, Violation};
+use quorumlock_verify::naive_election::{NaiveElection, NaiveTerm};
 
 const ELECTION: &str = "scheduler";
 

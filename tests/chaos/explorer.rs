@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use quorumlock_testkit::chaos::explore::{
+use quorumlock_verify::chaos::explore::{
     self, Control, Explored, Guarantee, Options, Plan, Verdict,
 };
 

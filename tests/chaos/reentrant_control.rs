@@ -5,7 +5,7 @@
 //! answers without it.
 //!
 //! * The naive design (a hold count per master in a hash, Redisson-style, `HINCRBY` up and down
-//!   on each master: `quorumlock_testkit::naive_reentrant`) drifts: when the owner has ended both
+//!   on each master: `quorumlock_verify::naive_reentrant`) drifts: when the owner has ended both
 //!   holds and every master answered the last end, C still counts one hold and keeps the key for
 //!   nobody. The leak checker (`check_left_behind`) reports it from a direct read of the masters.
 //! * The library's `ReentrantLock` counts holds in the client: the nested hold's release sends
@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use common::{eventually, lock_key, query};
 use quorumlock::Redlock;
 use quorumlock_testkit::history::ReleaseAudit;
-use quorumlock_testkit::naive_reentrant::NaiveReentrant;
 use quorumlock_testkit::{FaultProxy, History, RedisNodes, Violation};
+use quorumlock_verify::naive_reentrant::NaiveReentrant;
 
 const C: usize = 2;
 

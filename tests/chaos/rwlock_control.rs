@@ -5,7 +5,7 @@
 //! connections of the masters it may not reach.
 //!
 //! * The naive design (a writer that looks for readers on one master only, then `SET NX` on each,
-//!   `quorumlock_testkit::naive_rwlock`) grants the writer on all three while the reader holds:
+//!   `quorumlock_verify::naive_rwlock`) grants the writer on all three while the reader holds:
 //!   `check_rw_exclusion` reports the overlap and the read-write witness the writer entering
 //!   beside the reader.
 //! * The library's `RwLock` (each master refuses a writer while a reader's hold is live there)
@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use common::{lock_key, query, reaching};
 use quorumlock::Redlock;
 use quorumlock_testkit::history::{peak_readers, readers_of, Access};
-use quorumlock_testkit::naive_rwlock::{NaiveHold, NaiveRwLock};
 use quorumlock_testkit::{History, Op, OpKind, Outcome, RedisNodes, Releasing, Violation};
+use quorumlock_verify::naive_rwlock::{NaiveHold, NaiveRwLock};
 
 const A: usize = 0;
 const B: usize = 1;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{del, eventually, holders, lock_key, record, script_calls, set};
 use quorumlock::{Lock, Redlock};
-use quorumlock_testkit::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
 use quorumlock_testkit::{History, Op, RedisNodes, RedisServerBuilder, Report, Violation};
+use quorumlock_verify::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
 
 /// The turns `scenario` takes (see [`turns`](crate::turns)): both, but one for a topology
 /// scenario.

@@ -16,8 +16,8 @@
 use std::time::Duration;
 
 use quorumlock::RedlockBuilder;
-use quorumlock_testkit::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
 use quorumlock_testkit::tls::{TestCa, CA_CERT, CLIENT_CERT, CLIENT_KEY};
+use quorumlock_verify::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn s26_a_cluster_a_sentinel_group_and_a_master_on_tls_only_under_their_faults() {

@@ -5,7 +5,7 @@
 //! connections of the master it may not reach. With K = 2:
 //!
 //! * the naive design (a holder count per master, a permit at a quorum of masters with room,
-//!   `quorumlock_testkit::naive_semaphore`) grants all three, and `check_max_holders` reports
+//!   `quorumlock_verify::naive_semaphore`) grants all three, and `check_max_holders` reports
 //!   three holders of two permits — while every master's own count stays at 2;
 //! * the library's `Semaphore` (K slots, each an ordinary quorum lock) grants holders 1 and 2 and
 //!   refuses holder 3, and the checker finds nothing.
@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 use common::reaching;
 use quorumlock::{Permit, Redlock};
 use quorumlock_testkit::history::{check_max_holders, peak_holders};
-use quorumlock_testkit::naive_semaphore::NaiveSemaphore;
 use quorumlock_testkit::{
     FaultProxy, History, Op, OpKind, Outcome, RedisNodes, RedisServer, Violation,
 };
+use quorumlock_verify::naive_semaphore::NaiveSemaphore;
 
 const A: usize = 0;
 const B: usize = 1;

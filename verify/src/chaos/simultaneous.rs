@@ -15,7 +15,7 @@ use super::setup::Setup;
 use super::shared::Shared;
 use super::workload::Workload;
 use crate::mutex;
-use crate::Op;
+use quorumlock_testkit::Op;
 
 /// Attempts each client makes per round.
 pub(super) const ROUND_ATTEMPTS: u32 = 6;

@@ -18,7 +18,7 @@ use super::super::setup::{lock_key, Setup};
 use super::super::shared::{long_hold_until, Shared};
 use super::super::workload::Workload;
 use crate::mutex;
-use crate::{Op, OpKind, Outcome};
+use quorumlock_testkit::{Op, OpKind, Outcome};
 
 /// How long an unlock may take before the worker gives up on it (rslock has no timeout of its
 /// own: a paused or cut-off master would hold the worker until the fault ends).

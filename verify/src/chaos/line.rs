@@ -23,7 +23,7 @@ use super::ran::Ran;
 use super::setup::Setup;
 use super::Check;
 use crate::mutex;
-use crate::{Op, OpKind};
+use quorumlock_testkit::{Op, OpKind};
 
 /// What the line fault drivers did, for the checks.
 #[derive(Debug, Default)]
@@ -429,7 +429,7 @@ pub(super) fn no_waiter_past_its_timeout(ran: &Ran) -> Check {
                 ms(op.start - ran.history.origin()),
                 ms(op.end - ran.history.origin()),
                 match &op.outcome {
-                    crate::Outcome::Failed { reason } => reason.as_str(),
+                    quorumlock_testkit::Outcome::Failed { reason } => reason.as_str(),
                     _ => "ok",
                 }
             )),

@@ -15,7 +15,7 @@
 //! [`SharedSemaphore`](super::semaphore), [`SharedRwLock`](super::rwlock),
 //! [`Board`](super::election)) and rslock's ([`foreign`]), run side by side by the engine
 //! through a [`Mix`](super::mix), and everything goes into one history, checked by the one
-//! checker ([`History::check`](crate::History::check)): no two validity windows overlap,
+//! checker ([`History::check`](quorumlock_testkit::History::check)): no two validity windows overlap,
 //! foreign holders' counted; fences and terms strictly increase; a semaphore never exceeds its
 //! permits; no writer beside anyone; never two leaders; and the witnesses and registers. Beside
 //! it, the line's liveness ([`liveness`]): quorumlock's mutex clients wait in line without
@@ -68,12 +68,13 @@ use super::rwlock::{SharedRwLock, RW_LOCK};
 use super::semaphore::{slot_name, SharedSemaphore};
 use super::setup::{Setup, Tuning};
 use super::workload::Workload;
-use crate::{mutex, OpKind, Report};
+use crate::mutex;
 use driver::Struck;
 use plan::{Primitive, Role};
+use quorumlock_testkit::{OpKind, Report};
 
 /// Environment variable naming the `valkey-server` binary the explorer's masters run (they need
-/// one that runs under libfaketime; see [`crate::clock`]).
+/// one that runs under libfaketime; see [`quorumlock_testkit::clock`]).
 pub const VALKEY_SERVER_ENV: &str = "QUORUMLOCK_VALKEY_SERVER";
 
 /// The `valkey-server` to run: [`VALKEY_SERVER_ENV`], else `target/valkey/valkey-server` in

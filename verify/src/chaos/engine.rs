@@ -22,7 +22,7 @@ use super::setup::{keys_pattern, Setup};
 use super::shared::Shared;
 use super::workload::Workload;
 use crate::mutex;
-use crate::History;
+use quorumlock_testkit::History;
 
 /// How often the key monitor looks at every master.
 const MONITOR_EVERY: Duration = Duration::from_millis(100);

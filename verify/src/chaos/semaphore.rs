@@ -5,7 +5,7 @@
 //! Each permit is recorded on its slot, `<semaphore>:permit:<i>`, so the history checks both
 //! properties: per slot, the ordinary lock checks (leases never overlap; a witness and a
 //! read–sleep–write register per slot); over the semaphore,
-//! [`check_max_holders`](crate::history::check_max_holders) (never more leases open at once than
+//! [`check_max_holders`](quorumlock_testkit::history::check_max_holders) (never more leases open at once than
 //! permits) and a witness that admits as many clients as there are permits.
 
 use std::sync::atomic::Ordering;
@@ -21,9 +21,9 @@ use super::ran::Ran;
 use super::shared::{extend_ttl, long_hold_until, Shared};
 use super::workload::Workload;
 use super::Check;
-use crate::history::peak_holders;
 use crate::mutex;
-use crate::{OccupancyWitness, Op, OpKind, Outcome, Releasing};
+use quorumlock_testkit::history::peak_holders;
+use quorumlock_testkit::{OccupancyWitness, Op, OpKind, Outcome, Releasing};
 
 /// The semaphore the clients share.
 pub(super) const SEMAPHORE: &str = "sem";

@@ -12,7 +12,7 @@ use quorumlock::Redlock;
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use crate::{History, Op, Releasing};
+use quorumlock_testkit::{History, Op, Releasing};
 
 /// How the clients hold their locks.
 #[derive(Debug, Clone)]

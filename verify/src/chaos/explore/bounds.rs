@@ -22,7 +22,7 @@
 use std::fmt;
 
 use super::plan::{secs, signed_ms, Action, FaultKind, Plan, Planned};
-use crate::Violation;
+use quorumlock_testkit::Violation;
 
 /// A guarantee the explorer checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -21,7 +21,7 @@ use super::setup::Setup;
 use super::shared::Shared;
 use super::workload::Workload;
 use crate::mutex;
-use crate::{Op, Releasing};
+use quorumlock_testkit::{Op, Releasing};
 
 /// How the clients of a [`Locks`] workload misbehave, and what the run waits for.
 #[derive(Clone, Copy, Debug, Default)]

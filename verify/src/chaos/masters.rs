@@ -7,9 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::setup::{keys_pattern, Setup};
-use crate::clock::Clock;
 use crate::mutex;
-use crate::{FaultProxy, RedisNodes, RedisServerBuilder};
+use quorumlock_testkit::clock::Clock;
+use quorumlock_testkit::{FaultProxy, RedisNodes, RedisServerBuilder};
 
 /// One query on a fresh plain connection with short timeouts, bypassing the proxies.
 pub(super) use crate::direct::query as direct_query;

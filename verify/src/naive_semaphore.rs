@@ -9,7 +9,7 @@
 //! quorum: three holders of two permits, while every master's own count stays within K.
 //!
 //! It is here so that the history checker
-//! ([`check_max_holders`](crate::history::check_max_holders)) can be shown to catch that
+//! ([`check_max_holders`](quorumlock_testkit::history::check_max_holders)) can be shown to catch that
 //! counterexample against real masters (`tests/chaos/semaphore_control.rs`), beside the library's
 //! [`Semaphore`](quorumlock::Semaphore), whose K slots are each an ordinary quorum lock and which
 //! refuses the third holder under the same reachability.

@@ -10,7 +10,7 @@
 //! the key, for nobody, until it expires — and one that missed an increment reached zero a hold
 //! early.
 //!
-//! It is here so that the leak checker ([`check_left_behind`](crate::history::check_left_behind))
+//! It is here so that the leak checker ([`check_left_behind`](quorumlock_testkit::history::check_left_behind))
 //! can be shown to catch that drift against real masters (`tests/chaos/reentrant_control.rs`), beside
 //! the library's [`ReentrantLock`](quorumlock::ReentrantLock), which counts holds in the client
 //! and keeps one key with one token on the masters, released once.

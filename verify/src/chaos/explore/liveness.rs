@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::super::locks::ClientCounts;
 use super::super::setup::Tuning;
-use crate::{Op, OpKind};
+use quorumlock_testkit::{Op, OpKind};
 
 /// The least entry lease, and how many node timeouts one is (the library's
 /// `MIN_ENTRY_LEASE`, `ENTRY_LEASE_NODE_TIMEOUTS`).
@@ -128,7 +128,7 @@ pub(super) fn waiters_do_not_spin(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Outcome;
+    use quorumlock_testkit::Outcome;
     use std::time::Instant;
 
     fn tuning() -> Tuning {

@@ -22,7 +22,7 @@ use super::simultaneous::{self, SimultaneousStarts};
 use super::{election, mixed, reentrant, rwlock, semaphore};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
 use crate::mutex;
-use crate::{Fault, Op, OpKind};
+use quorumlock_testkit::{Fault, Op, OpKind};
 
 pub(super) async fn run(scenario: Scenario, length: Length, seed: u64) -> io::Result<ChaosRun> {
     let scale = length.scale();

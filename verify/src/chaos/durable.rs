@@ -42,10 +42,11 @@ use rand::{Rng, SeedableRng};
 
 use super::contenders::{contend, probe, victim, Contention, Holds};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
-use crate::cluster::{key_slot, RedisClusterBuilder};
-use crate::failover::{blocking, Pair};
-use crate::server::RedisServerBuilder;
-use crate::{History, RedisCluster, Violation};
+use crate::direct::blocking;
+use quorumlock_testkit::cluster::{key_slot, RedisClusterBuilder};
+use quorumlock_testkit::failover::Pair;
+use quorumlock_testkit::server::RedisServerBuilder;
+use quorumlock_testkit::{History, RedisCluster, Violation};
 
 const VOTERS: usize = 3;
 const CLIENTS: usize = 16;
@@ -406,7 +407,7 @@ async fn fail_over_in_pairs(
 
 /// The tokens of the lock keys on `pair`'s primary that its replica lacks.
 fn tokens_only_on_the_primary(pair: &Pair) -> Vec<String> {
-    let held = |server: &crate::RedisServer| -> Vec<Option<String>> {
+    let held = |server: &quorumlock_testkit::RedisServer| -> Vec<Option<String>> {
         crate::direct::query(server.addr(), Duration::from_millis(500), |c| {
             let mut mget = redis::cmd("MGET");
             for r in 0..RESOURCES {

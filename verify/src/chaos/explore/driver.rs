@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::super::ctl::Ctl;
 use super::plan::{Action, FaultKind, Plan, Planned};
-use crate::clock::Clock;
 use crate::mutex;
+use quorumlock_testkit::clock::Clock;
 
 /// A fault that struck: its kind and what it did.
 #[derive(Clone, Debug)]

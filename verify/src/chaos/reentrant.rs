@@ -12,7 +12,7 @@
 //!   when the last hold was dropped (its `Drop` releases in the background), and `Some` only once
 //!   every hold has ended;
 //! * right after that release, no master that confirmed it still holds the lock for its token
-//!   ([`check_left_behind`](crate::history::check_left_behind), from direct reads of the
+//!   ([`check_left_behind`](quorumlock_testkit::history::check_left_behind), from direct reads of the
 //!   masters);
 //! * once the run is over and a TTL has passed, no lock key is left on any master.
 
@@ -32,9 +32,9 @@ use super::setup::{lock_key, Setup};
 use super::shared::Shared;
 use super::workload::Workload;
 use super::Check;
-use crate::history::ReleaseAudit;
 use crate::mutex;
-use crate::{OccupancyGuard, Op, OpKind, Outcome};
+use quorumlock_testkit::history::ReleaseAudit;
+use quorumlock_testkit::{OccupancyGuard, Op, OpKind, Outcome};
 
 /// Most holds of one lock (the first included).
 const MAX_HOLDS: usize = 5;

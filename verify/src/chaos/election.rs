@@ -29,9 +29,9 @@ use super::ran::Ran;
 use super::shared::Shared;
 use super::workload::Workload;
 use super::Check;
-use crate::history::LeaderRead;
 use crate::mutex;
-use crate::{Op, OpKind, Outcome};
+use quorumlock_testkit::history::LeaderRead;
+use quorumlock_testkit::{Op, OpKind, Outcome};
 
 /// The election the candidates campaign in.
 pub(super) const ELECTION: &str = "leader";

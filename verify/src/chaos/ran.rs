@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::masters::Cluster;
 use super::setup::Setup;
-use crate::History;
+use quorumlock_testkit::History;
 
 /// The stall meter's tick ...
 const TICK: Duration = Duration::from_millis(5);

@@ -42,11 +42,11 @@ use rand::{Rng, SeedableRng};
 
 use super::contenders::{contend, probe, victim, Contention, Holds};
 use super::{percentiles, ChaosRun, Check, Length, Scenario};
-use crate::cluster::{key_slot, RedisClusterBuilder};
-use crate::failover::blocking;
-use crate::sentinel::SentinelGroupBuilder;
-use crate::server::{RedisServerBuilder, ServerTls};
-use crate::{History, RedisCluster, RedisServer, SentinelGroup};
+use crate::direct::blocking;
+use quorumlock_testkit::cluster::{key_slot, RedisClusterBuilder};
+use quorumlock_testkit::sentinel::SentinelGroupBuilder;
+use quorumlock_testkit::server::{RedisServerBuilder, ServerTls};
+use quorumlock_testkit::{History, RedisCluster, RedisServer, SentinelGroup};
 
 const VOTERS: usize = 3;
 const CLIENTS: usize = 16;

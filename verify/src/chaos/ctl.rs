@@ -12,8 +12,8 @@ use tokio::sync::oneshot;
 
 use super::masters::Cluster;
 use super::setup::Setup;
-use crate::clock::Clock;
-use crate::{FaultId, FaultProxy, History, RedisNodes};
+use quorumlock_testkit::clock::Clock;
+use quorumlock_testkit::{FaultId, FaultProxy, History, RedisNodes};
 
 /// The fault driver's handle: fault verbs that record themselves in the history, the seeded
 /// random source, and the stop signal.

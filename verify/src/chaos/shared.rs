@@ -15,7 +15,7 @@ use rand::Rng;
 use super::masters::Cluster;
 use super::setup::Setup;
 use crate::mutex;
-use crate::{
+use quorumlock_testkit::{
     FencedRegister, History, LostUpdateRegister, OccupancyWitness, Op, OpKind, Outcome, Releasing,
 };
 

@@ -3,11 +3,11 @@
 //! empty after a TTL, paused, partitioned away, and slowed down.
 //!
 //! Writers are recorded under the lock's name, readers under
-//! [`readers_of`](crate::history::readers_of) it. The history checks that writers never overlap
+//! [`readers_of`](quorumlock_testkit::history::readers_of) it. The history checks that writers never overlap
 //! each other ([`check_overlaps`](crate::check_overlaps), a witness and a read–sleep–write
 //! register only writers write) and never overlap a reader
-//! ([`check_rw_exclusion`](crate::history::check_rw_exclusion) and a
-//! [`ReadWriteWitness`](crate::history::ReadWriteWitness)); the scenario checks that readers did
+//! ([`check_rw_exclusion`](quorumlock_testkit::history::check_rw_exclusion) and a
+//! [`ReadWriteWitness`](quorumlock_testkit::history::ReadWriteWitness)); the scenario checks that readers did
 //! share the lock, so that the check is not vacuous.
 
 use std::sync::{Arc, OnceLock};
@@ -22,8 +22,8 @@ use super::ran::Ran;
 use super::shared::{extend_ttl, long_hold_until, Shared};
 use super::workload::Workload;
 use super::Check;
-use crate::history::{peak_readers, readers_of, Access, ReadWriteWitness};
-use crate::{Op, OpKind, Outcome, Releasing};
+use quorumlock_testkit::history::{peak_readers, readers_of, Access, ReadWriteWitness};
+use quorumlock_testkit::{Op, OpKind, Outcome, Releasing};
 
 /// The read-write lock the clients share.
 pub(super) const RW_LOCK: &str = "rw";

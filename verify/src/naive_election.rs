@@ -8,7 +8,7 @@
 //! same term number, since the counter starts again.
 //!
 //! It is here so that the history checkers ([`check_overlaps`](crate::check_overlaps),
-//! [`check_term_order`](crate::history::check_term_order)) can be shown to catch that
+//! [`check_term_order`](quorumlock_testkit::history::check_term_order)) can be shown to catch that
 //! counterexample against a real master (`tests/chaos/election_control.rs`), beside the library's
 //! election, which needs a quorum of independent masters and keeps its leader and its terms
 //! through the same restart.

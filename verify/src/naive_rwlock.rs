@@ -9,7 +9,7 @@
 //! {B, C} is invisible on A, and the writer is granted on all three while the reader holds.
 //!
 //! It is here so that the history checker
-//! ([`check_rw_exclusion`](crate::history::check_rw_exclusion)) can be shown to catch that
+//! ([`check_rw_exclusion`](quorumlock_testkit::history::check_rw_exclusion)) can be shown to catch that
 //! counterexample against real masters (`tests/chaos/rwlock_control.rs`), beside the library's
 //! [`RwLock`](quorumlock::RwLock), whose writer looks for live readers on every master it takes
 //! and which refuses the writer under the same reachability.
