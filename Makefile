@@ -16,6 +16,11 @@ demo: redis-server
 ## The examples that hold tests of their own; the others are only checked (they hold none).
 TESTED_EXAMPLES = testing_your_code
 
+## The chaos tests that mostly wait (the election's terms, one after another; failovers and
+## TTLs): they run beside the others, in a process of their own (see scripts/run-tests.sh).
+CHAOS_WAITING = scenarios::s20_ scenarios::s22_ scenarios::s23_ scenarios::s24_ scenarios::s25_ \
+	scenarios::s26_ scenarios::s27_ scenarios::s28_ scenarios::s29_ scenarios_over_tls::
+
 ## The whole test suite against real redis-server processes (the chaos suite in its short
 ## version, failover evidence, fencing, TLS and ACL included). Also installs openssl, which the
 ## TLS tests use to make their certificate authority, and libfaketime, which the testkit's clock
@@ -26,10 +31,9 @@ test:
 	@scripts/ensure-valkey-server.sh >/dev/null
 	@# Every test binary (the simulation's fixed seeds included), three at a time (JOBS=n runs n
 	@# side by side: see the script), then the one that loads both cores (the chaos suite) alone.
-	scripts/run-tests.sh --workspace --all-features --lib --bins --tests $(addprefix --example ,$(TESTED_EXAMPLES))
+	WAITING="$(CHAOS_WAITING)" scripts/run-tests.sh --workspace --all-features --lib --bins --tests \
+		$(addprefix --example ,$(TESTED_EXAMPLES))
 	$(CARGO) test --workspace --all-features --doc
-	$(CARGO) check --workspace --all-features --examples
-	scripts/check-examples.sh
 	$(MAKE) test-valkey
 
 ## The core, the wait line, the primitives, fencing, the Cluster and Sentinel voters (and the
@@ -54,7 +58,8 @@ test-valkey:
 	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
 		$(CARGO) test --workspace --all-features --test chaos -- $(VALKEY_CHAOS)
 	@# The simulated master against Valkey too (against redis-server it runs in `test`).
-	QUORUMLOCK_VALKEY_SERVER=$(abspath $(VALKEY)) $(CARGO) test --all-features -p quorumlock-sim --test differential
+	QUORUMLOCK_VALKEY_SERVER=$(abspath $(VALKEY)) \
+		$(CARGO) test --workspace --all-features --test differential
 
 ## The long chaos suite (>= 10,000 acquisitions per scenario): prints the table with seeds.
 chaos: redis-server
@@ -109,9 +114,13 @@ bench: redis-server
 
 ## Formatting and lints, as CI runs them; then the three crates packaged and built as crates.io
 ## would see them (needs the crates.io index; --allow-dirty so that it checks a working tree too).
+## Static checks (no server runs): formatting, clippy over every target (the examples and
+## benchmarks included), every example compiled as a user who copied it out would, and the
+## crates packaged as crates.io would see them.
 lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
+	scripts/check-examples.sh
 	@# Cargo verifies each crate against its siblings' packages through a local registry, and
 	@# reuses what it extracted from that registry last time for the same version and path (an
 	@# older tree): drop those copies of our own crates so that this tree's are checked.

@@ -2,7 +2,9 @@
 # Builds the test binaries `cargo test` would, then runs them: JOBS of them at a time (default
 # 3: most wait on sleeps and real servers rather than the CPU), then the binary that loads both
 # cores by design (`chaos`: the chaos scenarios, the explorer) alone, as its throughput floors
-# assume.
+# assume. WAITING names (as test name filters) the tests of that binary that mostly wait (for
+# failovers, TTLs, one term after another): they run in a second process of it beside the
+# rest, each process with its own turns (see tests/chaos/turns.rs).
 #
 # Each binary runs in its package's folder, as `cargo test` runs it; its output goes to
 # target/test-logs/<package>-<target>.log and is printed when it fails. Exits non-zero when any
@@ -11,6 +13,7 @@
 #
 #   scripts/run-tests.sh --workspace --all-features --lib --tests
 #   scripts/run-tests.sh --all-features --test line --test mutex -- order:: quorum::
+#   WAITING="scenarios::s20_ scenarios::s22_" scripts/run-tests.sh --all-features --test chaos
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -52,12 +55,18 @@ done <"$artifacts"
 
 started=$SECONDS
 
-# Runs one binary (an entry of the lists above) and prints one line of verdict.
+# Runs one binary (an entry of the lists above) and prints one line of verdict: with the test
+# arguments given, or with those after the entry (and its label suffixed with the first).
 run_one() {
   local exe=${1%%|*} rest=${1#*|}
   local dir=${rest%%|*} label=${rest#*|}
+  local args=("${test_args[@]}")
+  if (($# > 1)); then
+    label+="-$2"
+    args=("${@:3}")
+  fi
   local t0=$SECONDS verdict=ok
-  (cd "$dir" && "$exe" "${test_args[@]}") >"$logs/$label.log" 2>&1 || verdict=FAILED
+  (cd "$dir" && "$exe" "${args[@]}") >"$logs/$label.log" 2>&1 || verdict=FAILED
   local result
   result=$(grep -h '^test result' "$logs/$label.log" | tail -1 | sed 's/^test result: [A-Za-z]*\. //')
   echo "$verdict $label: ${result:-no result} [$((SECONDS - t0)) s]"
@@ -72,8 +81,19 @@ for entry in "${light[@]}"; do
   run_one "$entry" &
 done
 wait || true
+read -ra waiting <<<"${WAITING:-}"
 for entry in "${heavy[@]}"; do
-  run_one "$entry" || true
+  if ((${#waiting[@]} == 0 || ${#test_args[@]} > 0)); then
+    run_one "$entry" || true
+    continue
+  fi
+  skips=()
+  for filter in "${waiting[@]}"; do
+    skips+=(--skip "$filter")
+  done
+  run_one "$entry" waiting "${waiting[@]}" &
+  run_one "$entry" loaded "${skips[@]}" &
+  wait || true
 done
 
 failed=$(grep -L '^test result: ok\.' "$logs"/*.log || true)

@@ -20,7 +20,7 @@ use quorumlock_verify::chaos::explore::{
 
 /// Runs the plan of `seed` for `seconds`, printing the plan first and the row after.
 async fn explore(seed: u64, seconds: u64, control: Option<Control>) -> Explored {
-    let _turn = crate::turns::whole_machine().await;
+    let _turn = crate::turns::both_cores().await;
     let mut options = Options::default();
     options.duration = Duration::from_secs(seconds);
     options.controls = false;

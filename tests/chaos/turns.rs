@@ -1,14 +1,15 @@
-//! The machine's two cores, shared by this binary's tests. A chaos scenario with contending
-//! clients, the explorer, chaos over TLS and the negative controls each load both cores, and two
-//! at once would measure the machine rather than the library: each takes both turns. The
-//! topology scenarios (22–29) spend most of their time waiting for failovers (about a quarter
-//! of two cores each), so two of them may run side by side: each takes one.
+//! The machine's share each test of this binary takes. A scenario with contending clients and
+//! the explorer load both cores: two turns each, so that two of them never run at once (they
+//! would measure the machine rather than the library). A scenario that mostly waits (the
+//! election's terms come one at a time; the topology scenarios, 22–29, wait for failovers and
+//! TTLs, about a quarter of two cores each) and the negative controls take one: one of them
+//! runs beside a loaded scenario, or three of them side by side.
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-static TURNS: Semaphore = Semaphore::const_new(2);
+static TURNS: Semaphore = Semaphore::const_new(3);
 
-/// `n` of the two turns (1 or 2), held until the permit is dropped.
+/// `n` of the three turns (1 or 2), held until the permit is dropped.
 pub async fn take(n: u32) -> SemaphorePermit<'static> {
     TURNS
         .acquire_many(n)
@@ -16,7 +17,12 @@ pub async fn take(n: u32) -> SemaphorePermit<'static> {
         .expect("the turns are never closed")
 }
 
-/// Both turns: the whole machine, until the permit is dropped.
-pub async fn whole_machine() -> SemaphorePermit<'static> {
+/// The turns of a test that loads both cores.
+pub async fn both_cores() -> SemaphorePermit<'static> {
     take(2).await
+}
+
+/// The turn of a test that mostly waits.
+pub async fn waiting() -> SemaphorePermit<'static> {
+    take(1).await
 }
