@@ -3,8 +3,8 @@
 # 3: most wait on sleeps and real servers rather than the CPU), then the binary that loads both
 # cores by design (`chaos`: the chaos scenarios, the explorer) alone, as its throughput floors
 # assume. WAITING names (as test name filters) the tests of that binary that mostly wait (for
-# failovers, TTLs, one term after another): they run in a second process of it beside the
-# rest, each process with its own turns (see tests/chaos/turns.rs).
+# failovers, TTLs, one term after another): they run first, in a process of their own (three
+# at a time), beside the other binaries; the rest of it runs alone after them.
 #
 # Each binary runs in its package's folder, as `cargo test` runs it; its output goes to
 # target/test-logs/<package>-<target>.log and is printed when it fails. Exits non-zero when any
@@ -73,27 +73,35 @@ run_one() {
   [[ $verdict == ok ]]
 }
 
-echo "running ${#light[@]} test binaries, $jobs at a time, then ${#heavy[@]} alone"
+read -ra waiting <<<"${WAITING:-}"
+((${#test_args[@]} == 0)) || waiting=()
+echo "running ${#light[@]} test binaries, $jobs at a time, then ${#heavy[@]} alone" \
+  "(their tests that mostly wait, ${#waiting[@]} filters, beside the others)"
+# The alone binaries' tests that mostly wait: beside the others, from the start.
+slots=$jobs
+if ((${#waiting[@]} > 0)); then
+  for entry in "${heavy[@]}"; do
+    run_one "$entry" waiting --test-threads=3 "${waiting[@]}" &
+    slots=$((slots + 1))
+  done
+fi
 for entry in "${light[@]}"; do
-  while (($(jobs -rp | wc -l) >= jobs)); do
+  while (($(jobs -rp | wc -l) >= slots)); do
     wait -n || true
   done
   run_one "$entry" &
 done
 wait || true
-read -ra waiting <<<"${WAITING:-}"
+skips=()
+for filter in "${waiting[@]}"; do
+  skips+=(--skip "$filter")
+done
 for entry in "${heavy[@]}"; do
-  if ((${#waiting[@]} == 0 || ${#test_args[@]} > 0)); then
+  if ((${#skips[@]} > 0)); then
+    run_one "$entry" loaded "${skips[@]}" || true
+  else
     run_one "$entry" || true
-    continue
   fi
-  skips=()
-  for filter in "${waiting[@]}"; do
-    skips+=(--skip "$filter")
-  done
-  run_one "$entry" waiting "${waiting[@]}" &
-  run_one "$entry" loaded "${skips[@]}" &
-  wait || true
 done
 
 failed=$(grep -L '^test result: ok\.' "$logs"/*.log || true)

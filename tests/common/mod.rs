@@ -36,6 +36,20 @@ pub async fn connected(nodes: &RedisNodes) -> Redlock {
     rl
 }
 
+/// A builder's client, connected first (see [`connected`]).
+pub trait ConnectFirst {
+    /// Builds the client and connects it to every master.
+    async fn connected(self) -> Redlock;
+}
+
+impl ConnectFirst for RedlockBuilder {
+    async fn connected(self) -> Redlock {
+        let rl = self.build().unwrap();
+        rl.connect().await.unwrap();
+        rl
+    }
+}
+
 /// A direct connection to one server, bypassing the library.
 pub fn direct(server: &RedisServer) -> redis::Connection {
     redis::Client::open(server.url())

@@ -158,14 +158,17 @@ async fn an_extend_of_a_lost_lease_says_token_gone_not_contention() {
     }
 }
 
-fn fenced(nodes: &RedisNodes) -> Redlock {
-    builder(nodes).fencing(true).build().unwrap()
+/// A client with fencing, connected first (see [`connected`](crate::common::connected)).
+async fn fenced(nodes: &RedisNodes) -> Redlock {
+    let rl = builder(nodes).fencing(true).build().unwrap();
+    rl.connect().await.unwrap();
+    rl
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resource_named_like_another_resources_fence_counter_is_a_lock_of_its_own() {
     let nodes = three();
-    let rl = fenced(&nodes);
+    let rl = fenced(&nodes).await;
     let first = rl.acquire("x", LONG).await.unwrap();
     let fence = first.fencing_token().unwrap();
     first.release().await.unwrap();
@@ -242,7 +245,7 @@ async fn a_resource_named_like_another_resources_fence_counter_is_a_lock_of_its_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_name_whose_companions_could_not_share_its_slot_is_refused() {
     let nodes = three();
-    let rl = fenced(&nodes);
+    let rl = fenced(&nodes).await;
     // A `}` with no hash tag before it, or a key that is one hash tag whole: its companions
     // could not hash like it (or would be another name's).
     for name in ["}x", "}", "x}", "{x}"] {
@@ -258,7 +261,7 @@ async fn a_name_whose_companions_could_not_share_its_slot_is_refused() {
     assert!(matches!(err, Error::InvalidResource { .. }), "{err}");
     assert_eq!(present(&nodes, &lock_key("a")), 0, "nothing was written");
     // The prefix counts: `}p:x` has a `}` and no hash tag.
-    let braced = builder(&nodes).key_prefix("}p:").build().unwrap();
+    let braced = builder(&nodes).key_prefix("}p:").connected().await;
     let err = braced.try_acquire("x", LONG).await.unwrap_err();
     assert!(matches!(err, Error::InvalidResource { .. }), "{err}");
     // A name with a hash tag of its own is a lock like any other, and so is one with a `{`

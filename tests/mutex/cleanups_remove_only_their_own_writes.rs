@@ -67,7 +67,7 @@ async fn a_retried_rollback_of_an_owners_attempt_leaves_its_later_attempts_grant
          masters, {:?} left",
         lock.remaining()
     );
-    let other = builder(&nodes).build().unwrap();
+    let other = builder(&nodes).connected().await;
     let refused = other.try_acquire("shard:7", TTL).await;
     assert!(
         refused.is_err(),
@@ -91,7 +91,7 @@ async fn a_retried_rollback_of_a_campaign_attempt_leaves_the_elected_term_alone(
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Another candidate cannot be elected while the first term is valid...
-    let rival = builder(&nodes).build().unwrap();
+    let rival = builder(&nodes).connected().await;
     let second = tokio::time::timeout(
         Duration::from_millis(1_500),
         rival.elect("scheduler", TTL, "host-b"),

@@ -298,7 +298,7 @@ fn noscript_errors(server: &RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_connection_loads_the_scripts_ahead_of_its_first_request() {
     let nodes = RedisNodes::spawn(1).unwrap();
-    let rl = builder(&nodes).fencing(true).build().unwrap();
+    let rl = builder(&nodes).fencing(true).connected().await;
     let mut lock = rl.try_acquire("first", TTL).await.unwrap();
     lock.extend(TTL).await.unwrap();
     lock.release().await.unwrap();

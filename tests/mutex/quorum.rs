@@ -461,7 +461,7 @@ async fn a_failed_extend_keeps_the_old_deadline_and_deletes_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn validity_is_never_more_than_ttl_minus_drift() {
     let nodes = five();
-    let rl = builder(&nodes).drift_factor(0.05).build().unwrap();
+    let rl = builder(&nodes).drift_factor(0.05).connected().await;
     let ttl = Duration::from_secs(4);
     let drift = ttl.mul_f64(0.05) + Duration::from_millis(2);
     for _ in 0..10 {
@@ -537,7 +537,7 @@ async fn an_even_node_count_works_with_a_majority_quorum() {
 #[tokio::test(flavor = "multi_thread")]
 async fn key_prefix_is_prepended_to_the_resource() {
     let nodes = five();
-    let rl = builder(&nodes).key_prefix("app:locks:").build().unwrap();
+    let rl = builder(&nodes).key_prefix("app:locks:").connected().await;
     let lock = rl.acquire("job", TTL).await.unwrap();
     let token = lock.token().expose();
     // The key is the prefix and the name, as every Redlock client writes it.

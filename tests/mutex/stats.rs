@@ -12,7 +12,7 @@ const TTL: Duration = Duration::from_secs(10);
 #[tokio::test(flavor = "multi_thread")]
 async fn stats_count_attempts_grants_contention_and_node_errors() {
     let mut nodes = five();
-    let rl = builder(&nodes).retry_count(2).build().unwrap();
+    let rl = builder(&nodes).retry_count(2).connected().await;
     let before = rl.stats();
     assert_eq!(
         (before.attempts, before.acquired, before.contended),

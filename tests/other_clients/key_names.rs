@@ -138,7 +138,7 @@ fn accepted_names_keep_their_companions_in_their_slot_and_off_every_other_key() 
 async fn another_prefixes_layout_marker_is_no_resource_name() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let plain = connected(&nodes).await;
-    let prefixed = builder(&nodes).key_prefix("locks:").build().unwrap();
+    let prefixed = builder(&nodes).key_prefix("locks:").connected().await;
 
     let held = plain.try_acquire("locks:quorumlock:layout", TTL).await;
     let marker: Vec<Option<String>> = nodes

@@ -91,7 +91,7 @@ async fn acquire_many_is_all_or_nothing_when_one_key_is_held_elsewhere() {
 #[tokio::test(flavor = "multi_thread")]
 async fn acquire_many_gives_each_resource_a_fence_above_its_previous_holders() {
     let nodes = five();
-    let rl = builder(&nodes).fencing(true).build().unwrap();
+    let rl = builder(&nodes).fencing(true).connected().await;
     let first = rl.acquire("acct:1", TTL).await.unwrap();
     let f1 = first.fencing_token().unwrap();
     first.release().await.unwrap();

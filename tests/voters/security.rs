@@ -506,7 +506,7 @@ async fn resource_names_with_quotes_brackets_comments_newlines_and_nul_round_tri
         "ünïcödé ☃",
     ];
     let slow_machine = Duration::from_millis(250);
-    let plain = builder(&nodes).node_timeout(slow_machine).build().unwrap();
+    let plain = builder(&nodes).node_timeout(slow_machine).connected().await;
     let fenced = builder(&nodes)
         .node_timeout(slow_machine)
         .fencing(true)

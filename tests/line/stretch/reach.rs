@@ -446,7 +446,7 @@ async fn mixed_leases_dead_waiters_and_late_renewals_never_give_two_holders() {
         t.abort();
     }
     // Bare-SET contenders (plain mutex, default client) race the line all along.
-    let plain = builder(&nodes).retry_count(1).build().unwrap();
+    let plain = builder(&nodes).retry_count(1).connected().await;
     let plain_holds = holds.clone();
     let plain_task = tokio::spawn(async move {
         for i in 0..30 {

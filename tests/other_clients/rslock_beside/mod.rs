@@ -39,7 +39,7 @@ async fn a_quorumlock_lock_is_the_resource_name_on_the_masters() {
     );
     lock.release().await.unwrap();
 
-    let prefixed = builder(&nodes).key_prefix("locks:").build().unwrap();
+    let prefixed = builder(&nodes).key_prefix("locks:").connected().await;
     let lock = prefixed.acquire("orders:42", TTL).await.unwrap();
     let token = lock.token().expose().to_owned();
     assert!(
@@ -145,7 +145,7 @@ async fn rslock_and_quorumlock_workers_never_hold_one_name_at_once() {
 
     let mut workers = Vec::new();
     for w in 0..2 {
-        let rl = builder(&nodes).retry_count(0).build().unwrap();
+        let rl = builder(&nodes).retry_count(0).connected().await;
         let (section, stop) = (section.clone(), stop.clone());
         workers.push(tokio::spawn(async move {
             let mut n = w;
