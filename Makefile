@@ -16,11 +16,6 @@ demo: redis-server
 ## The examples that hold tests of their own; the others are only checked (they hold none).
 TESTED_EXAMPLES = testing_your_code
 
-## The chaos tests that mostly wait (the election's terms, one after another; failovers and
-## TTLs): they run beside the others, in a process of their own (see scripts/run-tests.sh).
-CHAOS_WAITING = scenarios::s20_ scenarios::s22_ scenarios::s23_ scenarios::s24_ scenarios::s25_ \
-	scenarios::s26_ scenarios::s27_ scenarios::s28_ scenarios::s29_ scenarios_over_tls::
-
 ## The whole test suite against real redis-server processes (the chaos suite in its short
 ## version, failover evidence, fencing, TLS and ACL included). Also installs openssl, which the
 ## TLS tests use to make their certificate authority, and libfaketime, which the testkit's clock
@@ -31,7 +26,7 @@ test:
 	@scripts/ensure-valkey-server.sh >/dev/null
 	@# Every test binary (the simulation's fixed seeds included), three at a time (JOBS=n runs n
 	@# side by side: see the script), then the one that loads both cores (the chaos suite) alone.
-	WAITING="$(CHAOS_WAITING)" scripts/run-tests.sh --workspace --all-features --lib --bins --tests \
+	scripts/run-tests.sh --workspace --all-features --lib --bins --tests \
 		$(addprefix --example ,$(TESTED_EXAMPLES))
 	$(CARGO) test --workspace --all-features --doc
 	$(MAKE) test-valkey

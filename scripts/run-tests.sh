@@ -2,9 +2,7 @@
 # Builds the test binaries `cargo test` would, then runs them: JOBS of them at a time (default
 # 3: most wait on sleeps and real servers rather than the CPU), then the binary that loads both
 # cores by design (`chaos`: the chaos scenarios, the explorer) alone, as its throughput floors
-# assume. WAITING names (as test name filters) the tests of that binary that mostly wait (for
-# failovers, TTLs, one term after another): they run first, in a process of their own (three
-# at a time), beside the other binaries; the rest of it runs alone after them.
+# assume (its tests take turns among themselves).
 #
 # Each binary runs in its package's folder, as `cargo test` runs it; its output goes to
 # target/test-logs/<package>-<target>.log and is printed when it fails. Exits non-zero when any
@@ -13,7 +11,6 @@
 #
 #   scripts/run-tests.sh --workspace --all-features --lib --tests
 #   scripts/run-tests.sh --all-features --test line --test mutex -- order:: quorum::
-#   WAITING="scenarios::s20_ scenarios::s22_" scripts/run-tests.sh --all-features --test chaos
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -56,7 +53,7 @@ done <"$artifacts"
 started=$SECONDS
 
 # Runs one binary (an entry of the lists above) and prints one line of verdict: with the test
-# arguments given, or with those after the entry (and its label suffixed with the first).
+# arguments given, or with those after the entry (its label suffixed with the first of them).
 run_one() {
   local exe=${1%%|*} rest=${1#*|}
   local dir=${rest%%|*} label=${rest#*|}
@@ -73,35 +70,18 @@ run_one() {
   [[ $verdict == ok ]]
 }
 
-read -ra waiting <<<"${WAITING:-}"
-((${#test_args[@]} == 0)) || waiting=()
-echo "running ${#light[@]} test binaries, $jobs at a time, then ${#heavy[@]} alone" \
-  "(their tests that mostly wait, ${#waiting[@]} filters, beside the others)"
-# The alone binaries' tests that mostly wait: beside the others, from the start.
-slots=$jobs
-if ((${#waiting[@]} > 0)); then
-  for entry in "${heavy[@]}"; do
-    run_one "$entry" waiting --test-threads=3 "${waiting[@]}" &
-    slots=$((slots + 1))
-  done
-fi
+echo "running ${#light[@]} test binaries, $jobs at a time, then ${#heavy[@]} alone"
 for entry in "${light[@]}"; do
-  while (($(jobs -rp | wc -l) >= slots)); do
+  while (($(jobs -rp | wc -l) >= jobs)); do
     wait -n || true
   done
   run_one "$entry" &
 done
 wait || true
-skips=()
-for filter in "${waiting[@]}"; do
-  skips+=(--skip "$filter")
-done
+# Three tests at a time: they take turns by the load each puts on the machine
+# (tests/chaos/turns.rs), so that the ones that mostly wait run beside the others.
 for entry in "${heavy[@]}"; do
-  if ((${#skips[@]} > 0)); then
-    run_one "$entry" loaded "${skips[@]}" || true
-  else
-    run_one "$entry" || true
-  fi
+  run_one "$entry" alone --test-threads=3 "${test_args[@]}" || true
 done
 
 failed=$(grep -L '^test result: ok\.' "$logs"/*.log || true)

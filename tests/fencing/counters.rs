@@ -46,6 +46,7 @@ async fn ten_thousand_fenced_resources_leave_only_keys_that_expire_within_the_gr
     let nodes = five();
     let rl = fenced(&nodes, GRACE);
     rl.connect().await.unwrap();
+    rl.connect().await.unwrap();
     let started = Instant::now();
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| {

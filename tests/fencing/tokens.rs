@@ -131,6 +131,7 @@ async fn incr_and_take_the_max_hands_out_a_smaller_fence_and_the_second_round_pr
     // (another token holds them), masters 0 and 1 refuse B.
     set_counters(&nodes, key, ahead([5, 1, 1, 1, 1]));
     let rl = fenced(&nodes);
+    rl.connect().await.unwrap();
     for i in [3, 4] {
         set(&nodes[i], key, "someone-else", TTL);
     }
@@ -196,6 +197,7 @@ fn fence_order_violations(history: &History) -> usize {
 async fn with_aof_fences_keep_increasing_when_every_master_crashes_and_restarts() {
     let mut nodes = RedisNodes::spawn_with(5, &RedisServerBuilder::new().aof(true)).unwrap();
     let rl = fenced(&nodes);
+    rl.connect().await.unwrap();
     let history = History::new();
     let before = acquire_release_rounds(&rl, &history, 20).await;
     for i in 0..5 {
@@ -221,6 +223,7 @@ async fn with_aof_fences_keep_increasing_when_every_master_crashes_and_restarts(
 async fn without_aof_a_quorum_restarted_empty_sends_fences_backwards() {
     let mut nodes = five();
     let rl = fenced(&nodes);
+    rl.connect().await.unwrap();
     rl.connect().await.unwrap();
     let history = History::new();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();

@@ -42,6 +42,7 @@ async fn a_waiter_granted_by_a_master_that_lost_the_key_does_not_hand_the_lock_t
     let holder = connected(&nodes).await.acquire("job", TTL).await.unwrap();
     granted_everywhere(&nodes, &lock_key("job"), holder.token().expose()).await;
     let rl = slow_polling(&nodes, Duration::from_secs(3));
+    rl.connect().await.unwrap();
     let waiter = tokio::spawn({
         let rl = rl.clone();
         async move { rl.acquire("job", TTL).await }
@@ -86,6 +87,7 @@ async fn a_head_that_cannot_take_a_key_passes_it_to_the_waiter_behind() {
     });
     in_line_everywhere(&nodes, "a", 1).await;
     let plain = slow_polling(&nodes, Duration::from_secs(4));
+    plain.connect().await.unwrap();
     let waiter = tokio::spawn({
         let plain = plain.clone();
         async move {

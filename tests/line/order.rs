@@ -203,9 +203,11 @@ async fn a_cancelled_waiter_leaves_the_line_and_passes_its_turn_on() {
     let holder = connected(&nodes).await.acquire("job", TTL).await.unwrap();
     granted_everywhere(&nodes, &lock_key("job"), holder.token().expose()).await;
     let first = slow_polling(&nodes);
+    first.connect().await.unwrap();
     let cancelled = tokio::spawn(async move { first.acquire("job", TTL).await });
     assert!(eventually(Duration::from_secs(2), || line_len(&nodes[0], "job") == 1).await);
     let second = slow_polling(&nodes);
+    second.connect().await.unwrap();
     let next = {
         let second = second.clone();
         tokio::spawn(async move { second.acquire("job", TTL).await })

@@ -95,6 +95,7 @@ async fn a_writer_is_alone_and_gets_a_fencing_token_that_grows() {
 async fn a_waiting_writer_holds_new_readers_back_and_goes_next() {
     let nodes = five();
     let first_reader = quick(&nodes);
+    first_reader.connect().await.unwrap();
     let reading = first_reader
         .rw_lock("feed")
         .unwrap()
@@ -110,6 +111,7 @@ async fn a_waiting_writer_holds_new_readers_back_and_goes_next() {
         .await
     );
     let writer = quick(&nodes);
+    writer.connect().await.unwrap();
     let writing = tokio::spawn(async move {
         let lock = writer.rw_lock("feed").unwrap().write(TTL).await.unwrap();
         let fence_free = lock.fencing_token().is_none();
@@ -129,6 +131,7 @@ async fn a_waiting_writer_holds_new_readers_back_and_goes_next() {
 
     // Only a reader holds the resource, yet a new reader waits behind the writer.
     let late = quick(&nodes);
+    late.connect().await.unwrap();
     let refused = late
         .rw_lock("feed")
         .unwrap()
@@ -197,6 +200,7 @@ async fn waiters_are_woken_by_the_release_they_wait_for_not_by_their_retry_delay
 
     // A writer waits for the last reader: woken by its release.
     let writers_client = patient(&nodes);
+    writers_client.connect().await.unwrap();
     let writer = writers_client.rw_lock("feed").unwrap();
     let writing = tokio::spawn(async move { writer.write(TTL).await });
     // A majority is enough: a master whose first refusal came too late for the node timeout
@@ -249,6 +253,7 @@ async fn a_writer_refused_by_one_master_takes_its_note_there_away_with_its_relea
         .unwrap();
     // Its note lasts three 20 s retry periods: only the release can take it away in time.
     let rl = patient(&nodes);
+    rl.connect().await.unwrap();
     // Connected first: an attempt whose connection to master 0 is not up within the node
     // timeout is never sent there, and the next one is 20 s away.
     rl.connect().await.unwrap();
@@ -288,11 +293,13 @@ async fn a_writer_refused_by_one_master_takes_its_note_there_away_with_its_relea
 async fn a_reader_that_dies_or_a_writer_that_gives_up_blocks_nobody_for_long() {
     let nodes = five();
     let rl = quick(&nodes);
+    rl.connect().await.unwrap();
     let rw = rl.rw_lock("cache").unwrap();
     // A reader that never releases: its entry expires with its TTL.
     let reader = rw.read(Duration::from_millis(300)).await.unwrap();
     std::mem::forget(reader);
     let other = quick(&nodes);
+    other.connect().await.unwrap();
     let lock = other.rw_lock("cache").unwrap().write(TTL).await.unwrap();
     lock.release().await.unwrap();
 
@@ -344,6 +351,7 @@ async fn a_reader_that_dies_or_a_writer_that_gives_up_blocks_nobody_for_long() {
 async fn a_reader_extends_its_hold_and_keeps_a_writer_out_past_its_first_ttl() {
     let nodes = five();
     let rl = quick(&nodes);
+    rl.connect().await.unwrap();
     let mut reading = rl
         .rw_lock("report")
         .unwrap()

@@ -114,6 +114,7 @@ async fn a_waiter_takes_whichever_slot_is_released_first_and_leaves_the_other_li
         held.push(permit);
     }
     let waiter = patient(&nodes);
+    waiter.connect().await.unwrap();
     let sem = waiter.semaphore("crawl", K).unwrap();
     let waiting = tokio::spawn(async move { sem.acquire(TTL).await });
     // In every slot's line on every master.

@@ -91,12 +91,14 @@ async fn acquire_many_over_slots_of_cluster_voters_is_all_or_nothing_per_voter()
     let clusters: Vec<RedisCluster> = (0..3).map(|_| RedisCluster::spawn(3, 0).unwrap()).collect();
     let urls: Vec<String> = clusters.iter().map(RedisCluster::url).collect();
     let rl = client(&urls);
+    rl.connect().await.unwrap();
     let names = spread(&clusters[0], 3);
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
 
     // The middle resource held by someone else on one voter: that voter refuses, and gives back
     // the two resources it had granted; the other two grant, a quorum.
     let other = client(&urls[..1]);
+    other.connect().await.unwrap();
     let blocker = other.acquire(names[1], TTL).await.unwrap();
     let many = rl.acquire_many(&names, TTL).await.unwrap();
     // acquire_many returns at the quorum: the refusing voter may answer (and give back its
@@ -125,6 +127,7 @@ async fn acquire_many_over_slots_of_cluster_voters_is_all_or_nothing_per_voter()
 
     // Held on two voters: no quorum, and nothing of the attempt left anywhere.
     let other2 = client(&urls[1..2]);
+    other2.connect().await.unwrap();
     let blocker2 = other2.acquire(names[1], TTL).await.unwrap();
     let refused = rl.try_acquire_many(&names, TTL).await.err().unwrap();
     assert!(refused.is_contention(), "{refused}");
@@ -257,6 +260,7 @@ async fn a_lock_whose_slot_moves_while_held_is_released_once_the_move_ends_and_t
 async fn a_cluster_voter_grants_again_once_a_killed_shard_primary_failed_over() {
     let mut cluster = RedisCluster::spawn(3, 1).unwrap();
     let rl = client(&[cluster.url()]);
+    rl.connect().await.unwrap();
     let key = quorumlock::resource_key("", "nightly");
     let slot = quorumlock_testkit::key_slot(&key);
     rl.acquire("nightly", TTL)
@@ -292,6 +296,7 @@ async fn tracing_free_pause(_why: &Error) {
 async fn a_sentinel_voter_follows_a_forced_failover_to_the_promoted_replica() {
     let mut group = SentinelGroup::spawn(1, 3).unwrap();
     let rl = client(&[group.url()]);
+    rl.connect().await.unwrap();
     let before = group.primary_addr().unwrap();
     let lock = rl.acquire("sentinel-job", TTL).await.unwrap();
     lock.release().await.unwrap();

@@ -70,6 +70,7 @@ async fn a_durable_grant_on_a_cluster_voter_is_on_its_shards_replica_when_acquir
     let cluster = RedisCluster::spawn(3, 1).unwrap();
     let rl = durable(&cluster);
     rl.connect().await.unwrap();
+    rl.connect().await.unwrap();
     let mut fences = Vec::new();
     for (primary, name) in one_per_shard(&cluster) {
         let replica = cluster.replicas_of(primary).unwrap()[0];
@@ -96,6 +97,7 @@ async fn a_shard_whose_replica_is_down_refuses_only_its_own_resources_and_is_nam
     let mut cluster = RedisCluster::spawn(3, 1).unwrap();
     let shards = one_per_shard(&cluster);
     let rl = durable(&cluster);
+    rl.connect().await.unwrap();
     rl.connect().await.unwrap();
 
     let (weak, weak_name) = shards[1].clone();

@@ -53,6 +53,7 @@ async fn a_grant_counts_once_a_replica_has_it_and_so_does_an_extend() {
     let voters = voters(3);
     let rl = durable(&voters, Durability::Replicas(1), Duration::from_millis(500));
     rl.connect().await.unwrap();
+    rl.connect().await.unwrap();
     let mut lock = rl.acquire("ledger", TTL).await.unwrap();
     let token = lock.token().expose().to_owned();
     // Read at once: every master that counted had its replica confirm the key first.
@@ -74,6 +75,7 @@ async fn a_grant_counts_once_a_replica_has_it_and_so_does_an_extend() {
 async fn grants_their_replicas_do_not_confirm_do_not_count_and_are_rolled_back() {
     let voters = voters(3);
     let rl = durable(&voters, Durability::Replicas(1), Duration::from_millis(300));
+    rl.connect().await.unwrap();
     rl.connect().await.unwrap();
     // Two replicas stall: their primaries still grant, but cannot confirm.
     voters[0].replica.pause().unwrap();
@@ -112,6 +114,7 @@ async fn an_extend_its_replicas_do_not_confirm_fails_and_promises_no_more_than_b
     let voters = voters(3);
     let rl = durable(&voters, Durability::Replicas(1), Duration::from_millis(300));
     rl.connect().await.unwrap();
+    rl.connect().await.unwrap();
     let mut lock = rl.acquire("ledger", TTL).await.unwrap();
     let before = lock.deadline();
     voters[0].replica.pause().unwrap();
@@ -148,6 +151,7 @@ async fn an_extend_its_replicas_do_not_confirm_fails_and_promises_no_more_than_b
 async fn a_refusal_is_contention_even_when_the_replicas_do_not_confirm() {
     let voters = voters(3);
     let holder = durable(&voters, Durability::Replicas(1), Duration::from_millis(300));
+    holder.connect().await.unwrap();
     let other = durable(&voters, Durability::Replicas(1), Duration::from_millis(300));
     holder.connect().await.unwrap();
     other.connect().await.unwrap();
@@ -168,6 +172,7 @@ async fn a_refusal_is_contention_even_when_the_replicas_do_not_confirm() {
 async fn the_wait_for_replicas_shortens_the_validity() {
     let voters = voters(3);
     let rl = durable(&voters, Durability::Replicas(1), Duration::from_secs(2));
+    rl.connect().await.unwrap();
     rl.connect().await.unwrap();
     for v in &voters {
         v.replica.pause().unwrap();
