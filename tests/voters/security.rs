@@ -180,7 +180,6 @@ async fn wait_in_line(
 /// subscribed after the wait (2 s, checked every 2 s): the only use of `SUNSUBSCRIBE`.
 async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Result<(), String> {
     let rl = acl_client(nodes, password, false);
-    rl.connect().await.unwrap();
     let other = acl_client(nodes, password, false);
     rl.connect().await.map_err(|e| format!("connect: {e}"))?;
     let mut lock = rl
@@ -278,7 +277,6 @@ async fn core_behaviours(nodes: &RedisNodes, password: &str, linger: bool) -> Re
     // and AHEAD + 11 (above the masters' clock floor, so that the counters decide).
     const AHEAD: u64 = 4_000_000_000_000_000;
     let fenced = acl_client(nodes, password, true);
-    fenced.connect().await.unwrap();
     let key = quorumlock::resource_key(PREFIX, "orders:2");
     let fence = quorumlock::companion_key(&key, ":fence");
     for (i, server) in nodes.iter().enumerate() {
@@ -411,7 +409,6 @@ async fn a_wrong_password_is_a_node_error_naming_the_node_and_never_the_password
         set_acl_user(server, &all_commands());
     }
     let rl = acl_client(&nodes, WRONG_PASSWORD, false);
-    rl.connect().await.unwrap();
     let err = rl.acquire("orders:1", TTL).await.unwrap_err();
     assert!(err.is_unavailable() && !err.is_contention(), "{err}");
     let (shown, debug) = (err.to_string(), format!("{err:?}"));
@@ -455,7 +452,6 @@ async fn tokens_and_passwords_never_appear_in_debug_display_or_logs() {
     let mut shown = vec![format!("{builder:?}")];
     let rl = builder.build().unwrap();
     let other = acl_client(&nodes, PASSWORD, true);
-    other.connect().await.unwrap();
     shown.push(format!("{rl:?}"));
 
     let mut tokens = Vec::new();
