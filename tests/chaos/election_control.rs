@@ -88,7 +88,7 @@ async fn read(history: &History, rl: &Redlock) -> Option<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_on_one_master_restarted_empty_is_joined_by_a_second_in_the_same_term_and_the_checker_reports_it(
 ) {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let mut nodes = RedisNodes::spawn(1).unwrap();
     let history = History::new();
     history.watch_election(ELECTION);
@@ -159,7 +159,7 @@ async fn elect(history: &History, rl: &Redlock, client: usize, value: &str) -> L
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_quorum_election_keeps_its_leader_and_its_terms_through_the_same_restart() {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let mut nodes = RedisNodes::spawn(3).unwrap();
     let history = History::new();
     history.watch_election(ELECTION);
@@ -231,7 +231,7 @@ async fn the_quorum_election_keeps_its_leader_and_its_terms_through_the_same_res
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_quorum_read_names_no_leader_while_the_key_is_reserved_for_the_next_candidate() {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let nodes = RedisNodes::spawn(3).unwrap();
     let history = History::new();
     let observer = client(&nodes);

@@ -48,7 +48,7 @@ fn proxies(nodes: &RedisNodes) -> (Vec<FaultProxy>, Vec<String>) {
 #[tokio::test(flavor = "multi_thread")]
 async fn per_master_hold_counts_drift_when_one_end_is_lost_and_the_checker_reports_the_leaked_key()
 {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let nodes = RedisNodes::spawn(3).unwrap();
     let history = History::new();
     let (proxies, urls) = proxies(&nodes);
@@ -115,7 +115,7 @@ async fn per_master_hold_counts_drift_when_one_end_is_lost_and_the_checker_repor
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_reentrant_lock_counts_holds_in_the_client_and_releases_its_one_key_once() {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let nodes = RedisNodes::spawn(3).unwrap();
     let history = History::new();
     let (proxies, urls) = proxies(&nodes);

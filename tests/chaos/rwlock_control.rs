@@ -67,7 +67,7 @@ fn client(urls: &[String]) -> Redlock {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_writer_that_looks_for_readers_on_one_master_joins_a_reader_and_the_checker_reports_it() {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let nodes = RedisNodes::spawn(3).unwrap();
     let history = History::new();
     history.watch_rw_lock(LOCK);
@@ -137,7 +137,7 @@ async fn a_writer_that_looks_for_readers_on_one_master_joins_a_reader_and_the_ch
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_rw_lock_refuses_the_writer_under_the_same_reachability_while_readers_share_it() {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let nodes = RedisNodes::spawn(3).unwrap();
     let history = History::new();
     history.watch_rw_lock(LOCK);

@@ -21,7 +21,7 @@ use quorumlock_verify::chaos::{self, ChaosRun, Length, Scenario, CHAOS_SEED_ENV}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn s26_a_cluster_a_sentinel_group_and_a_master_on_tls_only_under_their_faults() {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::take(1).await;
     let scenario = Scenario::MixedVoters;
     let seed = chaos::seed(scenario);
     println!(

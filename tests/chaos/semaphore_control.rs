@@ -60,7 +60,7 @@ fn slot_semaphore_client(urls: &[String]) -> Redlock {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_per_master_count_grants_three_holders_of_two_permits_and_the_checker_reports_it() {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let nodes = RedisNodes::spawn(3).unwrap();
     let history = History::new();
     let mut held = Vec::new();
@@ -124,7 +124,7 @@ async fn a_per_master_count_grants_three_holders_of_two_permits_and_the_checker_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_slot_semaphore_refuses_the_third_holder_under_the_same_reachability() {
-    let _turn = crate::turns::waiting().await;
+    let _turn = crate::turns::both_cores().await;
     let nodes = RedisNodes::spawn(3).unwrap();
     let history = History::new();
     history.watch_semaphore("jobs", PERMITS as usize);

@@ -2,8 +2,9 @@
 //! the explorer load both cores: two turns each, so that two of them never run at once (they
 //! would measure the machine rather than the library). A scenario that mostly waits (the
 //! election's terms come one at a time; the topology scenarios, 22–29, wait for failovers and
-//! TTLs, about a quarter of two cores each) and the negative controls take one: one of them
-//! runs beside a loaded scenario, or three of them side by side.
+//! TTLs, about a quarter of two cores each) takes one: one of them runs beside a loaded
+//! scenario, or three of them side by side. The negative controls are short, and take two: their
+//! clients' first requests must not meet a loaded machine.
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -20,9 +21,4 @@ pub async fn take(n: u32) -> SemaphorePermit<'static> {
 /// The turns of a test that loads both cores.
 pub async fn both_cores() -> SemaphorePermit<'static> {
     take(2).await
-}
-
-/// The turn of a test that mostly waits.
-pub async fn waiting() -> SemaphorePermit<'static> {
-    take(1).await
 }

@@ -333,6 +333,8 @@ async fn a_late_rollback_gives_a_renewing_lock_its_keys_back() {
     let key = lock_key("r");
     let a_ttl = Duration::from_secs(1);
     let first = Redlock::builder(nodes.urls()).build().unwrap();
+    // Connected first: the default node timeout (50 ms here) must not go to connecting.
+    first.connect().await.unwrap();
     let mut held = first.acquire_as("r", OWNER, a_ttl).await.unwrap();
     let v = held.token().expose().to_owned();
     assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 5).await);
