@@ -51,7 +51,7 @@ return 0",
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock_testkit::naive_election::NaiveElection;
+/// use quorumlock_verify::naive_election::NaiveElection;
 ///
 /// # async fn run(url: &str) -> redis::RedisResult<()> {
 /// let election = NaiveElection::connect(url, "scheduler", Duration::from_millis(100)).await?;

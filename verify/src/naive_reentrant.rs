@@ -61,7 +61,7 @@ return count",
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock_testkit::naive_reentrant::NaiveReentrant;
+/// use quorumlock_verify::naive_reentrant::NaiveReentrant;
 ///
 /// # async fn run(urls: Vec<String>) {
 /// let naive = NaiveReentrant::connect(&urls, "ledger", Duration::from_millis(100)).await;

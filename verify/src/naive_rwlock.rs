@@ -70,7 +70,7 @@ return 0",
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock_testkit::naive_rwlock::NaiveRwLock;
+/// use quorumlock_verify::naive_rwlock::NaiveRwLock;
 ///
 /// # async fn run(urls: Vec<String>) {
 /// let naive = NaiveRwLock::connect(&urls, "catalog", Duration::from_millis(100)).await;

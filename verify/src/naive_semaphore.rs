@@ -49,7 +49,7 @@ return 0",
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock_testkit::naive_semaphore::NaiveSemaphore;
+/// use quorumlock_verify::naive_semaphore::NaiveSemaphore;
 ///
 /// # async fn run(urls: Vec<String>) {
 /// let naive = NaiveSemaphore::connect(&urls, "jobs", 2, Duration::from_millis(100)).await;

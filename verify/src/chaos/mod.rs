@@ -38,7 +38,7 @@
 //! # Example
 //!
 //! ```no_run
-//! use quorumlock_testkit::chaos::{self, Length, Scenario};
+//! use quorumlock_verify::chaos::{self, Length, Scenario};
 //!
 //! # async fn demo() -> std::io::Result<()> {
 //! let scenario = Scenario::MinorityPaused;

@@ -513,7 +513,7 @@ impl Scenario {
     ///
     /// ```no_run
     /// # async fn f() -> std::io::Result<()> {
-    /// use quorumlock_testkit::chaos::{Length, Scenario};
+    /// use quorumlock_verify::chaos::{Length, Scenario};
     /// use quorumlock_testkit::tls::{TestCa, CA_CERT};
     ///
     /// let ca = TestCa::generate()?;
