@@ -31,9 +31,7 @@ pub fn client(nodes: &RedisNodes) -> Redlock {
 /// and script loads), which on a loaded 2-core machine running a debug build can take longer
 /// than the 100 ms above and cost a master's vote in a test that is not about connecting.
 pub async fn connected(nodes: &RedisNodes) -> Redlock {
-    let rl = client(nodes);
-    rl.connect().await.unwrap();
-    rl
+    builder(nodes).connected().await
 }
 
 /// A builder's client, connected first (see [`connected`]).

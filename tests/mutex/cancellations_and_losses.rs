@@ -160,9 +160,7 @@ async fn an_extend_of_a_lost_lease_says_token_gone_not_contention() {
 
 /// A client with fencing, connected first (see [`connected`](crate::common::connected)).
 async fn fenced(nodes: &RedisNodes) -> Redlock {
-    let rl = builder(nodes).fencing(true).build().unwrap();
-    rl.connect().await.unwrap();
-    rl
+    builder(nodes).fencing(true).connected().await
 }
 
 #[tokio::test(flavor = "multi_thread")]
