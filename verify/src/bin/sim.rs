@@ -86,7 +86,7 @@ fn main() -> ExitCode {
                 "seed {seed:#x}: {} acquisitions, {} faults, {} violation(s), digest {:016x}{}",
                 report.acquisitions,
                 report.faults,
-                report.violations.len(),
+                report.violation_count(),
                 report.digest,
                 report
                     .error
@@ -101,7 +101,7 @@ fn main() -> ExitCode {
                 println!("  {op:?}");
             }
         }
-        if !report.violations.is_empty() {
+        if report.violated() {
             println!("{}", report.first_violation().unwrap_or_default());
             println!("history around it:\n{}", report.around_first_violation());
             if args.until_violation {

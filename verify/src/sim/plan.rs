@@ -26,6 +26,9 @@ pub struct Plan {
     pub faults: Vec<(Duration, Fault)>,
     /// The network's own latency bound (turmoil's), each message drawn below it.
     pub max_latency: Duration,
+    /// How far each master's clock runs ahead of the simulation's from the start (fencing
+    /// plans: their spread stays below the fleet's fencing grace, rates included).
+    pub clock_ahead: Vec<Duration>,
 }
 
 /// One client process.
@@ -47,6 +50,8 @@ pub struct WorkerPlan {
     pub hold: Hold,
     /// Pause between one hold and the next attempt.
     pub idle: Duration,
+    /// With fencing, the fencing grace it configures.
+    pub fence_grace: Option<Duration>,
 }
 
 /// The kinds of client a run mixes on the same names.
@@ -158,6 +163,8 @@ impl Plan {
         if rng.random_bool(0.25) {
             return Plan::owner_race(seed, duration, &mut rng);
         }
+        // One plan in four of the others fences: see [`Plan::fence`].
+        let fenced = rng.random_bool(0.25);
         let masters = if rng.random_bool(0.6) { 5 } else { 3 };
         let resources: Vec<String> = (0..rng.random_range(1..=3))
             .map(|i| format!("r{i}"))
@@ -185,7 +192,7 @@ impl Plan {
             workers.len(),
             max_ttl(&workers),
         );
-        Plan {
+        let plan = Plan {
             seed,
             masters,
             duration,
@@ -193,7 +200,56 @@ impl Plan {
             workers,
             faults,
             max_latency,
+            clock_ahead: vec![Duration::ZERO; masters],
+        };
+        if fenced {
+            plan.fence(&mut rng)
+        } else {
+            plan
         }
+    }
+
+    /// This plan with fencing (the README's bounds for it): its `acquire` clients fenced with
+    /// one grace for the fleet (1–1.5 s); most clients pause for half the grace to twice the
+    /// grace between holds, so that names fall idle and counters lapse between holders; one
+    /// master or more ahead of the others by up to the grace less what the masters' rates may
+    /// add over the run (most often near that bound); and no fault that loses a master's data
+    /// (fencing asks for AOF).
+    fn fence(mut self, rng: &mut ChaCha8Rng) -> Plan {
+        let grace = Duration::from_millis(rng.random_range(1_000..=1_500));
+        for w in &mut self.workers {
+            if w.kind == WorkerKind::Mutex && rng.random_bool(0.8) {
+                w.fence_grace = Some(grace);
+            }
+            if rng.random_bool(0.7) {
+                w.idle = Duration::from_millis(
+                    rng.random_range(grace.as_millis() as u64 / 2..=2 * grace.as_millis() as u64),
+                );
+            }
+        }
+        // Two rates at the allowance's ends part by 0.8 % of the run.
+        let rates = self.duration.mul_f64(0.008) + Duration::from_millis(10);
+        let spread = grace.saturating_sub(rates).as_millis() as u64;
+        let ahead = rng.random_range(spread / 2..spread.max(1));
+        let first = rng.random_range(0..self.masters);
+        self.clock_ahead = (0..self.masters)
+            .map(|m| match rng.random_range(0..3) {
+                _ if m == first => Duration::from_millis(ahead),
+                0 => Duration::ZERO,
+                1 => Duration::from_millis(ahead),
+                _ => Duration::from_millis(rng.random_range(0..=ahead)),
+            })
+            .collect();
+        self.faults.retain(|(_, f)| {
+            !matches!(
+                f,
+                Fault::Crash {
+                    keep_data: false,
+                    ..
+                } | Fault::LossyFailover { .. }
+            )
+        });
+        self
     }
 
     /// An owner's race (see [`Plan::from_seed`]): three masters, one resource, two to four
@@ -241,6 +297,7 @@ impl Plan {
             workers,
             faults,
             max_latency: Duration::from_micros(rng.random_range(200..=3_000)),
+            clock_ahead: vec![Duration::ZERO; 3],
         }
     }
 }
@@ -281,6 +338,7 @@ fn draw_worker(rng: &mut ChaCha8Rng, kind: WorkerKind, resources: usize) -> Work
         acquire_timeout: Duration::from_millis(rng.random_range(0..=1_500)),
         hold,
         idle: Duration::from_millis(rng.random_range(0..=20)),
+        fence_grace: None,
     }
 }
 

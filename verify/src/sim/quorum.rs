@@ -18,7 +18,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use quorumlock_sim::{lock, SharedMaster, Value};
-use quorumlock_testkit::{Op, OpKind, Outcome};
+use quorumlock_testkit::{Op, OpKind, Outcome, TokenFingerprint};
 
 use super::plan::{Plan, WorkerKind};
 
@@ -91,6 +91,34 @@ impl KeyLog {
             .and_then(|c| c.value.as_deref())
     }
 
+    /// The changes of `resource`'s key from `from` to `to`, one line each, with the masters'
+    /// data losses among them.
+    fn changes_of(&self, resource: usize, from: Duration, to: Duration) -> Vec<String> {
+        let ms = |t: Duration| t.as_secs_f64() * 1e3;
+        let mut lines: Vec<(Duration, String)> = self
+            .changes
+            .iter()
+            .filter(|c| c.resource == resource && c.at >= from && c.at <= to)
+            .map(|c| {
+                let value = c.value.as_deref().map_or("nothing".to_owned(), |v| {
+                    String::from_utf8_lossy(v).into_owned()
+                });
+                (
+                    c.at,
+                    format!("{:>10.3} ms  m{}  {value}", ms(c.at), c.master),
+                )
+            })
+            .chain(
+                self.data_lost
+                    .iter()
+                    .filter(|&&(at, _)| at >= from && at <= to)
+                    .map(|&(at, m)| (at, format!("{:>10.3} ms  m{m}  lost its data", ms(at)))),
+            )
+            .collect();
+        lines.sort_by_key(|(at, _)| *at);
+        lines.into_iter().map(|(_, line)| line).collect()
+    }
+
     fn lost_between(&self, master: usize, from: Duration, to: Duration) -> bool {
         self.data_lost
             .iter()
@@ -117,6 +145,9 @@ pub struct QuorumLoss {
     pub quorum: usize,
     /// Every master's value then.
     pub values: Vec<String>,
+    /// How the key changed on the masters from the lease's start to just after the loss, one
+    /// line each (time in ms from the run's start, master, value).
+    pub changes: Vec<String>,
 }
 
 impl fmt::Display for QuorumLoss {
@@ -141,6 +172,8 @@ impl fmt::Display for QuorumLoss {
 /// it reported, cut short by the lock's release.
 struct Lease<'a> {
     op: &'a Op,
+    /// When the acquire or extend started.
+    started: Duration,
     from: Duration,
     until: Duration,
 }
@@ -185,6 +218,7 @@ pub fn quorum_losses(plan: &Plan, ops: &[Op], log: &KeyLog, origin: Instant) -> 
         };
         let lease = Lease {
             op,
+            started: since(op.start),
             from: since(op.end) + SLACK,
             until: since(*v).min(released(&op.token)),
         };
@@ -207,6 +241,9 @@ fn first_loss(
     if lease.from >= lease.until {
         return None;
     }
+    // A master may have granted from the start of the acquire or extend on: one that lost its
+    // data since, even before the client heard of the grant, counts as holding.
+    let since_start = lease.started;
     let moments = std::iter::once(lease.from).chain(
         log.changes
             .iter()
@@ -220,7 +257,7 @@ fn first_loss(
         let held_on = (0..masters)
             .filter(|&m| {
                 values[m].is_some_and(|v| belongs(v, &lease.op.token))
-                    || log.lost_between(m, lease.from, at)
+                    || log.lost_between(m, since_start, at)
             })
             .count();
         if held_on < quorum {
@@ -239,6 +276,7 @@ fn first_loss(
                         None => "nothing".to_owned(),
                     })
                     .collect(),
+                changes: log.changes_of(resource, since_start, at + Duration::from_millis(50)),
             });
         }
     }
@@ -272,10 +310,10 @@ fn shown(value: &[u8]) -> String {
     match owner_of(value) {
         Some(owner) => format!(
             "{} (owner {})",
-            quorumlock::LockToken::fingerprint_of(&text),
+            TokenFingerprint::of(&text),
             String::from_utf8_lossy(owner)
         ),
-        None => quorumlock::LockToken::fingerprint_of(&text),
+        None => TokenFingerprint::of(&text).to_string(),
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use quorumlock_sim::{lock, shared, Clock, Master, SharedMaster, Snapshot};
-use quorumlock_testkit::{check_overlaps, Op, OpKind, Outcome, Violation};
+use quorumlock_testkit::{check_fence_order, check_overlaps, Op, OpKind, Outcome, Violation};
 
 use super::net::{self, SharedLinks};
 use super::plan::{Fault, Plan};
@@ -53,6 +53,17 @@ impl RunReport {
             .or_else(|| self.quorum_losses.first().map(ToString::to_string))
     }
 
+    /// Whether either checker found a violation (an overlap, a fence out of order, a lock
+    /// short of its quorum).
+    pub fn violated(&self) -> bool {
+        !self.violations.is_empty() || !self.quorum_losses.is_empty()
+    }
+
+    /// How many violations the checkers found.
+    pub fn violation_count(&self) -> usize {
+        self.violations.len() + self.quorum_losses.len()
+    }
+
     /// Whether the run found nothing wrong.
     pub fn is_clean(&self) -> bool {
         self.violations.is_empty() && self.quorum_losses.is_empty() && self.error.is_none()
@@ -64,9 +75,22 @@ impl RunReport {
         let mut out = String::new();
         let (resource, from) = match (self.violations.first(), self.quorum_losses.first()) {
             (Some(Violation::Overlap { resource, from, .. }), _) => (resource, *from),
+            (
+                Some(Violation::FenceOrder {
+                    resource, later, ..
+                }),
+                _,
+            ) => (resource, later.start),
             (_, Some(loss)) => (&loss.resource, self.origin + loss.at),
             _ => return out,
         };
+        if let (None, Some(loss)) = (self.violations.first(), self.quorum_losses.first()) {
+            let _ = writeln!(out, "the key on the masters, from the lock's attempt on:");
+            for line in &loss.changes {
+                let _ = writeln!(out, "  {line}");
+            }
+            let _ = writeln!(out, "the clients:");
+        }
         let window = Duration::from_secs(1);
         for op in &self.ops {
             if op.resource != *resource || op.end + window < from || op.start > from + window {
@@ -100,7 +124,7 @@ impl RunReport {
 /// Runs `plan` to its end.
 pub fn run(plan: &Plan) -> RunReport {
     let plan = Rc::new(plan.clone());
-    let masters: Vec<SharedMaster> = (0..plan.masters).map(|_| new_master()).collect();
+    let masters: Vec<SharedMaster> = plan.clock_ahead.iter().map(|&a| new_master(a)).collect();
     let links: SharedLinks = Arc::default();
     let ops: Ops = Ops::default();
     let origin: Rc<std::cell::Cell<Option<std::time::Instant>>> = Rc::default();
@@ -239,12 +263,13 @@ fn owners(plan: &Plan) -> Vec<usize> {
 }
 
 /// The checker: overlapping validities of two holders of one resource in `ended` (see
-/// [`with_owner_releases`]). An owner's workers take the lock over from each other by design:
-/// their overlaps are not counted.
+/// [`with_owner_releases`]), and fencing tokens that do not increase in real-time order. An
+/// owner's workers take the lock over from each other by design: their overlaps are not counted.
 fn violations_of(plan: &Plan, ended: &[Op]) -> Vec<Violation> {
     let owners = owners(plan);
     check_overlaps(ended)
         .into_iter()
+        .chain(check_fence_order(ended))
         .filter(|v| match v {
             Violation::Overlap { first, second, .. } => {
                 !(first.client == second.client && owners.contains(&first.client))
@@ -295,11 +320,13 @@ thread_local! {
     static DRIVER_TIME: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
 }
 
-fn new_master() -> SharedMaster {
-    let clock = Clock::new(|| {
+/// A master whose clock runs `ahead` of the simulation's.
+fn new_master(ahead: Duration) -> SharedMaster {
+    let mut clock = Clock::new(|| {
         let elapsed = turmoil::sim_elapsed().unwrap_or_else(|| DRIVER_TIME.with(|t| t.get()));
         Duration::from_secs(EPOCH_SECS) + elapsed
     });
+    clock.set_offset(ahead.as_nanos() as i128);
     match Master::new(clock) {
         Ok(master) => shared(master),
         // The embedded Lua starts the same way every time; a failure here is the harness's.

@@ -12,7 +12,7 @@ pub fn shrink(plan: &Plan, max_runs: usize) -> (Plan, usize) {
     let mut runs = 0;
     let fails = |p: &Plan, runs: &mut usize| {
         *runs += 1;
-        !run(p).violations.is_empty()
+        run(p).violated()
     };
     let mut i = 0;
     while i < best.faults.len() && runs < max_runs {

@@ -17,25 +17,35 @@ use super::plan::{Hold, Plan, WorkerKind, WorkerPlan};
 /// The run's history: every operation, in the order they ended.
 pub type Ops = Rc<RefCell<Vec<Op>>>;
 
-/// The locks each worker holds as a `Lock` object (resource, token, fence), by worker: a worker
-/// that crashes drops them where they stand, and a dropped `Lock` releases itself, so its
-/// leases end at the crash.
-pub type Held = Rc<RefCell<std::collections::BTreeMap<usize, Vec<(String, String, Option<u64>)>>>>;
+/// The locks each worker holds as a `Lock` object, by worker: a worker that crashes drops them
+/// where they stand, and a dropped `Lock` releases itself, so its leases end at the crash, or
+/// where the release that the crash cut short started.
+pub type Held = Rc<RefCell<std::collections::BTreeMap<usize, Vec<HeldLock>>>>;
+
+/// A lock a worker holds (see [`Held`]).
+#[derive(Clone, Debug)]
+pub struct HeldLock {
+    resource: String,
+    token: String,
+    fence: Option<u64>,
+    /// When its release started, once it has.
+    releasing: Option<std::time::Instant>,
+}
 
 /// Ends, at the crash of worker `index`, the leases of every lock it held (see [`Held`]).
 pub fn crashed(index: usize, client: usize, held: &Held, ops: &Ops) {
     let locks = held.borrow_mut().remove(&index).unwrap_or_default();
-    for (resource, token, fence) in locks {
-        let at = now();
+    for lock in locks {
+        let at = lock.releasing.unwrap_or_else(now);
         ops.borrow_mut().push(Op {
             client,
-            resource,
-            token,
+            resource: lock.resource,
+            token: lock.token,
             kind: OpKind::Release,
             start: at,
             end: at,
             outcome: Outcome::Ok { valid_until: None },
-            fence,
+            fence: lock.fence,
         });
     }
 }
@@ -84,7 +94,11 @@ pub async fn run_worker(
     let urls: Vec<String> = (0..plan.masters)
         .map(|m| format!("redis://{}:{}", net::host(m, index), net::PORT))
         .collect();
-    let rl = match Redlock::builder(urls)
+    let mut builder = Redlock::builder(urls);
+    if let Some(grace) = w.fence_grace {
+        builder = builder.fencing(true).fence_grace(grace);
+    }
+    let rl = match builder
         .node_timeout(w.node_timeout)
         .connect_timeout(w.node_timeout * 4)
         .retry_delay(w.retry_delay)
@@ -110,18 +124,25 @@ pub async fn run_worker(
             Ok(lock) => {
                 ops.borrow_mut()
                     .push(Op::acquired(client, start, now(), &lock));
-                let entry = (
-                    lock.resource().to_owned(),
-                    lock.token().expose().to_owned(),
-                    lock.fencing_token(),
-                );
-                held.borrow_mut()
-                    .entry(index)
-                    .or_default()
-                    .push(entry.clone());
-                use_lock(lock, &w, client, &ops).await;
+                let token = lock.token().expose().to_owned();
+                held.borrow_mut().entry(index).or_default().push(HeldLock {
+                    resource: lock.resource().to_owned(),
+                    token: token.clone(),
+                    fence: lock.fencing_token(),
+                    releasing: None,
+                });
+                let releasing = |at| {
+                    if let Some(l) = held
+                        .borrow_mut()
+                        .get_mut(&index)
+                        .and_then(|locks| locks.iter_mut().find(|l| l.token == token))
+                    {
+                        l.releasing = Some(at);
+                    }
+                };
+                use_lock(lock, &w, client, &ops, releasing).await;
                 if let Some(locks) = held.borrow_mut().get_mut(&index) {
-                    locks.retain(|l| l.1 != entry.1);
+                    locks.retain(|l| l.token != token);
                 }
             }
             Err(e) => ops
@@ -134,8 +155,15 @@ pub async fn run_worker(
     }
 }
 
-/// Holds `lock` as `w` says, then releases it (or walks away from it).
-async fn use_lock(mut lock: Lock, w: &WorkerPlan, client: usize, ops: &Ops) {
+/// Holds `lock` as `w` says, then releases it (or walks away from it), telling `releasing` when
+/// the release starts.
+async fn use_lock(
+    mut lock: Lock,
+    w: &WorkerPlan,
+    client: usize,
+    ops: &Ops,
+    releasing: impl FnOnce(std::time::Instant),
+) {
     let validity = lock.deadline().saturating_duration_since(now());
     match w.hold {
         Hold::Share(share) => tokio::time::sleep(validity.mul_f64(share)).await,
@@ -181,6 +209,7 @@ async fn use_lock(mut lock: Lock, w: &WorkerPlan, client: usize, ops: &Ops) {
         lock.fencing_token(),
     );
     let start = now();
+    releasing(start);
     let released = lock.release().await;
     ops.borrow_mut().push(Op {
         client,
