@@ -810,9 +810,12 @@ enum OwnerReply {
 ///
 /// The value named is noted in `takeovers` before the request that names it goes out, so that
 /// the attempt's rollback, even of an attempt dropped mid-way, puts it back (`lua/restore.lua`):
-/// the lock it belongs to, perhaps still held, keeps its key. And once the attempt has lost,
-/// its requests still out take nothing over: such a request runs late (another attempt may
-/// have won the key since), and the attempt has no use for the key.
+/// the lock it belongs to, perhaps still held, keeps its key. And once the attempt is decided,
+/// its requests still out run late: after a loss they take nothing over (the attempt has no use
+/// for the key); after a win only a value the attempt named before it won (the lock it raced,
+/// as on the other masters), never another: that may be a later grant of the same owner,
+/// perhaps another process's, whose lock the takeover, then this lock's release, would cost
+/// that key.
 async fn owner_attempt<F, Fut>(
     node: &Node,
     takeovers: Option<&Takeovers>,
@@ -827,8 +830,9 @@ where
         match request(&expected).await? {
             OwnerReply::Answer(answer) => return Ok(answer),
             OwnerReply::Owned(now, value) if !takeover => match takeovers {
-                Some(takeovers) if takeovers.note(node.id()) => expected = value,
-                // Lost already, or no rollback would know to put the value back: held.
+                Some(takeovers) if takeovers.note(node.id(), &value) => expected = value,
+                // Decided against it (see above), or no rollback would know to put the value
+                // back: held.
                 _ => return Ok(Acquired::Held(now)),
             },
             // It changed hands between the two requests, to yet another attempt of the owner:
@@ -840,8 +844,8 @@ where
 }
 
 /// The takeovers of one attempt under an owner id: the nodes where it named a value, whose
-/// rollback puts back what it took over there (see [`owner_attempt`]), and whether the attempt
-/// has lost; and the attempt's TTL, for as long as a rollback that ran ahead of its takeover
+/// rollback puts back what it took over there (see [`owner_attempt`]), the values it named, and
+/// whether the attempt is decided; and the attempt's TTL, for as long as a rollback that ran ahead of its takeover
 /// keeps that takeover from taking anything (`lua/restore.lua`).
 #[derive(Debug)]
 pub(crate) struct Takeovers {
@@ -851,9 +855,12 @@ pub(crate) struct Takeovers {
 
 #[derive(Debug, Default)]
 struct Named {
-    lost: bool,
+    /// `None` while the attempt is under way, then whether it won.
+    won: Option<bool>,
     /// Node ids.
     nodes: Vec<String>,
+    /// The values named before the attempt was decided.
+    values: Vec<Vec<u8>>,
 }
 
 impl Takeovers {
@@ -865,12 +872,17 @@ impl Takeovers {
         }
     }
 
-    /// Notes that the attempt names a value on node `node`; `false` (nothing noted, nothing to
-    /// name) once the attempt has lost.
-    fn note(&self, node: &str) -> bool {
+    /// Notes that the attempt names `value` on node `node`; `false` (nothing noted, nothing to
+    /// name) once the attempt has lost, or has won and never named that value before.
+    fn note(&self, node: &str, value: &[u8]) -> bool {
         let mut named = sync::lock(&self.named);
-        if named.lost {
-            return false;
+        let known = named.values.iter().any(|v| v == value);
+        match named.won {
+            Some(false) => return false,
+            Some(true) if !known => return false,
+            Some(true) => {}
+            None if !known => named.values.push(value.to_vec()),
+            None => {}
         }
         if !named.nodes.iter().any(|n| n == node) {
             named.nodes.push(node.to_owned());
@@ -878,9 +890,10 @@ impl Takeovers {
         true
     }
 
-    /// The attempt has lost: its requests still out take nothing over.
-    pub(crate) fn lose(&self) {
-        sync::lock(&self.named).lost = true;
+    /// The attempt is decided: `won` or lost. Its requests still out run late from now on (see
+    /// [`owner_attempt`]).
+    pub(crate) fn decided(&self, won: bool) {
+        sync::lock(&self.named).won = Some(won);
     }
 
     /// Whether the attempt named a value on `node`.

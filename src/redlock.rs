@@ -523,13 +523,11 @@ impl Redlock {
                 None,
             )
             .await;
-        if let Some(takeovers) = takeovers
-            .as_ref()
-            .filter(|_| outcome.decision != Decision::Won)
-        {
-            // Lost: its requests still out run late from here on, and take nothing over.
-            // (A won lock's go on: the keys they take over are the lock's.)
-            takeovers.lose();
+        if let Some(takeovers) = &takeovers {
+            // Its requests still out run late from here on: after a loss they take nothing
+            // over; after a win only what the attempt raced before it won, never a value it
+            // had not named (a later grant of the same owner, perhaps another process's).
+            takeovers.decided(outcome.decision == Decision::Won);
         }
         if waiter.is_some() && outcome.decision != Decision::Won {
             // A waiter that lost is going to wait anyway: hearing every node out first spares

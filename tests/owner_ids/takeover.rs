@@ -220,3 +220,48 @@ async fn a_lost_attempt_with_a_later_number_never_takes_over_a_grant_won_after_i
     lock.release().await.unwrap();
     drop(loser);
 }
+
+/// An attempt that has won keeps its requests still out from taking over a later grant of the
+/// same owner: process A's acquire wins on masters 0 and 1 while its request to master 2 is on
+/// a slow route; process B, same owner id, then takes the lock over (masters 0 and 1) and is
+/// granted master 2. A's late request lands on master 2 and reads B's value there; had it taken
+/// that over, A's release would then free it, and B, still valid, would keep two masters of
+/// three: one master lost (within what B's lock survives) and a third client takes the resource.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_won_attempts_late_request_never_takes_over_a_later_grant_of_the_owner() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let slow = FaultProxy::start(nodes[2].addr()).unwrap();
+    let first = Redlock::builder(vec![nodes[0].url(), nodes[1].url(), slow.url()])
+        .node_timeout(Duration::from_secs(3))
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    assert_eq!(first.connect().await.unwrap().reachable, 3);
+    let second = connected(&nodes).await;
+    slow.delay(Duration::from_millis(600), Duration::ZERO, Duration::ZERO);
+
+    let a = first.acquire_as("r", "worker-7", TTL).await.unwrap();
+    let b = second.acquire_as("r", "worker-7", TTL).await.unwrap();
+    let token = b.token().expose().to_owned();
+    assert_eq!(
+        holders(&nodes, &key, &token),
+        3,
+        "B was meant to hold every master before A's request lands: {:?}",
+        values(&nodes, &key)
+    );
+    // A's request lands on master 2 (600 ms), and whatever it sends next (600 ms more).
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    println!("after A's late request: {:?}", values(&nodes, &key));
+    a.release().await.ok();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        holders(&nodes, &key, &token),
+        3,
+        "the later grant kept every master it was granted: {:?}",
+        values(&nodes, &key)
+    );
+    del(&nodes[0], &key);
+    still_exclusive(&nodes, &b, "after master 0 lost B's key").await;
+    b.release().await.unwrap();
+}
