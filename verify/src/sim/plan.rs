@@ -210,18 +210,20 @@ impl Plan {
     }
 
     /// This plan with fencing (the README's bounds for it): its `acquire` clients fenced with
-    /// one grace for the fleet (1–1.5 s); most clients pause for half the grace to twice the
-    /// grace between holds, so that names fall idle and counters lapse between holders; one
+    /// one grace for the fleet (1–1.5 s); in most of these plans every client pauses for half the
+    /// grace to twice the grace between holds, so that names fall idle and counters lapse
+    /// between holders; one
     /// master or more ahead of the others by up to the grace less what the masters' rates may
     /// add over the run (most often near that bound); and no fault that loses a master's data
     /// (fencing asks for AOF).
     fn fence(mut self, rng: &mut ChaCha8Rng) -> Plan {
         let grace = Duration::from_millis(rng.random_range(1_000..=1_500));
+        let sparse = rng.random_bool(0.7);
         for w in &mut self.workers {
             if w.kind == WorkerKind::Mutex && rng.random_bool(0.8) {
                 w.fence_grace = Some(grace);
             }
-            if rng.random_bool(0.7) {
+            if sparse {
                 w.idle = Duration::from_millis(
                     rng.random_range(grace.as_millis() as u64 / 2..=2 * grace.as_millis() as u64),
                 );
@@ -259,7 +261,16 @@ impl Plan {
         let mut workers = Vec::new();
         for _ in 0..rng.random_range(2..=4) {
             let mut w = draw_worker(rng, WorkerKind::Owner("owner-0".to_owned()), 1);
-            w.node_timeout = Duration::from_millis(rng.random_range(20..=100));
+            // Long enough to wait out most slow routes: a reply read after the attempt lost
+            // still comes back, and its takeover request may go out.
+            w.node_timeout = Duration::from_millis(rng.random_range(20..=300));
+            w.ttl = Duration::from_millis(rng.random_range(400..=1_500));
+            if rng.random_bool(0.5) {
+                w.hold = Hold::Extend {
+                    ttl: Duration::from_millis(rng.random_range(400..=1_500)),
+                    times: rng.random_range(2..=6),
+                };
+            }
             workers.push(w);
         }
         for _ in 0..rng.random_range(1..=2) {
@@ -268,22 +279,24 @@ impl Plan {
         let mut faults = draw_faults(rng, duration, 3, workers.len(), max_ttl(&workers));
         // Slow routes, each from one worker to one master, sometimes longer than a request may
         // wait, and held connections.
-        for _ in 0..rng.random_range(10..=40) {
+        for _ in 0..rng.random_range(20..=80) {
             let at = Duration::from_millis(rng.random_range(0..duration.as_millis().max(1) as u64));
             let worker = rng.random_range(0..workers.len());
             let master = rng.random_range(0..3);
-            let fault = if rng.random_bool(0.7) {
+            let fault = if rng.random_bool(0.6) {
                 Fault::Latency {
                     worker,
                     master,
-                    up: Duration::from_micros(rng.random_range(0..=120_000)),
-                    down: Duration::from_micros(rng.random_range(0..=40_000)),
+                    up: Duration::from_micros(rng.random_range(0..=250_000)),
+                    down: Duration::from_micros(rng.random_range(0..=60_000)),
                 }
             } else {
+                // Held sometimes longer than a TTL: a rollback that lands after the key it
+                // took over would have expired.
                 Fault::HoldConnections {
                     worker,
                     master,
-                    for_: Duration::from_millis(rng.random_range(1..=300)),
+                    for_: Duration::from_millis(rng.random_range(1..=2_000)),
                 }
             };
             faults.push((at, fault));
