@@ -36,11 +36,7 @@ fn fixed_seeds_find_no_violation() {
         assert!(
             report.is_clean(),
             "seed {seed:#x} (replay: make sim SEED={seed:#x} SIM_SECONDS=8): {:?}\n{}",
-            report
-                .violations
-                .first()
-                .map(ToString::to_string)
-                .or(report.error.clone()),
+            report.first_violation().or(report.error.clone()),
             report.around_first_violation()
         );
         acquisitions += report.acquisitions;

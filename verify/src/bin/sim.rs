@@ -4,11 +4,17 @@
 //!
 //! `--until-violation --limit-secs N` (for `make mutants`): stops at the first violation and
 //! prints `FOUND seed=<seed> after=<secs>`, or `MISSED after=<secs>` once N seconds passed.
+//!
+//! `--jobs N` runs N seeds side by side, one thread each (default: one per core). Each run is
+//! the same function of its seed whatever the number of jobs; which seed is found first may
+//! differ.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use quorumlock_verify::sim::{run, shrink::shrink, Plan};
+use quorumlock_verify::sim::{run, shrink::shrink, Plan, RunReport};
 
 struct Args {
     minutes: f64,
@@ -19,6 +25,7 @@ struct Args {
     limit_secs: Option<u64>,
     quiet: bool,
     verbose: bool,
+    jobs: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -31,6 +38,7 @@ fn parse() -> Result<Args, String> {
         limit_secs: None,
         quiet: false,
         verbose: false,
+        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -44,6 +52,12 @@ fn parse() -> Result<Args, String> {
             "--until-violation" => args.until_violation = true,
             "--quiet" => args.quiet = true,
             "--verbose" => args.verbose = true,
+            "--jobs" => {
+                args.jobs = value()?
+                    .parse::<usize>()
+                    .map_err(|e| format!("{e}"))?
+                    .max(1)
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -68,77 +82,135 @@ fn main() -> ExitCode {
     };
     let duration = Duration::from_secs(args.seconds);
     let wall = Instant::now();
-    let budget = match (args.limit_secs, args.seed) {
-        (_, Some(_)) => Duration::ZERO,
-        (Some(secs), None) => Duration::from_secs(secs),
-        (None, None) => Duration::from_secs_f64(args.minutes * 60.0),
-    };
-    let (mut runs, mut acquisitions, mut simulated) = (0u64, 0usize, Duration::ZERO);
-    let mut seed = args.seed.unwrap_or(args.first);
-    loop {
+    if let Some(seed) = args.seed {
         let plan = Plan::from_seed(seed, duration);
         let report = run(&plan);
-        runs += 1;
-        acquisitions += report.acquisitions;
-        simulated += report.simulated;
-        if !args.quiet || !report.is_clean() {
-            println!(
-                "seed {seed:#x}: {} acquisitions, {} faults, {} violation(s), digest {:016x}{}",
-                report.acquisitions,
-                report.faults,
-                report.violation_count(),
-                report.digest,
-                report
-                    .error
-                    .as_ref()
-                    .map(|e| format!(", simulation error: {e}"))
-                    .unwrap_or_default()
-            );
-        }
-        if args.verbose {
-            println!("{plan:#?}");
-            for op in &report.ops {
-                println!("  {op:?}");
+        print_run(&args, &plan, &report);
+        return match conclude(&args, &plan, &report, wall, 1) {
+            Some(code) => code,
+            None => {
+                print_totals(&args, 1, report.acquisitions, report.simulated, wall);
+                ExitCode::SUCCESS
             }
-        }
-        if report.violated() {
-            println!("{}", report.first_violation().unwrap_or_default());
-            println!("history around it:\n{}", report.around_first_violation());
-            if args.until_violation {
-                println!(
-                    "FOUND seed={seed:#x} after={:.1}s runs={runs}",
-                    wall.elapsed().as_secs_f64()
-                );
-                return ExitCode::from(1);
-            }
-            let (smaller, shrink_runs) = shrink(&plan, 60);
-            println!(
-                "shrunk in {shrink_runs} runs: {} faults, {} clients, {:?}: {smaller:#?}",
-                smaller.faults.len(),
-                smaller.workers.len(),
-                smaller.duration
-            );
-            println!(
-                "replay: make sim SEED={seed:#x} SIM_SECONDS={}",
-                args.seconds
-            );
-            return ExitCode::from(1);
-        }
-        if report.error.is_some() {
-            return ExitCode::from(1);
-        }
-        if args.seed.is_some() || wall.elapsed() >= budget {
-            break;
-        }
-        seed = seed.wrapping_add(1);
+        };
     }
-    let secs = wall.elapsed().as_secs_f64();
-    println!(
-        "{runs} runs, {acquisitions} acquisitions in {simulated:.1?} simulated, {secs:.1} s of wall clock: {:.0} acquisitions per second, 0 violations",
-        acquisitions as f64 / secs.max(1e-9)
-    );
+    let budget = match args.limit_secs {
+        Some(secs) => Duration::from_secs(secs),
+        None => Duration::from_secs_f64(args.minutes * 60.0),
+    };
+    let next = AtomicU64::new(args.first);
+    let stop = AtomicBool::new(false);
+    let totals = Mutex::new((0u64, 0usize, Duration::ZERO));
+    let failed: Mutex<Option<(Plan, RunReport, u64)>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..args.jobs {
+            scope.spawn(|| {
+                while !stop.load(Ordering::SeqCst) && wall.elapsed() < budget {
+                    let plan = Plan::from_seed(next.fetch_add(1, Ordering::SeqCst), duration);
+                    let report = run(&plan);
+                    let runs = {
+                        let mut t = totals.lock().unwrap_or_else(|e| e.into_inner());
+                        t.0 += 1;
+                        t.1 += report.acquisitions;
+                        t.2 += report.simulated;
+                        t.0
+                    };
+                    print_run(&args, &plan, &report);
+                    if report.violated() || report.error.is_some() {
+                        if !stop.swap(true, Ordering::SeqCst) {
+                            *failed.lock().unwrap_or_else(|e| e.into_inner()) =
+                                Some((plan, report, runs));
+                        }
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    if let Some((plan, report, runs)) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(code) = conclude(&args, &plan, &report, wall, runs) {
+            return code;
+        }
+    }
+    let (runs, acquisitions, simulated) = totals.into_inner().unwrap_or_else(|e| e.into_inner());
+    print_totals(&args, runs, acquisitions, simulated, wall);
     if args.until_violation {
-        println!("MISSED after={secs:.1}s runs={runs}");
+        println!(
+            "MISSED after={:.1}s runs={runs}",
+            wall.elapsed().as_secs_f64()
+        );
     }
     ExitCode::SUCCESS
+}
+
+/// One run's line (every run unless `--quiet`; a run that failed always), and with `--verbose`
+/// its plan and history.
+fn print_run(args: &Args, plan: &Plan, report: &RunReport) {
+    if !args.quiet || !report.is_clean() {
+        println!(
+            "seed {:#x}: {} acquisitions, {} faults, {} violation(s), digest {:016x}{}",
+            plan.seed,
+            report.acquisitions,
+            report.faults,
+            report.violation_count(),
+            report.digest,
+            report
+                .error
+                .as_ref()
+                .map(|e| format!(", simulation error: {e}"))
+                .unwrap_or_default()
+        );
+    }
+    if args.verbose {
+        println!("{plan:#?}");
+        for op in &report.ops {
+            println!("  {op:?}");
+        }
+    }
+}
+
+/// What a failed run ends with: the violation, the history around it, and (unless
+/// `--until-violation`) a smaller plan that still fails; `None` for a clean run.
+fn conclude(
+    args: &Args,
+    plan: &Plan,
+    report: &RunReport,
+    wall: Instant,
+    runs: u64,
+) -> Option<ExitCode> {
+    if !report.violated() {
+        return report.error.is_some().then_some(ExitCode::from(1));
+    }
+    println!("{}", report.first_violation().unwrap_or_default());
+    println!("history around it:\n{}", report.around_first_violation());
+    if args.until_violation {
+        println!(
+            "FOUND seed={:#x} after={:.1}s runs={runs}",
+            plan.seed,
+            wall.elapsed().as_secs_f64()
+        );
+        return Some(ExitCode::from(1));
+    }
+    let (smaller, shrink_runs) = shrink(plan, 60);
+    println!(
+        "shrunk in {shrink_runs} runs: {} faults, {} clients, {:?}: {smaller:#?}",
+        smaller.faults.len(),
+        smaller.workers.len(),
+        smaller.duration
+    );
+    println!(
+        "replay: make sim SEED={:#x} SIM_SECONDS={}",
+        plan.seed, args.seconds
+    );
+    Some(ExitCode::from(1))
+}
+
+fn print_totals(args: &Args, runs: u64, acquisitions: usize, simulated: Duration, wall: Instant) {
+    let secs = wall.elapsed().as_secs_f64();
+    println!(
+        "{runs} runs ({} at a time), {acquisitions} acquisitions in {simulated:.1?} simulated, \
+         {secs:.1} s of wall clock: {:.0} acquisitions per second, 0 violations",
+        args.jobs,
+        acquisitions as f64 / secs.max(1e-9)
+    );
 }
