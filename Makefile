@@ -78,7 +78,8 @@ explore:
 
 ## The deterministic simulation: the real client and the real Lua scripts on simulated masters
 ## and a simulated network, every source of time and randomness seeded; fresh seeds for
-## SIM_MINUTES (default 10), each run SIM_SECONDS (default 20) of simulated time; prints each
+## SIM_MINUTES (default 10), one run per core at a time, each SIM_SECONDS (default 20) of
+## simulated time; prints each
 ## run's seed and digest; on a violation the history around it and a smaller plan that still
 ## fails. SEED=<seed> replays one run exactly. Needs no redis-server.
 SIM_MINUTES ?= 10

@@ -813,9 +813,10 @@ enum OwnerReply {
 /// the lock it belongs to, perhaps still held, keeps its key. And once the attempt is decided,
 /// its requests still out run late: after a loss they take nothing over (the attempt has no use
 /// for the key); after a win only a value the attempt named before it won (the lock it raced,
-/// as on the other masters), never another: that may be a later grant of the same owner,
-/// perhaps another process's, whose lock the takeover, then this lock's release, would cost
-/// that key.
+/// as on the other masters), never one it had not seen: that may be a grant of the same owner
+/// won since, perhaps by another process, whose lock the takeover, then this lock's release,
+/// would cost that key. (An attempt of the owner that this one raced, named before the win and
+/// winning after it, is not told apart from an older lock: see docs/safety-evidence.md.)
 async fn owner_attempt<F, Fut>(
     node: &Node,
     takeovers: Option<&Takeovers>,

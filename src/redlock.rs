@@ -525,8 +525,8 @@ impl Redlock {
             .await;
         if let Some(takeovers) = &takeovers {
             // Its requests still out run late from here on: after a loss they take nothing
-            // over; after a win only what the attempt raced before it won, never a value it
-            // had not named (a later grant of the same owner, perhaps another process's).
+            // over; after a win only what the attempt named before it won, never a value it had
+            // not seen (a grant of the same owner won since, perhaps by another process).
             takeovers.decided(outcome.decision == Decision::Won);
         }
         if waiter.is_some() && outcome.decision != Decision::Won {
