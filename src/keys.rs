@@ -846,8 +846,8 @@ where
 
 /// The takeovers of one attempt under an owner id: the nodes where it named a value, whose
 /// rollback puts back what it took over there (see [`owner_attempt`]), the values it named, and
-/// whether the attempt is decided; and the attempt's TTL, for as long as a rollback that ran ahead of its takeover
-/// keeps that takeover from taking anything (`lua/restore.lua`).
+/// whether the attempt is decided; and the attempt's TTL, for as long as a rollback that ran
+/// ahead of its takeover keeps that takeover from taking anything (`lua/restore.lua`).
 #[derive(Debug)]
 pub(crate) struct Takeovers {
     ttl: Duration,
