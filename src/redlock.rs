@@ -594,6 +594,11 @@ impl Redlock {
                 nodes: outcome.no,
             },
         };
+        if let Some(takeovers) = &takeovers {
+            // A win that came too late or without its fences is a loss: its requests still out
+            // take nothing more over (its rollback puts back what they took).
+            takeovers.decided(false);
+        }
         if failure.is_contention() {
             Counters::bump(&self.inner.counters().contended);
         }
