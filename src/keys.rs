@@ -878,12 +878,10 @@ impl Takeovers {
     fn note(&self, node: &str, value: &[u8]) -> bool {
         let mut named = sync::lock(&self.named);
         let known = named.values.iter().any(|v| v == value);
-        match named.won {
-            Some(false) => return false,
-            Some(true) if !known => return false,
-            Some(true) => {}
-            None if !known => named.values.push(value.to_vec()),
-            None => {}
+        match (named.won, known) {
+            (Some(false), _) | (Some(true), false) => return false,
+            (None, false) => named.values.push(value.to_vec()),
+            _ => {}
         }
         if !named.nodes.iter().any(|n| n == node) {
             named.nodes.push(node.to_owned());

@@ -127,6 +127,15 @@ async fn a_later_cancelled_attempt_of_the_same_process_never_deletes_an_earlier_
     held.release().await.unwrap();
 }
 
+/// A client that waits slow routes out (3 s node timeout) and makes one attempt per acquire.
+fn waiting_out(urls: Vec<String>) -> Redlock {
+    Redlock::builder(urls)
+        .node_timeout(Duration::from_secs(3))
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
 /// Another road to the defect of `tests/extends/late_requests.rs`
 /// (`an_owners_lost_attempt_still_on_its_way_never_takes_over_a_later_grant`): the attempt that
 /// wins started first (one of its requests was slow), and the attempt that loses started later.
@@ -140,16 +149,8 @@ async fn a_lost_attempt_with_a_later_number_never_takes_over_a_grant_won_after_i
     // slower (1 s each request). Both wait their routes out (3 s node timeout), one attempt.
     let winner_route = FaultProxy::start(nodes[1].addr()).unwrap();
     let loser_route = FaultProxy::start(nodes[2].addr()).unwrap();
-    let winner = Redlock::builder(vec![nodes[0].url(), winner_route.url(), nodes[2].url()])
-        .node_timeout(Duration::from_secs(3))
-        .acquire_timeout(Duration::ZERO)
-        .build()
-        .unwrap();
-    let loser = Redlock::builder(vec![nodes[0].url(), nodes[1].url(), loser_route.url()])
-        .node_timeout(Duration::from_secs(3))
-        .acquire_timeout(Duration::ZERO)
-        .build()
-        .unwrap();
+    let winner = waiting_out(vec![nodes[0].url(), winner_route.url(), nodes[2].url()]);
+    let loser = waiting_out(vec![nodes[0].url(), nodes[1].url(), loser_route.url()]);
     assert_eq!(winner.connect().await.unwrap().reachable, 3);
     assert_eq!(loser.connect().await.unwrap().reachable, 3);
     set(&nodes[0], &key, "someone-else", TTL);
@@ -232,11 +233,7 @@ async fn a_won_attempts_late_request_never_takes_over_a_later_grant_of_the_owner
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
     let slow = FaultProxy::start(nodes[2].addr()).unwrap();
-    let first = Redlock::builder(vec![nodes[0].url(), nodes[1].url(), slow.url()])
-        .node_timeout(Duration::from_secs(3))
-        .acquire_timeout(Duration::ZERO)
-        .build()
-        .unwrap();
+    let first = waiting_out(vec![nodes[0].url(), nodes[1].url(), slow.url()]);
     assert_eq!(first.connect().await.unwrap().reachable, 3);
     let second = connected(&nodes).await;
     slow.delay(Duration::from_millis(600), Duration::ZERO, Duration::ZERO);

@@ -8,8 +8,9 @@
 //!   seed (`make explore`).
 //! * [`naive_election`], [`naive_reentrant`], [`naive_rwlock`], [`naive_semaphore`]: the negative
 //!   controls, primitives built the obvious way, which the checkers must be shown to catch.
-//! * `direct`, `mutex`, `naive_masters`: what those share (a query bypassing every proxy, a
-//!   mutex that survives a panic, the naive primitives' masters).
+//! * `direct`, [`mutex`], `naive_masters`: what those share (a query bypassing every proxy, a
+//!   mutex that survives a panic, also for `make sim`'s parallel runs; the naive primitives'
+//!   masters).
 //! * [`sim`]: the deterministic simulation of the real client and the real scripts: plans
 //!   drawn from a seed, the simulated network, the workloads, the run, its checker and digest,
 //!   and the shrinker. `make sim` explores seeds with it (`src/bin/sim.rs`); `make mutants`
@@ -20,7 +21,7 @@
 
 pub mod chaos;
 mod direct;
-mod mutex;
+pub mod mutex;
 pub mod naive_election;
 mod naive_masters;
 pub mod naive_reentrant;

@@ -11,9 +11,10 @@
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use quorumlock_verify::mutex;
 use quorumlock_verify::sim::{run, shrink::shrink, Plan, RunReport};
 
 struct Args {
@@ -109,17 +110,16 @@ fn main() -> ExitCode {
                     let plan = Plan::from_seed(next.fetch_add(1, Ordering::SeqCst), duration);
                     let report = run(&plan);
                     let runs = {
-                        let mut t = totals.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut t = mutex::lock(&totals);
                         t.0 += 1;
                         t.1 += report.acquisitions;
                         t.2 += report.simulated;
                         t.0
                     };
                     print_run(&args, &plan, &report);
-                    if report.violated() || report.error.is_some() {
+                    if !report.is_clean() {
                         if !stop.swap(true, Ordering::SeqCst) {
-                            *failed.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some((plan, report, runs));
+                            *mutex::lock(&failed) = Some((plan, report, runs));
                         }
                         break;
                     }
@@ -127,12 +127,14 @@ fn main() -> ExitCode {
             });
         }
     });
-    if let Some((plan, report, runs)) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+    if let Some((plan, report, runs)) = failed.into_inner().unwrap_or_else(PoisonError::into_inner)
+    {
         if let Some(code) = conclude(&args, &plan, &report, wall, runs) {
             return code;
         }
     }
-    let (runs, acquisitions, simulated) = totals.into_inner().unwrap_or_else(|e| e.into_inner());
+    let (runs, acquisitions, simulated) =
+        totals.into_inner().unwrap_or_else(PoisonError::into_inner);
     print_totals(&args, runs, acquisitions, simulated, wall);
     if args.until_violation {
         println!(

@@ -236,9 +236,12 @@ impl Plan {
         // One master ahead, the others near the simulation's time: a quorum without it grants
         // by clocks up to `ahead` behind the fences it gave.
         self.clock_ahead = (0..self.masters)
-            .map(|m| match m == first {
-                true => Duration::from_millis(ahead),
-                false => Duration::from_millis(rng.random_range(0..=ahead / 8)),
+            .map(|m| {
+                if m == first {
+                    Duration::from_millis(ahead)
+                } else {
+                    Duration::from_millis(rng.random_range(0..=ahead / 8))
+                }
             })
             .collect();
         self.faults.retain(|(_, f)| {

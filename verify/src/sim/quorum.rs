@@ -241,9 +241,6 @@ fn first_loss(
     if lease.from >= lease.until {
         return None;
     }
-    // A master may have granted from the start of the acquire or extend on: one that lost its
-    // data since, even before the client heard of the grant, counts as holding.
-    let since_start = lease.started;
     let moments = std::iter::once(lease.from).chain(
         log.changes
             .iter()
@@ -257,7 +254,10 @@ fn first_loss(
         let held_on = (0..masters)
             .filter(|&m| {
                 values[m].is_some_and(|v| belongs(v, &lease.op.token))
-                    || log.lost_between(m, since_start, at)
+                    // A master may have granted from the start of the acquire or extend on: one
+                    // that lost its data since, even before the client heard of the grant,
+                    // counts as holding.
+                    || log.lost_between(m, lease.started, at)
             })
             .count();
         if held_on < quorum {
@@ -276,7 +276,7 @@ fn first_loss(
                         None => "nothing".to_owned(),
                     })
                     .collect(),
-                changes: log.changes_of(resource, since_start, at + Duration::from_millis(50)),
+                changes: log.changes_of(resource, lease.started, at + Duration::from_millis(50)),
             });
         }
     }

@@ -66,7 +66,7 @@ impl RunReport {
 
     /// Whether the run found nothing wrong.
     pub fn is_clean(&self) -> bool {
-        self.violations.is_empty() && self.quorum_losses.is_empty() && self.error.is_none()
+        !self.violated() && self.error.is_none()
     }
 
     /// The history around the first violation: every operation on its resource within a
@@ -81,16 +81,16 @@ impl RunReport {
                 }),
                 _,
             ) => (resource, later.start),
-            (_, Some(loss)) => (&loss.resource, self.origin + loss.at),
+            (_, Some(loss)) => {
+                let _ = writeln!(out, "the key on the masters, from the lock's attempt on:");
+                for line in &loss.changes {
+                    let _ = writeln!(out, "  {line}");
+                }
+                let _ = writeln!(out, "the clients:");
+                (&loss.resource, self.origin + loss.at)
+            }
             _ => return out,
         };
-        if let (None, Some(loss)) = (self.violations.first(), self.quorum_losses.first()) {
-            let _ = writeln!(out, "the key on the masters, from the lock's attempt on:");
-            for line in &loss.changes {
-                let _ = writeln!(out, "  {line}");
-            }
-            let _ = writeln!(out, "the clients:");
-        }
         let window = Duration::from_secs(1);
         for op in &self.ops {
             if op.resource != *resource || op.end + window < from || op.start > from + window {
