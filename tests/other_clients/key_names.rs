@@ -421,15 +421,20 @@ async fn a_short_extend_shortens_no_primitive() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_handed_lock_extended_shorter_at_once_holds_as_long_as_it_says() {
     let nodes = RedisNodes::spawn(3).unwrap();
-    let settings = |nodes: &RedisNodes| {
+    let settings = |node_timeout: Duration| {
         Redlock::builder(nodes.urls())
-            .node_timeout(Duration::from_millis(100))
+            .node_timeout(node_timeout)
             .retry_delay(Duration::from_secs(1))
             .retry_jitter(Duration::ZERO)
             .build()
             .unwrap()
     };
-    let (holder, waiter) = (settings(&nodes), settings(&nodes));
+    // The holder's grant must reach every master so that the waiter waits in line on each: a
+    // 100 ms node timeout on a loaded machine, connecting on first use, can leave one behind.
+    let holder = settings(Duration::from_secs(2));
+    let waiter = settings(Duration::from_millis(100));
+    holder.connect().await.unwrap();
+    waiter.connect().await.unwrap();
     let lock = holder.acquire("h", Duration::from_secs(10)).await.unwrap();
     granted_everywhere(&nodes, &lock_key("h"), lock.token().expose()).await;
     let waiting = {
