@@ -11,6 +11,11 @@
 #
 #   scripts/run-tests.sh --workspace --all-features --lib --tests
 #   scripts/run-tests.sh --all-features --test line --test mutex -- order:: quorum::
+#
+# A variant: VARIANT_TESTS (names of test targets) run a second time in the same pool, in the
+# environment VARIANT_ENV (NAME=value words), with VARIANT_ARGS instead of the arguments after
+# `--`, their logs labelled VARIANT_LABEL (default "variant"). `make test` runs the core's groups
+# again on Valkey so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -41,14 +46,33 @@ grep '"reason":"compiler-artifact"' "$logs/build.json" |
   sed -E 's/.*"manifest_path":"([^"]*)".*"target":\{"kind":\["([a-z-]*)"\][^}]*"name":"([^"]*)".*"executable":"([^"]*)".*/\4 \1 \2 \3/' \
     >"$artifacts"
 
+# The binaries that take longest (about a minute or more each) start first, so that the pool
+# does not end on one of them alone.
+long=" line voters commands owner_ids "
+variant_tests=" ${VARIANT_TESTS:-} "
+read -r -a variant_env <<<"${VARIANT_ENV:-}"
+read -r -a variant_args <<<"${VARIANT_ARGS:-}"
+
+# Each entry: the environment words, then `|`-separated the binary, its folder and its label.
 light=()
+later=()
 heavy=()
 while read -r exe manifest kind name; do
   dir=$(dirname "$manifest")
   package=$([[ $dir == "$root" ]] && echo quorumlock || basename "$dir")
   entry="$exe|$dir|$package-$kind-$name"
-  if [[ $alone == *" $name "* ]]; then heavy+=("$entry"); else light+=("$entry"); fi
+  if [[ $alone == *" $name "* ]]; then
+    heavy+=("$entry")
+  elif [[ $long == *" $name "* ]]; then
+    light+=("$entry")
+  else
+    later+=("$entry")
+  fi
+  if [[ $kind == test && $variant_tests == *" $name "* ]]; then
+    later+=("$entry-${VARIANT_LABEL:-variant}|variant")
+  fi
 done <"$artifacts"
+light+=("${later[@]}")
 
 started=$SECONDS
 
@@ -57,13 +81,18 @@ started=$SECONDS
 run_one() {
   local exe=${1%%|*} rest=${1#*|}
   local dir=${rest%%|*} label=${rest#*|}
-  local args=("${test_args[@]}")
+  local args=("${test_args[@]}") env=()
+  if [[ $label == *"|variant" ]]; then
+    label=${label%|variant}
+    args=("${variant_args[@]}")
+    env=("${variant_env[@]}")
+  fi
   if (($# > 1)); then
     label+="-$2"
     args=("${@:3}")
   fi
   local t0=$SECONDS verdict=ok
-  (cd "$dir" && "$exe" "${args[@]}") >"$logs/$label.log" 2>&1 || verdict=FAILED
+  (cd "$dir" && env "${env[@]}" "$exe" "${args[@]}") >"$logs/$label.log" 2>&1 || verdict=FAILED
   local result
   result=$(grep -h '^test result' "$logs/$label.log" | tail -1 | sed 's/^test result: [A-Za-z]*\. //')
   echo "$verdict $label: ${result:-no result} [$((SECONDS - t0)) s]"
@@ -87,7 +116,7 @@ done
 failed=$(grep -L '^test result: ok\.' "$logs"/*.log || true)
 passed=$(cat "$logs"/*.log | sed -nE 's/^test result: [A-Za-z]*\. ([0-9]+) passed.*/\1/p' |
   awk '{n += $1} END {print n + 0}')
-echo "test binaries: $((${#light[@]} + ${#heavy[@]})), tests passed: $passed [$((SECONDS - started)) s]"
+echo "test runs: $((${#light[@]} + ${#heavy[@]})), tests passed: $passed [$((SECONDS - started)) s]"
 if [[ -n $failed ]]; then
   for log in $failed; do
     echo "FAILED $(basename "$log" .log); its output:"
