@@ -1,7 +1,7 @@
 # quorumlock — the two commands: `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: demo test test-valkey test-valkey-beyond-the-groups lint bench chaos explore sim mutants redis-server
+.PHONY: demo test test-valkey lint bench chaos explore sim mutants redis-server
 
 ## Install redis-server when missing (the demo, the benchmarks and the chaos suite need nothing else).
 redis-server:
@@ -24,14 +24,16 @@ TESTED_EXAMPLES = testing_your_code
 test:
 	@scripts/ensure-redis-server.sh --tls --faketime
 	$(eval VALKEY := $(abspath $(shell scripts/ensure-valkey-server.sh)))
-	@# Every test binary (the simulation's fixed seeds included) and the core's groups again on
-	@# Valkey, three at a time (JOBS=n runs n side by side: see the script), then the one that
-	@# loads both cores (the chaos suite) alone; then the rest of the Valkey run.
-	VARIANT_TESTS="$(VALKEY_GROUPS)" VARIANT_ENV="$(VALKEY_ENV)" VARIANT_ARGS="$(VALKEY_TESTS)" \
+	@# Every test binary (the simulation's fixed seeds included; the simulated master against
+	@# both servers) and the core's groups and the testkit's topologies again on Valkey, three at
+	@# a time (JOBS=n runs n side by side: see the script), then the one that loads both cores
+	@# (the chaos suite) alone; then a few chaos scenarios on Valkey.
+	QUORUMLOCK_VALKEY_SERVER=$(VALKEY) VARIANT_TESTS="$(VALKEY_GROUPS)" \
+		VARIANT_WHOLE=topology VARIANT_ENV="$(VALKEY_ENV)" VARIANT_ARGS="$(VALKEY_TESTS)" \
 		VARIANT_LABEL=valkey scripts/run-tests.sh --workspace --all-features --lib --bins \
 		--tests $(addprefix --example ,$(TESTED_EXAMPLES))
 	$(CARGO) test --workspace --all-features --doc
-	$(MAKE) test-valkey-beyond-the-groups VALKEY=$(VALKEY)
+	$(VALKEY_CHAOS_RUN)
 
 ## The core, the wait line, the primitives, fencing, the Cluster and Sentinel voters (and the
 ## testkit's topologies) and a few chaos scenarios again, on Valkey 9
@@ -45,22 +47,18 @@ VALKEY_TESTS = quorum:: cleanups_remove_only_their_own_writes:: order:: fairness
 	key_names::
 VALKEY_CHAOS = scenarios::s01_ scenarios::s05_ scenarios::s14_ scenarios::s16_ scenarios::s19_
 VALKEY_ENV = QUORUMLOCK_REDIS_SERVER=$(VALKEY) QUORUMLOCK_EXPECT_SERVER=valkey
+VALKEY_CHAOS_RUN = QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
+	$(CARGO) test --workspace --all-features --test chaos -- $(VALKEY_CHAOS)
 ## (`--workspace`, as in `test`: the same features, so `make test` builds each test binary once.)
 test-valkey:
 	$(eval VALKEY := $(abspath $(shell scripts/ensure-valkey-server.sh)))
 	$(VALKEY_ENV) scripts/run-tests.sh --workspace --all-features \
 		$(addprefix --test ,$(VALKEY_GROUPS)) -- $(VALKEY_TESTS)
-	$(MAKE) test-valkey-beyond-the-groups VALKEY=$(VALKEY)
-
-## What `test-valkey` runs beyond the groups: the testkit's topologies, the chaos scenarios
-## above, and the simulated master against Valkey (against redis-server it runs in `test`).
-test-valkey-beyond-the-groups:
-	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
-		$(CARGO) test --workspace --all-features --test topology
-	QUORUMLOCK_REDIS_SERVER=$(VALKEY) \
-		$(CARGO) test --workspace --all-features --test chaos -- $(VALKEY_CHAOS)
+	$(VALKEY_ENV) $(CARGO) test --workspace --all-features --test topology
+	@# The simulated master against Valkey (against redis-server it runs in `test` too).
 	QUORUMLOCK_VALKEY_SERVER=$(VALKEY) \
 		$(CARGO) test --workspace --all-features --test differential
+	$(VALKEY_CHAOS_RUN)
 
 ## The long chaos suite (>= 10,000 acquisitions per scenario): prints the table with seeds.
 chaos: redis-server

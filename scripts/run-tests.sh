@@ -14,8 +14,8 @@
 #
 # A variant: VARIANT_TESTS (names of test targets) run a second time in the same pool, in the
 # environment VARIANT_ENV (NAME=value words), with VARIANT_ARGS instead of the arguments after
-# `--`, their logs labelled VARIANT_LABEL (default "variant"). `make test` runs the core's groups
-# again on Valkey so.
+# `--` (VARIANT_WHOLE: targets run so with no arguments at all), their logs labelled
+# VARIANT_LABEL (default "variant"). `make test` runs the core's groups again on Valkey so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -50,6 +50,7 @@ grep '"reason":"compiler-artifact"' "$logs/build.json" |
 # does not end on one of them alone.
 long=" line voters commands owner_ids "
 variant_tests=" ${VARIANT_TESTS:-} "
+variant_whole=" ${VARIANT_WHOLE:-} "
 read -r -a variant_env <<<"${VARIANT_ENV:-}"
 read -r -a variant_args <<<"${VARIANT_ARGS:-}"
 
@@ -70,6 +71,8 @@ while read -r exe manifest kind name; do
   fi
   if [[ $kind == test && $variant_tests == *" $name "* ]]; then
     later+=("$entry-${VARIANT_LABEL:-variant}|variant")
+  elif [[ $kind == test && $variant_whole == *" $name "* ]]; then
+    later+=("$entry-${VARIANT_LABEL:-variant}|variant-whole")
   fi
 done <"$artifacts"
 light+=("${later[@]}")
@@ -82,9 +85,12 @@ run_one() {
   local exe=${1%%|*} rest=${1#*|}
   local dir=${rest%%|*} label=${rest#*|}
   local args=("${test_args[@]}") env=()
-  if [[ $label == *"|variant" ]]; then
-    label=${label%|variant}
-    args=("${variant_args[@]}")
+  case $label in
+    *"|variant") args=("${variant_args[@]}") ;;
+    *"|variant-whole") args=() ;;
+  esac
+  if [[ $label == *"|variant"* ]]; then
+    label=${label%|variant*}
     env=("${variant_env[@]}")
   fi
   if (($# > 1)); then

@@ -577,6 +577,7 @@ impl Redlock {
                             task,
                             _holding: Holding::start(keys.primitive()),
                             renewal: None,
+                            takeovers,
                         });
                     }
                     (Err(nodes), _) => Failure::NotGranted {
@@ -673,6 +674,7 @@ impl Redlock {
             task: Some(mark),
             _holding: Holding::start(keys.primitive()),
             renewal: Some(renewal),
+            takeovers: None,
         })
     }
 

@@ -34,6 +34,15 @@ pub async fn connected(nodes: &RedisNodes) -> Redlock {
     builder(nodes).connected().await
 }
 
+/// `n` clients over `nodes`, each connected first (see [`connected`]).
+pub async fn connected_clients(nodes: &RedisNodes, n: usize) -> Vec<Redlock> {
+    let mut clients = Vec::with_capacity(n);
+    for _ in 0..n {
+        clients.push(connected(nodes).await);
+    }
+    clients
+}
+
 /// A builder's client, connected first (see [`connected`]).
 pub trait ConnectFirst {
     /// Builds the client and connects it to every master.
@@ -165,13 +174,15 @@ pub async fn granted_everywhere(nodes: &RedisNodes, key: &str, token: &str) {
 }
 
 /// `resource`, acquired by `holder` for `ttl`, once its grant is on every master (see
-/// [`granted_everywhere`]).
+/// [`granted_everywhere`]). The holder connects first: a first connection slower than its node
+/// timeout (a loaded machine) would leave a master without the grant.
 pub async fn acquired_everywhere(
     nodes: &RedisNodes,
     holder: &Redlock,
     resource: &str,
     ttl: Duration,
 ) -> Lock {
+    holder.connect().await.ok();
     let lock = holder.acquire(resource, ttl).await.unwrap();
     granted_everywhere(nodes, &lock_key(resource), lock.token().expose()).await;
     lock

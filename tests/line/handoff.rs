@@ -140,7 +140,7 @@ async fn a_head_with_fencing_attempts_on_the_hand_off_and_gets_a_fence() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lock_handed_on_in_turn_never_has_two_holders() {
     let nodes = five();
-    let clients: Vec<Redlock> = (0..4).map(|_| client(&nodes)).collect();
+    let clients = connected_clients(&nodes, 4).await;
     let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let tasks: Vec<_> = clients
         .iter()

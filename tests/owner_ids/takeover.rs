@@ -136,6 +136,156 @@ fn waiting_out(urls: Vec<String>) -> Redlock {
         .unwrap()
 }
 
+/// Connects `clients` and has each acquire and release under the owner id once, so that the
+/// scripts are loaded on every master before a test slows a route.
+async fn warmed_up(clients: &[&Redlock]) {
+    for client in clients {
+        assert_eq!(client.connect().await.unwrap().reachable, 3);
+        let warm = client.acquire_as("warm-up", "worker-7", TTL).await.unwrap();
+        warm.release().await.unwrap();
+    }
+}
+
+/// Two processes of one owner race, and the later winner keeps its keys when the earlier one
+/// releases. X is granted master 0 (its reply on a slow route); A, 50 ms later, names X there,
+/// takes master 0 over, is granted master 1 and wins, its request to master 2 on a slow route.
+/// X then reads A on master 1, takes it over and is granted master 2: X wins, the later of the
+/// two. A's late request reads X on master 2, a value A named before it won, and takes it over.
+/// A's release must put back what it took from X rather than free it (X took master 1 from A:
+/// X is the later lock): X, still valid, keeps its masters, and no other client gets in.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_earlier_winners_late_takeover_goes_back_when_it_releases() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let x_routes: Vec<FaultProxy> = (0..3)
+        .map(|i| FaultProxy::start(nodes[i].addr()).unwrap())
+        .collect();
+    let a_slow = FaultProxy::start(nodes[2].addr()).unwrap();
+    let x = waiting_out(x_routes.iter().map(FaultProxy::url).collect());
+    let a = waiting_out(vec![nodes[0].url(), nodes[1].url(), a_slow.url()]);
+    warmed_up(&[&x, &a]).await;
+    x_routes[0].delay(Duration::ZERO, Duration::from_millis(2_000), Duration::ZERO);
+    x_routes[1].delay(Duration::from_millis(300), Duration::ZERO, Duration::ZERO);
+    x_routes[2].delay(Duration::from_millis(400), Duration::ZERO, Duration::ZERO);
+    a_slow.delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
+
+    let racing = {
+        let x = x.clone();
+        tokio::spawn(async move { x.acquire_as("r", "worker-7", TTL).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let earlier = a.acquire_as("r", "worker-7", TTL).await.unwrap();
+    let later = racing.await.unwrap().unwrap();
+    let a_token = earlier.token().expose().to_owned();
+    let x_token = later.token().expose();
+    // A's request lands on master 2 (1 s), and its takeover a second later.
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    let before = values(&nodes, &key);
+    assert_eq!(
+        (before[1].as_deref(), before[2].as_deref()),
+        (Some(x_token), Some(&*a_token)),
+        "X was meant to hold master 1 and A to have taken master 2 from it: {before:?}"
+    );
+    earlier.release().await.unwrap();
+    // The release returns once a quorum answered; master 2's answer may land after it.
+    let settled = eventually(Duration::from_secs(2), || {
+        values(&nodes, &key)[2].as_deref() != Some(&*a_token)
+    })
+    .await;
+    let after = values(&nodes, &key);
+    // Master 1 told A's release that X had taken a key from A: what A took (masters 0 and 2)
+    // went back to X.
+    assert!(
+        settled && holders(&nodes, &key, x_token) == 3,
+        "the earlier winner's release cost the later one a master: before {before:?}, after \
+         {after:?}"
+    );
+    still_exclusive(&nodes, &later, "after the earlier winner's release").await;
+    later.release().await.unwrap();
+}
+
+/// The same race, where the later winner counts a grant the earlier had already taken over:
+/// X is granted master 0; A, 50 ms later, takes master 0 over (answered before its win), is
+/// granted master 1 and wins; X takes master 1 over from A and wins on masters 0 and 1 (its
+/// grant on 0 counted, A's value there since), its request to master 2 never arriving. A's
+/// release must give master 0 back to X, which took a key from A: X keeps two masters of three.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_later_winners_grant_taken_before_the_earliers_win_goes_back_when_it_releases() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let x_routes: Vec<FaultProxy> = (0..3)
+        .map(|i| FaultProxy::start(nodes[i].addr()).unwrap())
+        .collect();
+    let a_slow = FaultProxy::start(nodes[2].addr()).unwrap();
+    let x = waiting_out(x_routes.iter().map(FaultProxy::url).collect());
+    let a = waiting_out(vec![nodes[0].url(), nodes[1].url(), a_slow.url()]);
+    warmed_up(&[&x, &a]).await;
+    x_routes[1].delay(Duration::from_millis(300), Duration::ZERO, Duration::ZERO);
+    x_routes[2].blackhole();
+    a_slow.delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
+
+    let racing = {
+        let x = x.clone();
+        tokio::spawn(async move { x.acquire_as("r", "worker-7", TTL).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let earlier = a.acquire_as("r", "worker-7", TTL).await.unwrap();
+    let later = racing.await.unwrap().unwrap();
+    let x_token = later.token().expose();
+    let before = values(&nodes, &key);
+    assert_eq!(
+        (before[0].as_deref(), before[1].as_deref()),
+        (Some(earlier.token().expose()), Some(x_token)),
+        "A was meant to hold master 0 and X master 1: {before:?}"
+    );
+    earlier.release().await.unwrap();
+    let back = eventually(Duration::from_secs(2), || {
+        holders(&nodes, &key, x_token) == 2
+    })
+    .await;
+    assert!(
+        back,
+        "the earlier winner's release left X short: before {before:?}, after {:?}",
+        values(&nodes, &key)
+    );
+    still_exclusive(&nodes, &later, "after the earlier winner's release").await;
+    later.release().await.unwrap();
+}
+
+/// A restarted worker's release frees what it took over from its own dead lock, the takeovers
+/// answered after its win included: no later lock of the owner took a key from it, so nothing
+/// goes back. O holds for 5 s and dies; A takes masters 0 and 1 over and wins, its takeover on
+/// master 2 landing a second later; A extends to 60 s and releases: no key is left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_workers_release_frees_even_what_its_late_takeover_took() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let dead_owner = waiting_out(nodes.urls());
+    let a_slow = FaultProxy::start(nodes[2].addr()).unwrap();
+    let a = waiting_out(vec![nodes[0].url(), nodes[1].url(), a_slow.url()]);
+    warmed_up(&[&dead_owner, &a]).await;
+    let dead = dead_owner
+        .acquire_as("r", "worker-7", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(eventually(Duration::from_secs(2), || present(&nodes, &key) == 3).await);
+    std::mem::forget(dead);
+    a_slow.delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
+    let mut lock = a.acquire_as("r", "worker-7", TTL).await.unwrap();
+    let token = lock.token().expose().to_owned();
+    // A's request lands on master 2 (1 s), and its takeover a second later.
+    assert!(
+        eventually(Duration::from_secs(3), || holders(&nodes, &key, &token)
+            == 3)
+        .await,
+        "A's late takeover on master 2: {:?}",
+        values(&nodes, &key)
+    );
+    lock.extend(Duration::from_secs(60)).await.unwrap();
+    lock.release().await.unwrap();
+    assert_gone_everywhere(&nodes, &key).await;
+}
+
 /// Another road to the defect of `tests/extends/late_requests.rs`
 /// (`an_owners_lost_attempt_still_on_its_way_never_takes_over_a_later_grant`): the attempt that
 /// wins started first (one of its requests was slow), and the attempt that loses started later.

@@ -37,7 +37,7 @@ fn quick(nodes: &RedisNodes) -> Redlock {
 #[tokio::test(flavor = "multi_thread")]
 async fn readers_share_the_resource_and_keep_a_writer_out_until_the_last_one_leaves() {
     let nodes = five();
-    let clients: Vec<Redlock> = (0..4).map(|_| client(&nodes)).collect();
+    let clients = connected_clients(&nodes, 4).await;
     let mut reads = Vec::new();
     for rl in &clients[..3] {
         reads.push(rl.rw_lock("catalog").unwrap().try_read(TTL).await.unwrap());
@@ -74,8 +74,10 @@ async fn readers_share_the_resource_and_keep_a_writer_out_until_the_last_one_lea
 #[tokio::test(flavor = "multi_thread")]
 async fn a_writer_is_alone_and_gets_a_fencing_token_that_grows() {
     let nodes = five();
-    let fenced = || builder(&nodes).fencing(true).build().unwrap();
-    let (a, b) = (fenced(), fenced());
+    let (a, b) = (
+        builder(&nodes).fencing(true).connected().await,
+        builder(&nodes).fencing(true).connected().await,
+    );
     let (rw_a, rw_b) = (a.rw_lock("doc").unwrap(), b.rw_lock("doc").unwrap());
     let first = rw_a.try_write(TTL).await.unwrap();
     let fence = first.fencing_token().unwrap();

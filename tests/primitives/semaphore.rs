@@ -55,7 +55,7 @@ fn patient(nodes: &RedisNodes) -> Redlock {
 #[tokio::test(flavor = "multi_thread")]
 async fn k_permits_go_to_k_holders_on_distinct_slots_and_the_next_is_refused() {
     let nodes = five();
-    let clients: Vec<Redlock> = (0..4).map(|_| client(&nodes)).collect();
+    let clients = connected_clients(&nodes, 4).await;
     let sems: Vec<_> = clients
         .iter()
         .map(|rl| rl.semaphore("exports", 3).unwrap())
@@ -101,7 +101,7 @@ async fn k_permits_go_to_k_holders_on_distinct_slots_and_the_next_is_refused() {
 async fn a_waiter_takes_whichever_slot_is_released_first_and_leaves_the_other_lines() {
     const K: u32 = 3;
     let nodes = five();
-    let holders_: Vec<Redlock> = (0..K).map(|_| client(&nodes)).collect();
+    let holders_ = connected_clients(&nodes, K as usize).await;
     let mut held = Vec::new();
     for rl in &holders_ {
         let permit = rl
