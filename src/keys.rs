@@ -429,8 +429,7 @@ impl Keys {
             .as_ref()
             .filter(|t| t.named_on(node.id()));
         if let (Keys::Owned { key, .. }, Some(takeovers)) = (self, named) {
-            // The rollback of an owner's takeover here, or the release of a lock that raced a
-            // later lock of the owner: what it took goes back.
+            // The rollback of an owner's takeover here: what it took goes back.
             let input = RestoreInput {
                 key,
                 token,
@@ -446,24 +445,6 @@ impl Keys {
         };
         node.release(&input, hand_off.requeue.is_none(), timeout)
             .await
-    }
-
-    /// Whether another attempt of the owner took this lock's key over on `node`: a note among
-    /// the key's takeovers names `token` as the value it replaced (`lua/taken_from.lua`).
-    /// `Ok(false)` for keys not held under an owner id.
-    pub(crate) async fn taken_from_on(
-        &self,
-        node: &Node,
-        token: &str,
-        timeout: Duration,
-    ) -> Result<bool, NodeError> {
-        let Keys::Owned { key, .. } = self else {
-            return Ok(false);
-        };
-        let mut call = scripts::TAKEN_FROM.prepare_invoke();
-        call.key(Companion(key, TOOK_SUFFIX)).arg(token);
-        let named: i64 = node.invoke(call, timeout).await?;
-        Ok(named == 1)
     }
 
     /// Compare-and-PEXPIRE of every key, all or nothing; `Ok(true)` when renewed.
@@ -609,9 +590,8 @@ pub(crate) struct HandOff {
     /// for a cleanup that may run after the waiter left the line (a retried rollback, a
     /// straggler's): that would put it back in line.
     pub(crate) requeue: Option<Duration>,
-    /// For the rollback of an attempt under an owner id, or the release of a lock that raced a
-    /// later lock of the owner: its takeovers, where what they took goes back
-    /// (`lua/restore.lua`) instead of being released.
+    /// For the rollback of an attempt under an owner id: the nodes where it named a value for a
+    /// takeover, where what it took goes back (`lua/restore.lua`) instead of being released.
     pub(crate) takeovers: Option<Arc<Takeovers>>,
 }
 
@@ -629,14 +609,6 @@ impl HandOff {
             waiter: None,
             requeue: None,
             takeovers: None,
-        }
-    }
-
-    /// This hand-off, putting back what `takeovers` took (where they named a value).
-    pub(crate) fn putting_back(self, takeovers: &Option<Arc<Takeovers>>) -> Self {
-        HandOff {
-            takeovers: takeovers.clone(),
-            ..self
         }
     }
 
@@ -844,8 +816,7 @@ enum OwnerReply {
 /// as on the other masters), never one it had not seen: that may be a grant of the same owner
 /// won since, perhaps by another process, whose lock the takeover, then this lock's release,
 /// would cost that key. (An attempt of the owner that this one raced, named before the win and
-/// winning after it, is not told apart from an older lock: this lock's release puts back what it
-/// took when a later attempt of the owner took a key from it, see `Inner::owner_hand_off`.)
+/// winning after it, is not told apart from an older lock: see docs/safety-evidence.md.)
 async fn owner_attempt<F, Fut>(
     node: &Node,
     takeovers: Option<&Takeovers>,
@@ -927,13 +898,6 @@ impl Takeovers {
     /// Whether the attempt named a value on `node`.
     fn named_on(&self, node: &str) -> bool {
         sync::lock(&self.named).nodes.iter().any(|n| n == node)
-    }
-
-    /// Whether the attempt won, and named a value somewhere: its lock's release must find out
-    /// first whether it raced a later lock of the owner (see `Inner::owner_hand_off`).
-    pub(crate) fn won_by_taking_over(&self) -> bool {
-        let named = sync::lock(&self.named);
-        named.won == Some(true) && !named.nodes.is_empty()
     }
 }
 

@@ -9,8 +9,8 @@ use tracing::Instrument;
 use crate::error::{Error, NodeErrorKind};
 use crate::fanout::{Outcome, ReleaseGate};
 use crate::inner::Inner;
+use crate::keys::HandOff;
 use crate::keys::Keys;
-use crate::keys::{HandOff, Takeovers};
 use crate::quorum::Lease;
 use crate::quorum::{self, Decision};
 use crate::release::spawn_release;
@@ -65,9 +65,6 @@ pub struct Lock {
     /// prove: the renewal to the full TTL that runs in the background once a third of that has
     /// passed (see `wakeup/handed.rs`). Dropping it calls the renewal off.
     pub(crate) renewal: Option<Arc<Renewal>>,
-    /// Under an owner id, the takeovers of the attempt that won the lock: its release puts back
-    /// what they took if the lock raced a later lock of the owner (see `Inner::owner_hand_off`).
-    pub(crate) takeovers: Option<Arc<Takeovers>>,
 }
 
 impl fmt::Debug for Lock {
@@ -230,22 +227,12 @@ impl Lock {
             .map(|gate| gate.close_for_release())
             .unwrap_or_default();
         let span = tracing::debug_span!("release", resource = %self.resource);
-        let hand_off = self
-            .inner
-            .owner_hand_off(
-                &self.keys,
-                &self.token,
-                &self.hand_off(),
-                self.lease.node_timeout,
-            )
-            .instrument(span.clone())
-            .await;
         let (released, nodes) = self
             .inner
             .release_at_quorum(
                 &self.keys,
                 &self.token,
-                &hand_off,
+                &HandOff::for_lease(&self.lease),
                 self.lease.node_timeout,
                 behind,
             )
@@ -264,13 +251,6 @@ impl Lock {
                 nodes,
             })
         }
-    }
-
-    /// How a release of this lock passes its keys on: reserved for the head of each line (see
-    /// `HandOff::for_lease`); under an owner id, with the takeovers of the attempt that won it
-    /// (see `Inner::owner_hand_off`).
-    fn hand_off(&self) -> HandOff {
-        HandOff::for_lease(&self.lease).putting_back(&self.takeovers)
     }
 
     /// Takes the lock out of its task's holds: from now on that task may acquire it again
@@ -310,7 +290,7 @@ impl Drop for Lock {
                 self.inner.clone(),
                 self.keys.clone(),
                 self.token.clone(),
-                self.hand_off(),
+                HandOff::for_lease(&self.lease),
                 self.lease.node_timeout,
                 in_flight,
             );

@@ -577,7 +577,6 @@ impl Redlock {
                             task,
                             _holding: Holding::start(keys.primitive()),
                             renewal: None,
-                            takeovers,
                         });
                     }
                     (Err(nodes), _) => Failure::NotGranted {
@@ -674,7 +673,6 @@ impl Redlock {
             task: Some(mark),
             _holding: Holding::start(keys.primitive()),
             renewal: Some(renewal),
-            takeovers: None,
         })
     }
 

@@ -69,49 +69,6 @@ impl Inner {
         (released, failed)
     }
 
-    /// How the release of a lock under an owner id passes its keys on: `hand_off`, which puts
-    /// back what the lock's takeovers took, if a master says that another attempt of the owner
-    /// took a key over from this lock; else `hand_off` without its takeovers, a plain release.
-    ///
-    /// A lock that took keys over from another lock of its owner, which then took one back,
-    /// raced a later lock: a takeover of this lock may have replaced that later lock's value
-    /// after the later lock won (a request still on its way, or a grant it counted), and
-    /// releasing it would cost the later lock that key. Otherwise the lock it took over is the
-    /// earlier one, taken over by this later acquire (a restarted worker's dead lock, say), and
-    /// its keys are released as any. Locks that took nothing over, and rollbacks, pass `hand_off`
-    /// on as it is, without asking.
-    pub(crate) async fn owner_hand_off(
-        &self,
-        keys: &Keys,
-        token: &LockToken,
-        hand_off: &HandOff,
-        node_timeout: Duration,
-    ) -> HandOff {
-        if !hand_off
-            .takeovers
-            .as_ref()
-            .is_some_and(|t| t.won_by_taking_over())
-        {
-            return hand_off.clone();
-        }
-        let answers = futures::future::join_all(
-            self.all_nodes()
-                .iter()
-                .map(|node| keys.taken_from_on(node, token.expose(), node_timeout)),
-        )
-        .await;
-        // A master that does not answer is taken to have nothing to say: counted the other
-        // way, every release beside a master down or a connection reset would put back a
-        // restarted worker's dead lock.
-        let raced = answers.iter().any(|taken| matches!(taken, Ok(true)));
-        tracing::debug!(raced, "a lock that took keys over from its owner's");
-        if raced {
-            hand_off.clone()
-        } else {
-            hand_off.clone().putting_back(&None)
-        }
-    }
-
     /// The holder's release: compare-and-delete on every node, handed to the line. A node in
     /// `behind` still has the lock's acquire request in flight: its release is sent once the
     /// signal says that request has completed, so that it runs after the `SET`. Returns as soon
@@ -277,7 +234,7 @@ impl Drop for Rollback<'_> {
 }
 
 /// Best-effort release in the background, when a tokio runtime is running, on every node but
-/// those in `skip` (under an owner id, see [`Inner::owner_hand_off`]).
+/// those in `skip`.
 pub(crate) fn spawn_release(
     inner: Arc<Inner>,
     keys: Keys,
@@ -287,9 +244,6 @@ pub(crate) fn spawn_release(
     skip: Vec<usize>,
 ) {
     let spawned = crate::sync::spawn(async move {
-        let hand_off = inner
-            .owner_hand_off(&keys, &token, &hand_off, node_timeout)
-            .await;
         let (released, failed) = inner
             .release_except(&keys, &token, &hand_off, node_timeout, &skip)
             .await;

@@ -82,11 +82,6 @@ pub(crate) static RELEASE_WRITE: LazyLock<Script> =
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/raise_fence.lua")));
 
-/// Whether another attempt of the owner took a lock's key over from it (the release of a lock
-/// under an owner id asks first: see `Inner::owner_hand_off`).
-pub(crate) static TAKEN_FROM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/taken_from.lua")));
-
 /// All-or-nothing `SET NX PX` over several keys, plus their fencing counters when fencing is on.
 pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(&in_line(include_str!("lua/acquire_many.lua"))));

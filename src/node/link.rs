@@ -270,7 +270,6 @@ async fn load_scripts(conn: &Conn) {
         &*scripts::RELEASE_WRITE,
         &*scripts::READ_LEADER,
         &*scripts::CONFIRM_LEADER,
-        &*scripts::TAKEN_FROM,
     ];
     let loads = scripts.map(|script| {
         let mut conn = conn.clone();
