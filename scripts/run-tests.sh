@@ -54,7 +54,8 @@ variant_whole=" ${VARIANT_WHOLE:-} "
 read -r -a variant_env <<<"${VARIANT_ENV:-}"
 read -r -a variant_args <<<"${VARIANT_ARGS:-}"
 
-# Each entry: the environment words, then `|`-separated the binary, its folder and its label.
+# Each entry: the binary, its folder and its label, `|`-separated; a variant's ends in `|variant`
+# (run with VARIANT_ARGS) or `|variant-whole` (with no arguments), in VARIANT_ENV.
 light=()
 later=()
 heavy=()
