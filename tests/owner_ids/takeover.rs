@@ -146,6 +146,48 @@ async fn warmed_up(clients: &[&Redlock]) {
     }
 }
 
+/// Two processes of owner `worker-7` racing for `r` over three masters: X reaches each master
+/// through a proxy of its own, A masters 0 and 1 directly and master 2 through a proxy; both
+/// connected and warmed up, the routes not slowed yet.
+struct OwnerRace {
+    nodes: RedisNodes,
+    x_routes: Vec<FaultProxy>,
+    a_slow: FaultProxy,
+    x: Redlock,
+    a: Redlock,
+}
+
+impl OwnerRace {
+    async fn start() -> Self {
+        let nodes = RedisNodes::spawn(3).unwrap();
+        let x_routes: Vec<FaultProxy> = (0..3)
+            .map(|i| FaultProxy::start(nodes[i].addr()).unwrap())
+            .collect();
+        let a_slow = FaultProxy::start(nodes[2].addr()).unwrap();
+        let x = waiting_out(x_routes.iter().map(FaultProxy::url).collect());
+        let a = waiting_out(vec![nodes[0].url(), nodes[1].url(), a_slow.url()]);
+        warmed_up(&[&x, &a]).await;
+        OwnerRace {
+            nodes,
+            x_routes,
+            a_slow,
+            x,
+            a,
+        }
+    }
+
+    /// X acquires, A 50 ms later: A's lock and X's, once both won.
+    async fn run(&self) -> (Lock, Lock) {
+        let racing = {
+            let x = self.x.clone();
+            tokio::spawn(async move { x.acquire_as("r", "worker-7", TTL).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let earlier = self.a.acquire_as("r", "worker-7", TTL).await.unwrap();
+        (earlier, racing.await.unwrap().unwrap())
+    }
+}
+
 /// Two processes of one owner race, and the later winner keeps its keys when the earlier one
 /// releases. X is granted master 0 (its reply on a slow route); A, 50 ms later, names X there,
 /// takes master 0 over, is granted master 1 and wins, its request to master 2 on a slow route.
@@ -156,32 +198,19 @@ async fn warmed_up(clients: &[&Redlock]) {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "open: two processes of one owner id racing; see docs/safety-evidence.md"]
 async fn an_earlier_winners_late_takeover_goes_back_when_it_releases() {
-    let nodes = RedisNodes::spawn(3).unwrap();
-    let key = lock_key("r");
-    let x_routes: Vec<FaultProxy> = (0..3)
-        .map(|i| FaultProxy::start(nodes[i].addr()).unwrap())
-        .collect();
-    let a_slow = FaultProxy::start(nodes[2].addr()).unwrap();
-    let x = waiting_out(x_routes.iter().map(FaultProxy::url).collect());
-    let a = waiting_out(vec![nodes[0].url(), nodes[1].url(), a_slow.url()]);
-    warmed_up(&[&x, &a]).await;
+    let race = OwnerRace::start().await;
+    let (nodes, key, x_routes, a_slow) = (&race.nodes, lock_key("r"), &race.x_routes, &race.a_slow);
     x_routes[0].delay(Duration::ZERO, Duration::from_millis(2_000), Duration::ZERO);
     x_routes[1].delay(Duration::from_millis(300), Duration::ZERO, Duration::ZERO);
     x_routes[2].delay(Duration::from_millis(400), Duration::ZERO, Duration::ZERO);
     a_slow.delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
 
-    let racing = {
-        let x = x.clone();
-        tokio::spawn(async move { x.acquire_as("r", "worker-7", TTL).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let earlier = a.acquire_as("r", "worker-7", TTL).await.unwrap();
-    let later = racing.await.unwrap().unwrap();
+    let (earlier, later) = race.run().await;
     let a_token = earlier.token().expose().to_owned();
     let x_token = later.token().expose();
     // A's request lands on master 2 (1 s), and its takeover a second later.
     tokio::time::sleep(Duration::from_millis(2_300)).await;
-    let before = values(&nodes, &key);
+    let before = values(nodes, &key);
     assert_eq!(
         (before[1].as_deref(), before[2].as_deref()),
         (Some(x_token), Some(&*a_token)),
@@ -190,16 +219,16 @@ async fn an_earlier_winners_late_takeover_goes_back_when_it_releases() {
     earlier.release().await.unwrap();
     // The release returns once a quorum answered; master 2's answer may land after it.
     let settled = eventually(Duration::from_secs(2), || {
-        values(&nodes, &key)[2].as_deref() != Some(&*a_token)
+        values(nodes, &key)[2].as_deref() != Some(&*a_token)
     })
     .await;
-    let after = values(&nodes, &key);
+    let after = values(nodes, &key);
     assert!(
-        settled && holders(&nodes, &key, x_token) >= 2,
+        settled && holders(nodes, &key, x_token) >= 2,
         "the earlier winner's release cost the later one a master: before {before:?}, after \
          {after:?}"
     );
-    still_exclusive(&nodes, &later, "after the earlier winner's release").await;
+    still_exclusive(nodes, &later, "after the earlier winner's release").await;
     later.release().await.unwrap();
 }
 
@@ -211,28 +240,15 @@ async fn an_earlier_winners_late_takeover_goes_back_when_it_releases() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "open: two processes of one owner id racing; see docs/safety-evidence.md"]
 async fn a_later_winners_grant_taken_before_the_earliers_win_goes_back_when_it_releases() {
-    let nodes = RedisNodes::spawn(3).unwrap();
-    let key = lock_key("r");
-    let x_routes: Vec<FaultProxy> = (0..3)
-        .map(|i| FaultProxy::start(nodes[i].addr()).unwrap())
-        .collect();
-    let a_slow = FaultProxy::start(nodes[2].addr()).unwrap();
-    let x = waiting_out(x_routes.iter().map(FaultProxy::url).collect());
-    let a = waiting_out(vec![nodes[0].url(), nodes[1].url(), a_slow.url()]);
-    warmed_up(&[&x, &a]).await;
+    let race = OwnerRace::start().await;
+    let (nodes, key, x_routes, a_slow) = (&race.nodes, lock_key("r"), &race.x_routes, &race.a_slow);
     x_routes[1].delay(Duration::from_millis(300), Duration::ZERO, Duration::ZERO);
     x_routes[2].blackhole();
     a_slow.delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
 
-    let racing = {
-        let x = x.clone();
-        tokio::spawn(async move { x.acquire_as("r", "worker-7", TTL).await })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let earlier = a.acquire_as("r", "worker-7", TTL).await.unwrap();
-    let later = racing.await.unwrap().unwrap();
+    let (earlier, later) = race.run().await;
     let x_token = later.token().expose();
-    let before = values(&nodes, &key);
+    let before = values(nodes, &key);
     assert_eq!(
         (before[0].as_deref(), before[1].as_deref()),
         (Some(earlier.token().expose()), Some(x_token)),
@@ -240,15 +256,15 @@ async fn a_later_winners_grant_taken_before_the_earliers_win_goes_back_when_it_r
     );
     earlier.release().await.unwrap();
     let back = eventually(Duration::from_secs(2), || {
-        holders(&nodes, &key, x_token) == 2
+        holders(nodes, &key, x_token) == 2
     })
     .await;
     assert!(
         back,
         "the earlier winner's release left X short: before {before:?}, after {:?}",
-        values(&nodes, &key)
+        values(nodes, &key)
     );
-    still_exclusive(&nodes, &later, "after the earlier winner's release").await;
+    still_exclusive(nodes, &later, "after the earlier winner's release").await;
     later.release().await.unwrap();
 }
 
