@@ -12,6 +12,7 @@ use crate::retries::Retries;
 use crate::retry::RetryPolicy;
 use crate::stats::Counters;
 use crate::task_holds::TaskHolds;
+use crate::token::AttemptStamps;
 use crate::wakeup::Wakeup;
 
 /// The state every clone of one client shares.
@@ -24,6 +25,8 @@ pub(crate) struct Inner {
     wakeup: Wakeup,
     retries: Retries,
     task_holds: TaskHolds,
+    /// The order of this client's attempts under owner ids.
+    stamps: Arc<AttemptStamps>,
 }
 
 /// Validated settings, fixed at build time.
@@ -50,9 +53,15 @@ impl Inner {
             wakeup: Wakeup::new(nodes.len()),
             retries: Retries::new(&nodes),
             task_holds: TaskHolds::default(),
+            stamps: Arc::default(),
             nodes,
             settings,
         }
+    }
+
+    /// The stamps of this client's attempts under owner ids.
+    pub(crate) fn stamps(&self) -> &Arc<AttemptStamps> {
+        &self.stamps
     }
 
     /// How many nodes must agree: ⌊N/2⌋ + 1 of the configured nodes.

@@ -16,7 +16,7 @@ use crate::node::{Companion, Node, ScriptInput};
 use crate::quorum::Lease;
 use crate::scripts;
 use crate::sync;
-use crate::token::LockToken;
+use crate::token::{comes_after, AttemptStamps, LockToken};
 use crate::wakeup::hub::Ticket;
 
 /// The keys of one lock.
@@ -95,9 +95,10 @@ impl Keys {
 
     /// A fresh token for one attempt on these keys: no two attempts write the same value, so
     /// a cleanup (which compares the whole value) only ever removes its own attempt's keys.
-    pub(crate) fn attempt_token(&self) -> LockToken {
+    /// Under an owner id the token carries the attempt's stamp, drawn from `stamps`.
+    pub(crate) fn attempt_token(&self, stamps: &AttemptStamps) -> LockToken {
         match self {
-            Keys::Owned { owner, .. } => LockToken::for_owner(owner),
+            Keys::Owned { owner, .. } => LockToken::for_owner(owner, stamps.next()),
             Keys::Term { value, .. } => LockToken::for_term(value),
             _ => LockToken::generate(),
         }
@@ -851,6 +852,9 @@ where
 #[derive(Debug)]
 pub(crate) struct Takeovers {
     ttl: Duration,
+    /// The attempt's token: it takes over only attempts of the owner it comes after.
+    token: LockToken,
+    stamps: Arc<AttemptStamps>,
     named: std::sync::Mutex<Named>,
 }
 
@@ -865,17 +869,25 @@ struct Named {
 }
 
 impl Takeovers {
-    /// The takeovers of an attempt for `ttl`.
-    pub(crate) fn new(ttl: Duration) -> Self {
+    /// The takeovers of the attempt `token` for `ttl`, its client's stamps `stamps`.
+    pub(crate) fn new(ttl: Duration, token: LockToken, stamps: Arc<AttemptStamps>) -> Self {
         Takeovers {
             ttl,
+            token,
+            stamps,
             named: std::sync::Mutex::default(),
         }
     }
 
     /// Notes that the attempt names `value` on node `node`; `false` (nothing noted, nothing to
-    /// name) once the attempt has lost, or has won and never named that value before.
+    /// name) for an attempt of the owner stamped after this one (which this client's next
+    /// attempt comes after, see [`AttemptStamps`]), and once the attempt has lost, or has won
+    /// and never named that value before.
     fn note(&self, node: &str, value: &[u8]) -> bool {
+        if !comes_after(self.token.expose().as_bytes(), value) {
+            self.stamps.saw(value);
+            return false;
+        }
         let mut named = sync::lock(&self.named);
         let known = named.values.iter().any(|v| v == value);
         match (named.won, known) {

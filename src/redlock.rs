@@ -443,7 +443,7 @@ impl Redlock {
         let in_line = waiter.filter(|_| keys.waits_in_line()).map(Waiter::ticket);
         // What the replies tell of each master's clock, to judge a later hand-off by.
         let masters = waiter.filter(|_| in_line.is_some()).map(Waiter::masters);
-        let token = keys.attempt_token();
+        let token = keys.attempt_token(self.inner.stamps());
         let settings = self.inner.settings();
         let fenced = keys.fenced(settings.fencing, settings.fence_grace);
         // Armed until the lock is handed out: a dropped future releases on every node in the
@@ -453,8 +453,13 @@ impl Redlock {
         let entry_lease = lease.entry_lease();
         // Under an owner id: where the attempt names a value for a takeover, and so where its
         // rollback puts back what it took.
-        let takeovers =
-            matches!(keys, Keys::Owned { .. }).then(|| Arc::new(Takeovers::new(lease.ttl)));
+        let takeovers = matches!(keys, Keys::Owned { .. }).then(|| {
+            Arc::new(Takeovers::new(
+                lease.ttl,
+                token.clone(),
+                self.inner.stamps().clone(),
+            ))
+        });
         let hand_off = HandOff {
             waiter: in_line.cloned(),
             requeue: in_line.map(|_| entry_lease),

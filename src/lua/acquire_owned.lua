@@ -3,7 +3,9 @@
 -- the same owner this attempt's client read from the key a moment before (see keys.rs,
 -- `owner_attempt`); advance the fencing counter on every grant when fencing is on. A takeover is a
 -- compare-and-swap of the value named, and only of it: a key gone since is refused, not set; so is
--- a takeover whose attempt was rolled back here already (it ran late, see restore.lua). It notes
+-- a takeover whose attempt was rolled back here already (it ran late, see restore.lua), and one
+-- of a value stamped after this attempt (see `later`): of two attempts of the owner racing, the
+-- one stamped later keeps every key it won, whichever lands first. It notes
 -- what it replaced (take_over in line.lua), so that a rollback of the attempt (restore.lua) puts
 -- that value back, with at least the life it had: a failed or cancelled attempt costs the lock it
 -- took the key from nothing. Each attempt writes its own value, so a cleanup of an attempt (which
@@ -34,7 +36,7 @@ if ARGV[4] == '' or value ~= ARGV[4] then
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('DEL', KEYS[4])
-elseif undone(KEYS[5], ARGV[1]) then
+elseif undone(KEYS[5], ARGV[1]) or not later(ARGV[1], value) then
   return 0
 else
   take_over(KEYS[1], KEYS[5], ARGV[1], ARGV[2], KEYS[4])

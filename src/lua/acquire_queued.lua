@@ -10,7 +10,8 @@
 -- (ignored without fencing); ARGV[8] (under an owner id only, one key) the owner; ARGV[9] the value
 -- of an earlier attempt of the owner to take over, or '' for none. A key holding another attempt
 -- of the owner is taken over only when named exactly, and a request that names a value takes
--- nothing else (compare-and-swap, as in acquire_owned.lua, whose rollback restore.lua is);
+-- nothing else, nor a value stamped after it (compare-and-swap, as in acquire_owned.lua, whose
+-- rollback restore.lua is);
 -- unnamed, it is refused with {-3, now, value}, and the client may name it in its next request.
 -- Returns, when refused, {-3, now, value} for a key of the owner's (see ARGV[9]), {-2, now} while
 -- another token holds a key, {-1, now} when refused only
@@ -45,7 +46,7 @@ for i = 1, n do
   end
   if naming then
     -- A takeover's request: the value it named, or nothing (see acquire_owned.lua).
-    if value == expected and not undone(took, ARGV[1]) then
+    if value == expected and not undone(took, ARGV[1]) and later(ARGV[1], value) then
       mine[#mine + 1] = i
     else
       granted = false

@@ -234,6 +234,21 @@ local function owned_by(value, owner)
     and string.sub(value, 36, 36) == '@' and string.sub(value, 37) == owner and ours(value)
 end
 
+-- Whether the owner attempt `token` comes after the attempt of the same owner whose value is
+-- `value`: its nonce's 32 digits after the prefix (the attempt's stamp, then random digits, see
+-- token.rs) are greater, byte by byte. Of two attempts of one owner, only the later takes the
+-- key over from the earlier (acquire_owned.lua, acquire_queued.lua): whichever order their
+-- requests land in, the earlier's release never frees a key the later counted.
+local function later(token, value)
+  for i = 4, 35 do
+    local a, b = string.byte(token, i), string.byte(value, i)
+    if a ~= b then
+      return a ~= nil and b ~= nil and a > b
+    end
+  end
+  return false
+end
+
 -- Makes `key` expire no sooner than `at` (the master's time in ms); a key without an expiry
 -- gets that one.
 local function expire_no_sooner(key, at)

@@ -175,17 +175,18 @@ fn now_us() -> u64 {
         .as_micros() as u64
 }
 
-/// An owner attempt's value as another process of `owner` writes it: its order (its wall
-/// clock in µs), 16 random hex digits, `@`, the owner.
+/// An owner attempt's value as another process of `owner` writes it: its stamp (its wall
+/// clock in µs, 13 hex digits), 19 random hex digits, `@`, the owner.
 fn owner_value(order_us: u64, owner: &str) -> String {
-    format!("ql-{order_us:016x}{:016x}@{owner}", 0x5eed_u64)
+    format!("ql-{order_us:013x}{:019x}@{owner}", 0x5eed_u64)
 }
 
-/// Defect (the README's promise, not the code's comment): "a restarted owner takes its lock back
-/// at once". A previous process of `worker-7` whose wall clock ran 60 s ahead of this one's (or
-/// this host's clock stepped back, or the worker moved hosts) wrote the key; the restarted
-/// process's attempts order below it and never take it over: `acquire_as` waits out the
-/// previous lease. The control (the previous process's clock 60 s behind) is taken at once.
+/// The README's promise: "a restarted owner takes its lock back at once". A previous process
+/// of `worker-7` whose wall clock ran 60 s ahead of this one's (or this host's clock stepped
+/// back, or the worker moved hosts) wrote the key; the restarted process's first attempt is
+/// stamped before it and refused, and its next one, stamped after the value it saw, takes the
+/// key over, well within the previous lease. The control (the previous process's clock 60 s
+/// behind) is taken at the first attempt.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_owner_takes_back_a_lock_whose_writer_ran_ahead_of_its_clock() {
     let nodes = RedisNodes::spawn(3).unwrap();
@@ -221,6 +222,41 @@ async fn a_restarted_owner_takes_back_a_lock_whose_writer_ran_ahead_of_its_clock
         "the restarted owner did not take its lock back (the control took {control_took:?}): \
          after {took:?}: {err:?}"
     );
+}
+
+/// The order of an owner's attempts is a Lamport clock: a single try, stamped before a
+/// previous process's value whose clock ran 60 s ahead, is refused (the earlier attempt of
+/// the owner never takes a later one's key), and the same client's next call, stamped after
+/// what the first one saw, takes the key over.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_owners_try_refused_for_a_value_stamped_ahead_takes_it_over_at_the_next_call() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let rl = builder(&nodes)
+        .acquire_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    assert_eq!(rl.connect().await.unwrap().reachable, 3);
+    let ahead = owner_value(now_us() + 60_000_000, "worker-7");
+    for server in nodes.iter() {
+        set(server, "shard:ahead", &ahead, Duration::from_secs(20));
+    }
+    let first = rl
+        .acquire_as("shard:ahead", "worker-7", Duration::from_secs(5))
+        .await;
+    assert!(
+        first.is_err(),
+        "an attempt stamped 60 s before the value took it over"
+    );
+    let lock = rl
+        .acquire_as("shard:ahead", "worker-7", Duration::from_secs(5))
+        .await
+        .unwrap();
+    let token = lock.token().expose().to_owned();
+    assert!(
+        token.as_bytes()[3..35] > ahead.as_bytes()[3..35],
+        "{token} after {ahead}"
+    );
+    lock.release().await.unwrap();
 }
 
 /// Runs on `server` what an owner attempt with `token` and its rollback send (the library's

@@ -176,96 +176,129 @@ impl OwnerRace {
         }
     }
 
-    /// X acquires, A 50 ms later: A's lock and X's, once both won.
-    async fn run(&self) -> (Lock, Lock) {
+    /// X acquires, A 50 ms later (so A's attempt is stamped after X's): A's lock, and X's
+    /// outcome once it is decided.
+    async fn run(&self) -> (Lock, Result<Lock, quorumlock::Error>) {
         let racing = {
             let x = self.x.clone();
             tokio::spawn(async move { x.acquire_as("r", "worker-7", TTL).await })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let earlier = self.a.acquire_as("r", "worker-7", TTL).await.unwrap();
-        (earlier, racing.await.unwrap().unwrap())
+        let a = self.a.acquire_as("r", "worker-7", TTL).await.unwrap();
+        (a, racing.await.unwrap())
+    }
+
+    /// Whether A's token is on all three masters, waiting up to 3 s for its late requests.
+    async fn a_everywhere(&self, a: &Lock) -> bool {
+        let token = a.token().expose();
+        eventually(Duration::from_secs(3), || {
+            holders(&self.nodes, &lock_key("r"), token) == 3
+        })
+        .await
+    }
+
+    /// What the earlier attempt of a race leaves the later one, A, which won and holds all
+    /// three masters: X, stamped earlier, holds none of A's keys, so that X's release leaves
+    /// them all; if X won too, its extend fails (A took its keys over); A keeps every master
+    /// and its exclusion against other clients.
+    async fn the_later_keeps_its_keys(&self, a: &Lock, x: Result<Lock, quorumlock::Error>) {
+        let (nodes, key) = (&self.nodes, lock_key("r"));
+        let before = values(nodes, &key);
+        if let Ok(mut x) = x {
+            assert!(
+                x.extend(TTL).await.is_err(),
+                "X's extend succeeded while A, stamped after it, holds: {:?}",
+                values(nodes, &key)
+            );
+            x.release().await.unwrap();
+        }
+        let after = values(nodes, &key);
+        assert_eq!(
+            holders(nodes, &key, a.token().expose()),
+            3,
+            "X, the earlier attempt, cost A a master: before X's release {before:?}, after \
+             {after:?}"
+        );
+        still_exclusive(nodes, a, "after the earlier attempt's release").await;
     }
 }
 
-/// Two processes of one owner race, and the later winner keeps its keys when the earlier one
-/// releases. X is granted master 0 (its reply on a slow route); A, 50 ms later, names X there,
-/// takes master 0 over, is granted master 1 and wins, its request to master 2 on a slow route.
-/// X then reads A on master 1, takes it over and is granted master 2: X wins, the later of the
-/// two. A's late request reads X on master 2, a value A named before it won, and takes it over.
-/// A's release must not free what it took from X (X took master 1 from A: X is the later
-/// lock): X, still valid, keeps a quorum, and no other client gets in.
+/// Two processes of one owner race, X first, A 50 ms later, and only A's requests are quick.
+/// A takes master 0 over from X and is granted masters 1 and 2; X's requests to masters 1 and
+/// 2 land after A's grants there and read A's value. Taking those over would win X the race
+/// too (master 0's grant counted), and its release would then leave A on one master of three.
+/// X, stamped before A, is refused them and loses.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "open: two processes of one owner id racing; see docs/safety-evidence.md"]
-async fn an_earlier_winners_late_takeover_goes_back_when_it_releases() {
+async fn an_attempt_stamped_earlier_never_takes_over_a_later_ones_grants() {
     let race = OwnerRace::start().await;
-    let (nodes, key, x_routes, a_slow) = (&race.nodes, lock_key("r"), &race.x_routes, &race.a_slow);
-    x_routes[0].delay(Duration::ZERO, Duration::from_millis(2_000), Duration::ZERO);
-    x_routes[1].delay(Duration::from_millis(300), Duration::ZERO, Duration::ZERO);
-    x_routes[2].delay(Duration::from_millis(400), Duration::ZERO, Duration::ZERO);
-    a_slow.delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
+    race.x_routes[1].delay(Duration::from_millis(500), Duration::ZERO, Duration::ZERO);
+    race.x_routes[2].delay(Duration::from_millis(500), Duration::ZERO, Duration::ZERO);
 
-    let (earlier, later) = race.run().await;
-    let a_token = earlier.token().expose().to_owned();
-    let x_token = later.token().expose();
-    // A's request lands on master 2 (1 s), and its takeover a second later.
-    tokio::time::sleep(Duration::from_millis(2_300)).await;
-    let before = values(nodes, &key);
-    assert_eq!(
-        (before[1].as_deref(), before[2].as_deref()),
-        (Some(x_token), Some(&*a_token)),
-        "X was meant to hold master 1 and A to have taken master 2 from it: {before:?}"
-    );
-    earlier.release().await.unwrap();
-    // The release returns once a quorum answered; master 2's answer may land after it.
-    let settled = eventually(Duration::from_secs(2), || {
-        values(nodes, &key)[2].as_deref() != Some(&*a_token)
-    })
-    .await;
-    let after = values(nodes, &key);
+    let (a, x) = race.run().await;
     assert!(
-        settled && holders(nodes, &key, x_token) >= 2,
-        "the earlier winner's release cost the later one a master: before {before:?}, after \
-         {after:?}"
+        race.a_everywhere(&a).await,
+        "X, stamped before A, took A's grants over: {:?}",
+        values(&race.nodes, &lock_key("r"))
     );
-    still_exclusive(nodes, &later, "after the earlier winner's release").await;
-    later.release().await.unwrap();
+    let x_won = x.is_ok();
+    race.the_later_keeps_its_keys(&a, x).await;
+    assert!(!x_won, "X won on master 0 alone");
+    a.release().await.unwrap();
 }
 
-/// The same race, where the later winner counts a grant the earlier had already taken over:
-/// X is granted master 0; A, 50 ms later, takes master 0 over (answered before its win), is
-/// granted master 1 and wins; X takes master 1 over from A and wins on masters 0 and 1 (its
-/// grant on 0 counted, A's value there since), its request to master 2 never arriving. A's
-/// release must give master 0 back to X, which took a key from A: X keeps two masters of three.
+/// Both win: X is granted master 0 (its reply on a slow route); A, 50 ms later, takes master
+/// 0 over from X, is granted master 1 and wins, its request to master 2 on a slow route. X is
+/// refused master 1 (A's, stamped after it), is granted master 2 and wins on masters 0 and 2.
+/// A's late request then takes master 2 over from X (a value it named before it won): A holds
+/// all three, and X's extend fails, as an earlier lock's does once the owner's later attempt
+/// took it over.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "open: two processes of one owner id racing; see docs/safety-evidence.md"]
-async fn a_later_winners_grant_taken_before_the_earliers_win_goes_back_when_it_releases() {
+async fn when_both_win_the_attempt_stamped_later_holds_and_the_earliers_extend_fails() {
     let race = OwnerRace::start().await;
-    let (nodes, key, x_routes, a_slow) = (&race.nodes, lock_key("r"), &race.x_routes, &race.a_slow);
-    x_routes[1].delay(Duration::from_millis(300), Duration::ZERO, Duration::ZERO);
-    x_routes[2].blackhole();
-    a_slow.delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
+    race.x_routes[0].delay(Duration::ZERO, Duration::from_millis(2_000), Duration::ZERO);
+    race.x_routes[1].delay(Duration::from_millis(300), Duration::ZERO, Duration::ZERO);
+    race.x_routes[2].delay(Duration::from_millis(400), Duration::ZERO, Duration::ZERO);
+    race.a_slow
+        .delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
 
-    let (earlier, later) = race.run().await;
-    let x_token = later.token().expose();
-    let before = values(nodes, &key);
-    assert_eq!(
-        (before[0].as_deref(), before[1].as_deref()),
-        (Some(earlier.token().expose()), Some(x_token)),
-        "A was meant to hold master 0 and X master 1: {before:?}"
-    );
-    earlier.release().await.unwrap();
-    let back = eventually(Duration::from_secs(2), || {
-        holders(nodes, &key, x_token) == 2
-    })
-    .await;
+    let (a, x) = race.run().await;
     assert!(
-        back,
-        "the earlier winner's release left X short: before {before:?}, after {:?}",
-        values(nodes, &key)
+        x.is_ok(),
+        "X was meant to win on masters 0 and 2: {:?}",
+        x.err()
     );
-    still_exclusive(nodes, &later, "after the earlier winner's release").await;
-    later.release().await.unwrap();
+    // A's request lands on master 2 (1 s), and its takeover a second later.
+    assert!(
+        race.a_everywhere(&a).await,
+        "A's late takeover of master 2: {:?}",
+        values(&race.nodes, &lock_key("r"))
+    );
+    race.the_later_keeps_its_keys(&a, x).await;
+    a.release().await.unwrap();
+}
+
+/// X is granted master 0; A, 50 ms later, takes master 0 over and is granted master 1: it
+/// wins. X is refused master 1 (A's, stamped after it), and its request to master 2 never
+/// arrives: X loses, and its rollback leaves A's keys alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_race_the_earlier_attempt_loses_costs_the_later_nothing() {
+    let race = OwnerRace::start().await;
+    race.x_routes[1].delay(Duration::from_millis(300), Duration::ZERO, Duration::ZERO);
+    race.x_routes[2].blackhole();
+    race.a_slow
+        .delay(Duration::from_millis(1_000), Duration::ZERO, Duration::ZERO);
+
+    let (a, x) = race.run().await;
+    // A's request to master 2 lands after a second.
+    assert!(
+        race.a_everywhere(&a).await,
+        "X, stamped before A, took A's grant over: {:?}",
+        values(&race.nodes, &lock_key("r"))
+    );
+    let x_won = x.is_ok();
+    race.the_later_keeps_its_keys(&a, x).await;
+    assert!(!x_won, "X won on master 0 alone");
+    a.release().await.unwrap();
 }
 
 /// A restarted worker's release frees what it took over from its own dead lock, the takeovers

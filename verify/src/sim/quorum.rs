@@ -284,14 +284,17 @@ fn first_loss(
 }
 
 /// Whether a key's `value` is the lock of `token`: the token itself, the token marked elected,
-/// or under an owner id (`<nonce>@<owner>`) a token of the same owner.
+/// or under an owner id (`<nonce>@<owner>`) a token of the same owner that comes after it (an
+/// attempt stamped later, which takes the lock over by design; see `lua/line.lua`, `later`). A
+/// key holding an earlier attempt of the owner is not the lock's: the earlier one's release
+/// frees it.
 fn belongs(value: &[u8], token: &str) -> bool {
     let token = token.as_bytes();
     if value == token || value.strip_prefix(b"~elected:") == Some(token) {
         return true;
     }
     match (owner_of(value), owner_of(token)) {
-        (Some(a), Some(b)) => a == b,
+        (Some(a), Some(b)) => a == b && value.get(3..35) > token.get(3..35),
         _ => false,
     }
 }
@@ -324,12 +327,14 @@ mod tests {
     const A: &str = "ql-0123456789abcdef0123456789abcdef";
 
     #[test]
-    fn a_value_belongs_to_its_token_its_mark_and_its_owner() {
+    fn a_value_belongs_to_its_token_its_mark_and_its_owners_later_attempts() {
         let mine = format!("{A}@worker-1");
         let sibling = "ql-ffffffffffffffffffffffffffffffff@worker-1";
+        let earlier = "ql-0000000000000000000000000000000f@worker-1";
         assert!(belongs(A.as_bytes(), A));
         assert!(belongs(format!("~elected:{A}").as_bytes(), A));
         assert!(belongs(sibling.as_bytes(), &mine));
+        assert!(!belongs(earlier.as_bytes(), &mine));
         assert!(!belongs(sibling.as_bytes(), A));
         assert!(!belongs(
             b"ql-ffffffffffffffffffffffffffffffff@worker-2",

@@ -210,11 +210,13 @@ pub fn run(plan: &Plan) -> RunReport {
 
 /// The history with the releases an owner's locks saw: the workers of one owner id are one
 /// holder (one client in the history), and a release by one of them ends, too, the owner's
-/// other locks of that resource whose attempts started before the releasing lock was granted.
-/// The later acquire takes the lock over from every attempt of the owner already under way
-/// (`Redlock::acquire_as`: two live processes with one owner id take the lock from each other),
-/// even from one that returns after it: such an attempt's hold is lost, as its extend would
-/// find, and the release frees the keys it counted.
+/// other locks of that resource that come before it (stamped earlier, see `later` in
+/// `lua/line.lua`) and whose attempts started before the release. An attempt takes the lock
+/// over from every earlier one of its owner (`Redlock::acquire_as`: two live processes with one
+/// owner id take the lock from each other), even from one that returns after it: such an
+/// attempt's hold is lost, as its extend would find, and the release frees the keys it counted.
+/// A lock stamped later than the releasing one keeps its hold: the release must leave its keys
+/// alone.
 fn with_owner_releases(plan: &Plan, ops: &[Op]) -> Vec<Op> {
     let owners = owners(plan);
     let mut all: Vec<Op> = ops.to_vec();
@@ -222,15 +224,12 @@ fn with_owner_releases(plan: &Plan, ops: &[Op]) -> Vec<Op> {
         .iter()
         .filter(|op| op.kind == OpKind::Release && owners.contains(&op.client))
     {
-        let acquired = |token: &str| {
-            ops.iter()
-                .filter(|op| op.kind == OpKind::Acquire && op.succeeded() && op.token == token)
-                .map(|op| op.end)
-                .min()
-        };
-        let Some(mine) = acquired(&release.token) else {
+        let granted = ops
+            .iter()
+            .any(|op| op.kind == OpKind::Acquire && op.succeeded() && op.token == release.token);
+        if !granted {
             continue;
-        };
+        }
         let earlier: std::collections::BTreeSet<&str> = ops
             .iter()
             .filter(|op| {
@@ -239,7 +238,8 @@ fn with_owner_releases(plan: &Plan, ops: &[Op]) -> Vec<Op> {
                     && op.token != release.token
                     && op.kind == OpKind::Acquire
                     && op.succeeded()
-                    && op.start < mine
+                    && op.start < release.end
+                    && op.token.get(3..35) < release.token.get(3..35)
             })
             .map(|op| op.token.as_str())
             .collect();
