@@ -816,8 +816,9 @@ enum OwnerReply {
 /// for the key); after a win only a value the attempt named before it won (the lock it raced,
 /// as on the other masters), never one it had not seen: that may be a grant of the same owner
 /// won since, perhaps by another process, whose lock the takeover, then this lock's release,
-/// would cost that key. (An attempt of the owner that this one raced, named before the win and
-/// winning after it, is not told apart from an older lock: see docs/safety-evidence.md.)
+/// would cost that key. Nor is a value of the owner stamped after this attempt ever named (see
+/// [`AttemptStamps`]): an attempt this one raced that started later keeps every key it won,
+/// whichever of the two wins first.
 async fn owner_attempt<F, Fut>(
     node: &Node,
     takeovers: Option<&Takeovers>,

@@ -167,6 +167,16 @@ impl Redlock {
     /// alone. Give each worker an id of its own, stable across its restarts (a hostname plus a
     /// slot number, say).
     ///
+    /// "Later" is the order of the attempts' stamps, whatever order their requests land in: each
+    /// attempt's nonce begins with its stamp (the wall clock in µs, above every stamp this
+    /// client drew or saw), and an attempt takes over only a value of the owner stamped before
+    /// it. Two attempts racing can both win; the one stamped later holds, the other's extend
+    /// fails and its release leaves the later one's keys alone. An attempt that finds a value of
+    /// the owner stamped after its own (a previous process whose clock ran ahead) is refused
+    /// there, and this client's next attempt is stamped after that value: with an
+    /// `acquire_timeout`, a retry takes the lock over; with [`try_acquire`](Redlock::try_acquire)'s
+    /// single attempt, the next call does.
+    ///
     /// A taken-over key lives at least as long as the lock it was taken from had left, and at
     /// least this lock's TTL. Each master notes which attempt took its key from which value
     /// (the resource's `:took` companion): a rollback puts back what the attempt took even
