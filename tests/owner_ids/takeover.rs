@@ -461,3 +461,92 @@ async fn a_won_attempts_late_request_never_takes_over_a_later_grant_of_the_owner
     still_exclusive(&nodes, &b, "after master 0 lost B's key").await;
     b.release().await.unwrap();
 }
+
+/// A win that fails after its quorum (here: without its fences) is a loss for the takeovers
+/// too. X of `worker-7` holds `r` on masters 0 and 2. A later attempt A of the owner, fencing,
+/// takes master 0 over from X (whose fence counter there is far ahead) and is granted master 1;
+/// its replies from masters 1 and 2 are held. Its grant on master 1 is then deleted and the
+/// replies from master 1 delivered: A has a quorum, but its fences differ and the raise finds
+/// its token gone on master 1, so the attempt fails and its rollback goes out. Then master 2's
+/// reply arrives: X's value, which A named on master 0. A takeover sent now would hold master 2
+/// until the cleanup behind it put X back, and X's extend would fail meanwhile (one master of
+/// three). It must take nothing: X keeps masters 0 and 2 throughout, and its extend succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_win_that_fails_after_its_quorum_takes_nothing_over_with_its_requests_still_out() {
+    let nodes = RedisNodes::spawn(3).unwrap();
+    let key = lock_key("r");
+    let to_1 = FaultProxy::start(nodes[1].addr()).unwrap();
+    let to_2 = FaultProxy::start(nodes[2].addr()).unwrap();
+    let x_client = waiting_out(nodes.urls());
+    let a_client = Redlock::builder(vec![nodes[0].url(), to_1.url(), to_2.url()])
+        .node_timeout(Duration::from_secs(3))
+        .acquire_timeout(Duration::ZERO)
+        .fencing(true)
+        .build()
+        .unwrap();
+    warmed_up(&[&x_client, &a_client]).await;
+    let mut x = x_client.acquire_as("r", "worker-7", TTL).await.unwrap();
+    let x_token = x.token().expose().to_owned();
+    assert!(
+        eventually(Duration::from_secs(2), || holders(&nodes, &key, &x_token)
+            == 3)
+        .await
+    );
+    del(&nodes[1], &key);
+    set(
+        &nodes[0],
+        &quorumlock::companion_key(&key, ":fence"),
+        "9000000000000000",
+        TTL,
+    );
+    to_1.hold();
+    to_2.hold();
+
+    let attempt = {
+        let a_client = a_client.clone();
+        tokio::spawn(async move { a_client.acquire_as("r", "worker-7", TTL).await })
+    };
+    let granted_on_1 =
+        eventually(Duration::from_secs(2), || values(&nodes, &key)[1].is_some()).await;
+    assert!(granted_on_1, "A's request never reached master 1");
+    del(&nodes[1], &key);
+    to_1.deliver_held();
+    // The attempt fails for its fences and rolls back: master 0 goes back to X.
+    let rolled_back = eventually(Duration::from_secs(2), || {
+        values(&nodes, &key)[0].as_deref() == Some(&*x_token)
+    })
+    .await;
+    assert!(
+        rolled_back,
+        "A's rollback never gave master 0 back: {:?}",
+        values(&nodes, &key)
+    );
+    // Master 2's replies from now on take a second: a takeover sent on the held reply would
+    // hold master 2 at least that long before the attempt's cleanup behind it put X back.
+    to_2.delay(Duration::ZERO, Duration::from_secs(1), Duration::ZERO);
+    to_2.deliver_held();
+    let deadline = Instant::now() + Duration::from_millis(2_500);
+    while Instant::now() < deadline {
+        let on_2 = values(&nodes, &key)[2].clone();
+        assert_eq!(
+            on_2.as_deref(),
+            Some(&*x_token),
+            "the failed attempt took master 2 over from X"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let a = attempt.await.unwrap();
+    assert!(
+        matches!(a, Err(quorumlock::Error::NotAcquired { .. })),
+        "A was meant to fail for its fences: {:?}",
+        a.map(|l| l.token().expose().to_owned())
+    );
+    let after = values(&nodes, &key);
+    assert_eq!(
+        (after[0].as_deref(), after[2].as_deref()),
+        (Some(&*x_token), Some(&*x_token)),
+        "the failed attempt cost X a master: {after:?}"
+    );
+    x.extend(TTL).await.unwrap();
+    x.release().await.unwrap();
+}
