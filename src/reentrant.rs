@@ -174,8 +174,10 @@ impl Redlock {
     /// fails and its release leaves the later one's keys alone. An attempt that finds a value of
     /// the owner stamped after its own (a previous process whose clock ran ahead) is refused
     /// there, and this client's next attempt is stamped after that value: with an
-    /// `acquire_timeout`, a retry takes the lock over; with [`try_acquire`](Redlock::try_acquire)'s
-    /// single attempt, the next call does.
+    /// `acquire_timeout`, a retry takes the lock over; with a single attempt (no
+    /// `acquire_timeout`), the next call does. A value stamped more than a day ahead of this
+    /// client's clock is not followed (it would drag every later stamp of the owner with it): it
+    /// is waited out, as another holder's would be.
     ///
     /// A taken-over key lives at least as long as the lock it was taken from had left, and at
     /// least this lock's TTL. Each master notes which attempt took its key from which value

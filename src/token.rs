@@ -118,11 +118,7 @@ pub(crate) struct AttemptStamps {
 impl AttemptStamps {
     /// The stamp of a new attempt.
     pub(crate) fn next(&self) -> u64 {
-        let now = seam::wall_clock()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| {
-                u64::try_from(since.as_micros()).unwrap_or(MAX_STAMP)
-            });
+        let now = wall_clock_us();
         let mut stamp = 0;
         // `fetch_update` with a closure that always returns `Some` never fails.
         let _ = self
@@ -135,12 +131,30 @@ impl AttemptStamps {
     }
 
     /// An attempt of the owner found `value`, an attempt stamped no earlier than its own:
-    /// every later attempt of this client is stamped after it.
+    /// every later attempt of this client is stamped after it, unless that stamp is more than
+    /// [`FOLLOWED_AHEAD`] ahead of this client's clock.
     pub(crate) fn saw(&self, value: &[u8]) {
-        if let Some(stamp) = stamp_of(value) {
+        let horizon = wall_clock_us().saturating_add(FOLLOWED_AHEAD.as_micros() as u64);
+        if let Some(stamp) = stamp_of(value).filter(|stamp| *stamp <= horizon) {
             self.last.fetch_max(stamp, Ordering::Relaxed);
         }
     }
+}
+
+/// How far ahead of a client's clock a stamp it sees is still followed. A stamp further ahead
+/// (a writer's clock wrong by more than a day, a value of another shape, the greatest stamp 13
+/// digits hold) would drag every later stamp of the client with it, and of every process of the
+/// owner that met them in turn, refusing each one's first attempt and leaving no room above
+/// the greatest stamp; such a value is waited out instead, as another holder's would be.
+const FOLLOWED_AHEAD: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The wall clock in µs since the Unix epoch, as a stamp.
+fn wall_clock_us() -> u64 {
+    seam::wall_clock()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(MAX_STAMP)
+        })
 }
 
 /// The stamp of an owner attempt's value, if it has one.
@@ -219,6 +233,17 @@ mod tests {
         stamps.saw(ahead.as_bytes());
         let next = LockToken::for_owner("w", stamps.next());
         assert!(comes_after(next.expose().as_bytes(), ahead.as_bytes()));
+    }
+
+    #[test]
+    fn a_stamp_more_than_a_day_ahead_is_not_followed() {
+        let stamps = AttemptStamps::default();
+        let now = stamps.next();
+        for far in [now + 25 * 3_600_000_000, MAX_STAMP] {
+            let value = format!("ql-{far:013x}{}@w", "0".repeat(19));
+            stamps.saw(value.as_bytes());
+            assert!(stamps.next() < now + 3_600_000_000, "{value}");
+        }
     }
 
     #[test]

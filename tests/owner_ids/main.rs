@@ -6,5 +6,6 @@ mod common;
 
 mod reentrant;
 mod rollback;
+mod stamps;
 mod takeover;
 mod takeover_chains;
