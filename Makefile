@@ -1,7 +1,7 @@
 # quorumlock — the two commands: `make demo` and `make test`.
 CARGO ?= cargo
 
-.PHONY: demo test test-valkey lint bench chaos explore sim mutants redis-server
+.PHONY: demo test test-valkey lint bench chaos explore sim mutants explore-mutants redis-server
 
 ## Install redis-server when missing (the demo, the benchmarks and the chaos suite need nothing else).
 redis-server:
@@ -97,6 +97,13 @@ sim:
 ## and fails if any patch is missed.
 mutants:
 	scripts/mutants.sh
+
+## The same catalogue against the explorer (real servers, fresh seeds): each patch until the
+## first violation, EXPLORE_MUTANT_MINUTES (default 10) at most; prints the table.
+explore-mutants:
+	@scripts/ensure-redis-server.sh --faketime
+	QUORUMLOCK_VALKEY_SERVER=$(abspath $(shell scripts/ensure-valkey-server.sh)) \
+		scripts/explore-mutants.sh
 
 ## Criterion benchmarks, the side-by-side comparison (quorumlock, rslock, the raw floor), then
 ## the primitives (semaphore, read-write lock, leader failover) against the mutex, on five local
