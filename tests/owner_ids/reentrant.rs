@@ -195,6 +195,9 @@ async fn an_owner_waits_in_line_like_any_acquire_and_advances_the_fence_on_every
     let nodes = five();
     let fenced = || builder(&nodes).fencing(true).build().unwrap();
     let holder = fenced();
+    // Connected first: the grant must reach every master, and a first request that also opens
+    // its connection may outlast the node timeout on a loaded machine.
+    assert_eq!(holder.connect().await.unwrap().reachable, 5);
     let held = holder.acquire("report", TTL).await.unwrap();
     let first_fence = held.fencing_token().unwrap();
     granted_everywhere(&nodes, &lock_key("report"), held.token().expose()).await;

@@ -58,9 +58,8 @@ async fn a_waiting_restart_takes_over_its_dead_lock_stamped_an_hour_ahead_at_onc
     }
     let rl = builder(&nodes)
         .acquire_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    rl.connect().await.unwrap();
+        .connected()
+        .await;
     let started = Instant::now();
     let lock = rl.acquire_as("r", OWNER, TTL).await.unwrap();
     let took = started.elapsed();
@@ -86,8 +85,8 @@ async fn a_value_stamped_more_than_a_day_ahead_is_waited_out_and_not_followed() 
     }
     let waiting = builder(&nodes)
         .acquire_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+        .connected()
+        .await;
     let lock = waiting.acquire_as("r", OWNER, TTL).await.unwrap();
     let first = lock.token().expose().to_owned();
     assert!(
