@@ -103,7 +103,7 @@ mutants:
 explore-mutants:
 	@scripts/ensure-redis-server.sh --faketime
 	QUORUMLOCK_VALKEY_SERVER=$(abspath $(shell scripts/ensure-valkey-server.sh)) \
-		scripts/explore-mutants.sh
+		scripts/mutants.sh --explorer
 
 ## Criterion benchmarks, the side-by-side comparison (quorumlock, rslock, the raw floor), then
 ## the primitives (semaphore, read-write lock, leader failover) against the mutex, on five local
