@@ -10,6 +10,9 @@
 //! * [`workload`]: the clients: quorumlock's mutex and owner ids, and another Redlock client.
 //! * [`run`](mod@run): one run; the overlap checker and the digest.
 //! * [`quorum`]: the second checker, on the masters' keys: a valid lock's value on a quorum.
+//! * [`wire`]: the requests as they leave the clients, and of them the owner's attempts'.
+//! * [`takeovers`]: the third checker, on the wire: a decided attempt of an owner names no new
+//!   value for a takeover.
 //! * [`shrink`]: a failing plan made smaller (faults taken away one at a time, then clients, then
 //!   time) while it still fails.
 
@@ -18,6 +21,8 @@ pub mod plan;
 pub mod quorum;
 pub mod run;
 pub mod shrink;
+pub mod takeovers;
+pub mod wire;
 pub mod workload;
 
 pub use plan::Plan;

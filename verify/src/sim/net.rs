@@ -15,6 +15,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use super::wire::{OwnerRequest, Requests};
+
 /// `QUORUMLOCK_SIM_TRACE=<text>`: every request that contains the text, and every reply, is
 /// printed as it leaves its pump (for reading one failing seed, never in a search).
 static TRACE: std::sync::LazyLock<Option<String>> =
@@ -58,6 +60,8 @@ struct Conn {
 pub struct Links {
     conns: BTreeMap<(usize, usize), Vec<Arc<Mutex<Conn>>>>,
     latency: BTreeMap<(usize, usize), (Duration, Duration)>,
+    /// The requests of attempts under an owner id, as they left their clients.
+    owner_requests: Vec<OwnerRequest>,
 }
 
 /// The links, shared by the connector and the fault driver.
@@ -91,6 +95,11 @@ impl Links {
             conn.up.latency = up;
             conn.down.latency = down;
         }
+    }
+
+    /// The requests of attempts under an owner id sent so far, in the order they left.
+    pub fn owner_requests(&self) -> &[OwnerRequest] {
+        &self.owner_requests
     }
 
     fn open(&mut self, worker: usize, master: usize) -> Arc<Mutex<Conn>> {
@@ -136,8 +145,15 @@ pub async fn connect(links: SharedLinks, host: String) -> io::Result<tokio::io::
         "w{worker}/m{master}#{}",
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    tokio::spawn(pump(lib_read, net_write, conn.clone(), true, label.clone()));
-    tokio::spawn(pump(net_read, lib_write, conn, false, label));
+    let requests = (links, Requests::new(worker, master));
+    tokio::spawn(pump(
+        lib_read,
+        net_write,
+        conn.clone(),
+        Some(requests),
+        label.clone(),
+    ));
+    tokio::spawn(pump(net_read, lib_write, conn, None, label));
     Ok(ours)
 }
 
@@ -145,14 +161,20 @@ pub async fn connect(links: SharedLinks, host: String) -> io::Result<tokio::io::
 type Chunks = VecDeque<(Instant, Vec<u8>)>;
 
 /// Carries bytes from `from` to `to`, each chunk due its direction's latency after it was read,
-/// in order; upwards, nothing leaves while the connection is held. Ends when `from` ends, once
-/// everything read has been delivered (a request sent on a connection its client has dropped
-/// still lands), or when `to` fails.
-async fn pump<R, W>(mut from: R, mut to: W, conn: Arc<Mutex<Conn>>, upwards: bool, label: String)
-where
+/// in order; upwards (with `requests`, where the requests read go), nothing leaves while the
+/// connection is held. Ends when `from` ends, once everything read has been delivered (a request
+/// sent on a connection its client has dropped still lands), or when `to` fails.
+async fn pump<R, W>(
+    mut from: R,
+    mut to: W,
+    conn: Arc<Mutex<Conn>>,
+    mut requests: Option<(SharedLinks, Requests)>,
+    label: String,
+) where
     R: tokio::io::AsyncRead + Unpin + Send + 'static,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let upwards = requests.is_some();
     let queue: Arc<Mutex<Chunks>> = Arc::default();
     let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel::<()>();
     let reader = {
@@ -165,6 +187,10 @@ where
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };
+                if let Some((links, requests)) = &mut requests {
+                    let sent = Instant::now().into_std();
+                    requests.read(&buf[..n], sent, &mut locked(links).owner_requests);
+                }
                 let latency = {
                     let conn = locked(&conn);
                     if upwards {

@@ -300,7 +300,7 @@ fn belongs(value: &[u8], token: &str) -> bool {
 }
 
 /// The owner id of an owner's token: what follows `@` after the 35 characters of its nonce.
-fn owner_of(value: &[u8]) -> Option<&[u8]> {
+pub(super) fn owner_of(value: &[u8]) -> Option<&[u8]> {
     match value.get(35) {
         Some(b'@') if value.starts_with(b"ql-") => value.get(36..),
         _ => None,

@@ -13,6 +13,7 @@ use quorumlock_testkit::{check_fence_order, check_overlaps, Op, OpKind, Outcome,
 use super::net::{self, SharedLinks};
 use super::plan::{Fault, Plan};
 use super::quorum::{self, KeyLog, QuorumLoss};
+use super::takeovers::{late_takeovers, LateTakeover};
 use super::workload::{self, Ops};
 
 /// The simulation's epoch: a fixed wall-clock time, so that a run reads the same times.
@@ -29,6 +30,8 @@ pub struct RunReport {
     pub violations: Vec<Violation>,
     /// The locks whose value was on fewer than a quorum of masters while they were valid.
     pub quorum_losses: Vec<QuorumLoss>,
+    /// The takeovers named by attempts of an owner already decided.
+    pub late_takeovers: Vec<LateTakeover>,
     /// A digest of the history: two runs of one seed must print the same.
     pub digest: u64,
     /// Successful acquisitions.
@@ -44,24 +47,25 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// The first violation (an overlap, else a lock short of its quorum), its times in ms
-    /// from the run's start.
+    /// The first violation (an overlap, else a lock short of its quorum, else a late
+    /// takeover), its times in ms from the run's start.
     pub fn first_violation(&self) -> Option<String> {
         self.violations
             .first()
             .map(|v| v.display_from(self.origin).to_string())
             .or_else(|| self.quorum_losses.first().map(ToString::to_string))
+            .or_else(|| self.late_takeovers.first().map(ToString::to_string))
     }
 
-    /// Whether either checker found a violation (an overlap, a fence out of order, a lock
-    /// short of its quorum).
+    /// Whether a checker found a violation (an overlap, a fence out of order, a lock short of
+    /// its quorum, a late takeover).
     pub fn violated(&self) -> bool {
-        !self.violations.is_empty() || !self.quorum_losses.is_empty()
+        self.violation_count() > 0
     }
 
     /// How many violations the checkers found.
     pub fn violation_count(&self) -> usize {
-        self.violations.len() + self.quorum_losses.len()
+        self.violations.len() + self.quorum_losses.len() + self.late_takeovers.len()
     }
 
     /// Whether the run found nothing wrong.
@@ -69,31 +73,47 @@ impl RunReport {
         !self.violated() && self.error.is_none()
     }
 
-    /// The history around the first violation: every operation on its resource within a
-    /// second of it, times in ms from the run's start.
+    /// The history around the first violation: every operation on its resource (on every
+    /// resource, for a late takeover) within a second of it, times in ms from the run's start.
     pub fn around_first_violation(&self) -> String {
         let mut out = String::new();
-        let (resource, from) = match (self.violations.first(), self.quorum_losses.first()) {
-            (Some(Violation::Overlap { resource, from, .. }), _) => (resource, *from),
+        let (resource, from) = match (
+            self.violations.first(),
+            self.quorum_losses.first(),
+            self.late_takeovers.first(),
+        ) {
+            (Some(Violation::Overlap { resource, from, .. }), _, _) => (Some(resource), *from),
             (
                 Some(Violation::FenceOrder {
                     resource, later, ..
                 }),
                 _,
-            ) => (resource, later.start),
-            (_, Some(loss)) => {
+                _,
+            ) => (Some(resource), later.start),
+            (_, Some(loss), _) => {
                 let _ = writeln!(out, "the key on the masters, from the lock's attempt on:");
                 for line in &loss.changes {
                     let _ = writeln!(out, "  {line}");
                 }
                 let _ = writeln!(out, "the clients:");
-                (&loss.resource, self.origin + loss.at)
+                (Some(&loss.resource), self.origin + loss.at)
+            }
+            (_, _, Some(late)) => {
+                let _ = writeln!(out, "the attempt's requests, as they left its client:");
+                for line in &late.requests {
+                    let _ = writeln!(out, "  {line}");
+                }
+                let _ = writeln!(out, "the clients:");
+                (None, self.origin + late.sent)
             }
             _ => return out,
         };
         let window = Duration::from_secs(1);
         for op in &self.ops {
-            if op.resource != *resource || op.end + window < from || op.start > from + window {
+            if resource.is_some_and(|r| op.resource != *r)
+                || op.end + window < from
+                || op.start > from + window
+            {
                 continue;
             }
             let ms = |t: std::time::Instant| {
@@ -183,6 +203,10 @@ pub fn run(plan: &Plan) -> RunReport {
     }
     let simulated = sim.elapsed();
     drop(sim);
+    let owner_requests = match links.lock() {
+        Ok(links) => links.owner_requests().to_vec(),
+        Err(poisoned) => poisoned.into_inner().owner_requests().to_vec(),
+    };
     quorumlock::simulation::reset();
     workload::LINKS.with(|l| *l.borrow_mut() = None);
 
@@ -191,6 +215,7 @@ pub fn run(plan: &Plan) -> RunReport {
     let violations = violations_of(&plan, &ended);
     let origin = origin.get().unwrap_or_else(std::time::Instant::now);
     let quorum_losses = quorum::quorum_losses(&plan, &ended, &faults.log, origin);
+    let late_takeovers = late_takeovers(&owner_requests, &ops, origin);
     RunReport {
         seed: plan.seed,
         acquisitions: ops
@@ -201,6 +226,7 @@ pub fn run(plan: &Plan) -> RunReport {
         ops,
         violations,
         quorum_losses,
+        late_takeovers,
         faults: faults.struck,
         simulated,
         error,
