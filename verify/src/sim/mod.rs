@@ -10,8 +10,6 @@
 //! * [`workload`]: the clients: quorumlock's mutex and owner ids, and another Redlock client.
 //! * [`run`](mod@run): one run; the overlap checker and the digest.
 //! * [`quorum`]: the second checker, on the masters' keys: a valid lock's value on a quorum.
-//! * [`renewals`]: the fourth checker, on each master's key: a key an owner's lock renewed stays
-//!   the lock's while that renewal lasts.
 //! * [`wire`]: the requests as they leave the clients, and of them the owner's attempts'.
 //! * [`takeovers`]: the third checker, on the wire: a decided attempt of an owner names no new
 //!   value for a takeover.
@@ -21,7 +19,6 @@
 pub mod net;
 pub mod plan;
 pub mod quorum;
-pub mod renewals;
 pub mod run;
 pub mod shrink;
 pub mod takeovers;

@@ -145,10 +145,7 @@ pub async fn connect(links: SharedLinks, host: String) -> io::Result<tokio::io::
         "w{worker}/m{master}#{}",
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let requests = (
-        links,
-        Requests::new(worker, master, Instant::now().into_std()),
-    );
+    let requests = (links, Requests::new(worker, master));
     tokio::spawn(pump(
         lib_read,
         net_write,
@@ -160,9 +157,8 @@ pub async fn connect(links: SharedLinks, host: String) -> io::Result<tokio::io::
     Ok(ours)
 }
 
-/// Bytes read and not yet delivered, each with when it is due and which of the owner's
-/// requests they complete (indices into [`Links::owner_requests`]).
-type Chunks = VecDeque<(Instant, Vec<u8>, std::ops::Range<usize>)>;
+/// Bytes read and not yet delivered, each with when it is due.
+type Chunks = VecDeque<(Instant, Vec<u8>)>;
 
 /// Carries bytes from `from` to `to`, each chunk due its direction's latency after it was read,
 /// in order; upwards (with `requests`, where the requests read go), nothing leaves while the
@@ -179,7 +175,6 @@ async fn pump<R, W>(
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let upwards = requests.is_some();
-    let delivered_to = requests.as_ref().map(|(links, _)| links.clone());
     let queue: Arc<Mutex<Chunks>> = Arc::default();
     let (wake, mut woken) = tokio::sync::mpsc::unbounded_channel::<()>();
     let reader = {
@@ -192,13 +187,10 @@ async fn pump<R, W>(
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };
-                let completed = match &mut requests {
-                    Some((links, requests)) => {
-                        let sent = Instant::now().into_std();
-                        requests.read(&buf[..n], sent, &mut locked(links).owner_requests)
-                    }
-                    None => 0..0,
-                };
+                if let Some((links, requests)) = &mut requests {
+                    let sent = Instant::now().into_std();
+                    requests.read(&buf[..n], sent, &mut locked(links).owner_requests);
+                }
                 let latency = {
                     let conn = locked(&conn);
                     if upwards {
@@ -210,7 +202,7 @@ async fn pump<R, W>(
                 // Bytes of one stream stay in order: none is due before the one ahead of it.
                 let due = (Instant::now() + latency).max(last_due);
                 last_due = due;
-                locked(&queue).push_back((due, buf[..n].to_vec(), completed));
+                locked(&queue).push_back((due, buf[..n].to_vec()));
                 if wake.send(()).is_err() {
                     break;
                 }
@@ -220,7 +212,7 @@ async fn pump<R, W>(
     let writer = async move {
         loop {
             let next = locked(&queue).pop_front();
-            let Some((due, bytes, completed)) = next else {
+            let Some((due, bytes)) = next else {
                 if woken.recv().await.is_none() {
                     break;
                 }
@@ -250,12 +242,6 @@ async fn pump<R, W>(
             }
             if to.write_all(&bytes).await.is_err() {
                 break;
-            }
-            if let Some(links) = &delivered_to {
-                let delivered = Instant::now().into_std();
-                for r in &mut locked(links).owner_requests[completed] {
-                    r.delivered = Some(delivered);
-                }
             }
         }
         let _ = to.shutdown().await;

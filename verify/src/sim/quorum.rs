@@ -77,30 +77,13 @@ impl KeyLog {
         }
     }
 
-    /// A log of resource 0's key on master 0 that took `values` at the times given (tests).
-    #[cfg(test)]
-    pub(super) fn of(values: &[(u64, Option<&str>)]) -> KeyLog {
-        KeyLog {
-            changes: values
-                .iter()
-                .map(|&(ms, value)| Change {
-                    at: Duration::from_millis(ms),
-                    master: 0,
-                    resource: 0,
-                    value: value.map(|v| v.as_bytes().to_vec()),
-                })
-                .collect(),
-            ..KeyLog::default()
-        }
-    }
-
     /// Notes that `master` lost its data at `at`.
     pub fn data_lost(&mut self, at: Duration, master: usize) {
         self.data_lost.push((at, master));
     }
 
     /// The value of `resource`'s key on `master` at `at`.
-    pub(super) fn value_at(&self, master: usize, resource: usize, at: Duration) -> Option<&[u8]> {
+    fn value_at(&self, master: usize, resource: usize, at: Duration) -> Option<&[u8]> {
         self.changes
             .iter()
             .rev()
@@ -110,7 +93,7 @@ impl KeyLog {
 
     /// The changes of `resource`'s key from `from` to `to`, one line each, with the masters'
     /// data losses among them.
-    pub(super) fn changes_of(&self, resource: usize, from: Duration, to: Duration) -> Vec<String> {
+    fn changes_of(&self, resource: usize, from: Duration, to: Duration) -> Vec<String> {
         let ms = |t: Duration| t.as_secs_f64() * 1e3;
         let mut lines: Vec<(Duration, String)> = self
             .changes
@@ -136,24 +119,7 @@ impl KeyLog {
         lines.into_iter().map(|(_, line)| line).collect()
     }
 
-    /// The times `resource`'s key on `master` changed from `from` to `to`, with the value it
-    /// took.
-    pub(super) fn changes_on(
-        &self,
-        master: usize,
-        resource: usize,
-        from: Duration,
-        to: Duration,
-    ) -> impl Iterator<Item = (Duration, Option<&[u8]>)> {
-        self.changes
-            .iter()
-            .filter(move |c| {
-                c.master == master && c.resource == resource && c.at >= from && c.at <= to
-            })
-            .map(|c| (c.at, c.value.as_deref()))
-    }
-
-    pub(super) fn lost_between(&self, master: usize, from: Duration, to: Duration) -> bool {
+    fn lost_between(&self, master: usize, from: Duration, to: Duration) -> bool {
         self.data_lost
             .iter()
             .any(|&(at, m)| m == master && at >= from && at <= to)
@@ -322,7 +288,7 @@ fn first_loss(
 /// attempt stamped later, which takes the lock over by design; see `lua/line.lua`, `later`). A
 /// key holding an earlier attempt of the owner is not the lock's: the earlier one's release
 /// frees it.
-pub(super) fn belongs(value: &[u8], token: &str) -> bool {
+fn belongs(value: &[u8], token: &str) -> bool {
     let token = token.as_bytes();
     if value == token || value.strip_prefix(b"~elected:") == Some(token) {
         return true;
@@ -342,7 +308,7 @@ pub(super) fn owner_of(value: &[u8]) -> Option<&[u8]> {
 }
 
 /// A value as the report shows it: an owner's token by its owner, another by its fingerprint.
-pub(super) fn shown(value: &[u8]) -> String {
+fn shown(value: &[u8]) -> String {
     let text = String::from_utf8_lossy(value);
     match owner_of(value) {
         Some(owner) => format!(

@@ -13,7 +13,6 @@ use quorumlock_testkit::{check_fence_order, check_overlaps, Op, OpKind, Outcome,
 use super::net::{self, SharedLinks};
 use super::plan::{Fault, Plan};
 use super::quorum::{self, KeyLog, QuorumLoss};
-use super::renewals::{lost_keys, LostKey};
 use super::takeovers::{late_takeovers, LateTakeover};
 use super::workload::{self, Ops};
 
@@ -33,8 +32,6 @@ pub struct RunReport {
     pub quorum_losses: Vec<QuorumLoss>,
     /// The takeovers named by attempts of an owner already decided.
     pub late_takeovers: Vec<LateTakeover>,
-    /// The keys an owner's lock renewed that stopped being its own while that renewal lasted.
-    pub lost_keys: Vec<LostKey>,
     /// A digest of the history: two runs of one seed must print the same.
     pub digest: u64,
     /// Successful acquisitions.
@@ -50,29 +47,25 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// The first violation (an overlap, else a lock short of its quorum, else a key lost
-    /// under a renewal, else a late takeover), its times in ms from the run's start.
+    /// The first violation (an overlap, else a lock short of its quorum, else a late
+    /// takeover), its times in ms from the run's start.
     pub fn first_violation(&self) -> Option<String> {
         self.violations
             .first()
             .map(|v| v.display_from(self.origin).to_string())
             .or_else(|| self.quorum_losses.first().map(ToString::to_string))
-            .or_else(|| self.lost_keys.first().map(ToString::to_string))
             .or_else(|| self.late_takeovers.first().map(ToString::to_string))
     }
 
     /// Whether a checker found a violation (an overlap, a fence out of order, a lock short of
-    /// its quorum, a key lost under a renewal, a late takeover).
+    /// its quorum, a late takeover).
     pub fn violated(&self) -> bool {
         self.violation_count() > 0
     }
 
     /// How many violations the checkers found.
     pub fn violation_count(&self) -> usize {
-        self.violations.len()
-            + self.quorum_losses.len()
-            + self.lost_keys.len()
-            + self.late_takeovers.len()
+        self.violations.len() + self.quorum_losses.len() + self.late_takeovers.len()
     }
 
     /// Whether the run found nothing wrong.
@@ -84,35 +77,28 @@ impl RunReport {
     /// resource, for a late takeover) within a second of it, times in ms from the run's start.
     pub fn around_first_violation(&self) -> String {
         let mut out = String::new();
-        let keys = |out: &mut String, changes: &[String]| {
-            let _ = writeln!(out, "the key on the masters, from the lock's attempt on:");
-            for line in changes {
-                let _ = writeln!(out, "  {line}");
-            }
-            let _ = writeln!(out, "the clients:");
-        };
         let (resource, from) = match (
             self.violations.first(),
             self.quorum_losses.first(),
-            self.lost_keys.first(),
             self.late_takeovers.first(),
         ) {
-            (Some(Violation::Overlap { resource, from, .. }), ..) => (Some(resource), *from),
+            (Some(Violation::Overlap { resource, from, .. }), _, _) => (Some(resource), *from),
             (
                 Some(Violation::FenceOrder {
                     resource, later, ..
                 }),
-                ..,
+                _,
+                _,
             ) => (Some(resource), later.start),
-            (_, Some(loss), ..) => {
-                keys(&mut out, &loss.changes);
+            (_, Some(loss), _) => {
+                let _ = writeln!(out, "the key on the masters, from the lock's attempt on:");
+                for line in &loss.changes {
+                    let _ = writeln!(out, "  {line}");
+                }
+                let _ = writeln!(out, "the clients:");
                 (Some(&loss.resource), self.origin + loss.at)
             }
-            (_, _, Some(lost), _) => {
-                keys(&mut out, &lost.changes);
-                (Some(&lost.resource), self.origin + lost.at)
-            }
-            (.., Some(late)) => {
+            (_, _, Some(late)) => {
                 let _ = writeln!(out, "the attempt's requests, as they left its client:");
                 for line in &late.requests {
                     let _ = writeln!(out, "  {line}");
@@ -229,7 +215,6 @@ pub fn run(plan: &Plan) -> RunReport {
     let violations = violations_of(&plan, &ended);
     let origin = origin.get().unwrap_or_else(std::time::Instant::now);
     let quorum_losses = quorum::quorum_losses(&plan, &ended, &faults.log, origin);
-    let lost_keys = lost_keys(&plan, &ended, &owner_requests, &faults.log, origin);
     let late_takeovers = late_takeovers(&owner_requests, &ops, origin);
     RunReport {
         seed: plan.seed,
@@ -242,7 +227,6 @@ pub fn run(plan: &Plan) -> RunReport {
         violations,
         quorum_losses,
         late_takeovers,
-        lost_keys,
         faults: faults.struck,
         simulated,
         error,

@@ -185,8 +185,6 @@ mod tests {
     ) -> OwnerRequest {
         OwnerRequest {
             sent: at + Duration::from_millis(ms),
-            delivered: None,
-            connected: at,
             worker,
             master: 0,
             token: token.as_bytes().to_vec(),

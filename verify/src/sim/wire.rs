@@ -13,11 +13,6 @@ use super::quorum::owner_of;
 pub struct OwnerRequest {
     /// When it left the client, on the simulation's clock (as the history's times).
     pub sent: Instant,
-    /// When the network delivered it to the master, once it has (a connection that lived
-    /// through a partition or a crash of its master may have lost it all the same).
-    pub delivered: Option<Instant>,
-    /// When its connection opened.
-    pub connected: Instant,
     /// The plan's worker that sent it.
     pub worker: usize,
     /// The master it went to.
@@ -44,7 +39,7 @@ pub enum RequestKind {
 
 impl OwnerRequest {
     /// The owner's request among `args`, one command's arguments, if it is one.
-    fn of(args: &[&[u8]], sent: Instant, on: &Requests) -> Option<OwnerRequest> {
+    fn of(args: &[&[u8]], sent: Instant, worker: usize, master: usize) -> Option<OwnerRequest> {
         let at = args.iter().position(|a| owner_of(a).is_some())?;
         let token = args[at];
         let owner = owner_of(token);
@@ -64,10 +59,8 @@ impl OwnerRequest {
         };
         Some(OwnerRequest {
             sent,
-            delivered: None,
-            connected: on.connected,
-            worker: on.worker,
-            master: on.master,
+            worker,
+            master,
             token: token.to_vec(),
             named,
             kind,
@@ -80,36 +73,26 @@ impl OwnerRequest {
 pub struct Requests {
     worker: usize,
     master: usize,
-    connected: Instant,
     /// Bytes of a command not yet whole.
     pending: Vec<u8>,
 }
 
 impl Requests {
-    /// The requests worker `worker` sends master `master` on one connection, opened at
-    /// `connected`.
-    pub fn new(worker: usize, master: usize, connected: Instant) -> Requests {
+    /// The requests worker `worker` sends master `master` on one connection.
+    pub fn new(worker: usize, master: usize) -> Requests {
         Requests {
             worker,
             master,
-            connected,
             pending: Vec::new(),
         }
     }
 
-    /// Reads `bytes`, sent at `sent`; the owner's requests they complete go to `log`, at the
-    /// indices returned.
-    pub fn read(
-        &mut self,
-        bytes: &[u8],
-        sent: Instant,
-        log: &mut Vec<OwnerRequest>,
-    ) -> std::ops::Range<usize> {
-        let first = log.len();
+    /// Reads `bytes`, sent at `sent`; the owner's requests they complete go to `log`.
+    pub fn read(&mut self, bytes: &[u8], sent: Instant, log: &mut Vec<OwnerRequest>) {
         self.pending.extend_from_slice(bytes);
         let mut at = 0;
         while let Some((args, used)) = command(&self.pending[at..]) {
-            log.extend(OwnerRequest::of(&args, sent, self));
+            log.extend(OwnerRequest::of(&args, sent, self.worker, self.master));
             at += used;
         }
         if self.pending.get(at).is_some_and(|b| *b != b'*') {
@@ -118,7 +101,6 @@ impl Requests {
         } else {
             self.pending.drain(..at);
         }
-        first..log.len()
     }
 }
 
@@ -171,7 +153,7 @@ mod tests {
         bytes.extend(resp(&["EVAL", "return 1", "1", "r0", A, "1000"]));
         bytes.extend(resp(&["EVALSHA", "def", "1", "r0", A, "1000"]));
         let now = Instant::now();
-        let mut requests = Requests::new(2, 1, now);
+        let mut requests = Requests::new(2, 1);
         let mut log = Vec::new();
         let (first, rest) = bytes.split_at(17);
         requests.read(first, now, &mut log);
