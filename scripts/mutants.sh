@@ -55,7 +55,7 @@ for patch in "$top"/verify/mutants/${MUTANTS:-*}.patch; do
   if CARGO_TARGET_DIR="$target" cargo build -q --release -p quorumlock-verify --bin sim \
       --manifest-path "$scratch/Cargo.toml"; then
     out=$("$target/release/sim" --until-violation --limit-secs "$limit" --seconds "$seconds" --quiet)
-    echo "$out" | grep -E '^(overlapping|client|seed|FOUND|MISSED)' | head -4
+    echo "$out" | grep -E '^(overlapping|client|worker|seed|FOUND|MISSED)' | head -4
     found=$(echo "$out" | sed -n 's/^FOUND seed=\([^ ]*\) after=\([^ ]*\) runs=\([0-9]*\).*/seed \1 after \2 (\3 runs)/p')
     if [ -n "$found" ]; then
       results+=("$(printf '%-46s found: %s' "$name" "$found")")
