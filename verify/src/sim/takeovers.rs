@@ -51,31 +51,26 @@ pub struct LateTakeover {
 impl fmt::Display for LateTakeover {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        if self.won {
-            write!(
-                f,
-                "worker {}'s attempt {} won by {:.3} ms, then at {:.3} ms named {} to m{} for a \
-                 takeover, a value it had not named before it won",
-                self.worker,
-                self.token,
-                ms(self.decided),
-                ms(self.sent),
-                self.named,
-                self.master
-            )
+        let (how, why, what) = if self.won {
+            ("won", "", ", a value it had not named before it won")
         } else {
-            write!(
-                f,
-                "worker {}'s attempt {} failed by {:.3} ms (its rollback or its worker's next \
-                 attempt had begun), then at {:.3} ms named {} to m{} for a takeover",
-                self.worker,
-                self.token,
-                ms(self.decided),
-                ms(self.sent),
-                self.named,
-                self.master
+            (
+                "failed",
+                " (its rollback or its worker's next attempt had begun)",
+                "",
             )
-        }
+        };
+        write!(
+            f,
+            "worker {}'s attempt {} {how} by {:.3} ms{why}, then at {:.3} ms named {} to m{} for \
+             a takeover{what}",
+            self.worker,
+            self.token,
+            ms(self.decided),
+            ms(self.sent),
+            self.named,
+            self.master
+        )
     }
 }
 
@@ -121,13 +116,11 @@ pub fn late_takeovers(requests: &[OwnerRequest], ops: &[Op], origin: Instant) ->
                 (end, true)
             }
             None => {
-                let decided = match (rolled_back(&r.token), next_began(r.worker, &r.token)) {
-                    (Some(a), Some(b)) => a.min(b),
-                    (a, b) => match a.or(b) {
-                        Some(at) => at,
-                        None => continue,
-                    },
-                };
+                let decided = [rolled_back(&r.token), next_began(r.worker, &r.token)]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                let Some(decided) = decided else { continue };
                 if r.sent <= decided {
                     continue;
                 }

@@ -1,6 +1,6 @@
 //! The requests as they leave the clients, read off the wire: each connection's byte stream
 //! split into commands (RESP arrays of bulk strings), and of those the requests of attempts
-//! under an owner id, which the takeover checker reads (see [`takeovers`](super::takeovers)).
+//! under an owner id, which the takeover checker reads.
 
 use std::time::Instant;
 
