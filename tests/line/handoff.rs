@@ -9,27 +9,44 @@ use std::time::Duration;
 use common::*;
 use quorumlock::Redlock;
 
-const TTL: Duration = Duration::from_secs(10);
+/// Long enough that a lock handed over (valid at first for at most the releasing holder's entry
+/// lease, [`ROOMY`] × 10 = 5 s) is still short of twice the default loss margin (TTL / 10).
+const TTL: Duration = Duration::from_secs(30);
+
+/// The node timeout of the clients that hand over and hold on a hand-off. Whether a waiter holds
+/// on the announcements, rather than attempting, is a matter of time: a quorum of them must reach
+/// it within a tenth of its node timeout of the first, with more than a node timeout of the
+/// hand-off left, and with none of its attempts under way. With the default test timeout
+/// (100 ms) a loaded machine misses those windows now and then; this gives them five times the
+/// room.
+const ROOMY: Duration = Duration::from_millis(500);
 
 /// Attempts a client has made so far.
 fn attempts(rl: &Redlock) -> u64 {
     rl.stats().attempts
 }
 
-/// A client whose waiters attempt only every third of their entry lease (333 ms with the test
-/// node timeout of 100 ms), not every retry delay.
+/// A client that hands a lock over by its release, with the same room as [`patient`] waiters.
+async fn releasing(nodes: &quorumlock_testkit::RedisNodes) -> Redlock {
+    builder(nodes).node_timeout(ROOMY).connected().await
+}
+
+/// A client whose waiters attempt only every third of their entry lease (1.67 s with the node
+/// timeout of [`ROOMY`]), not every retry delay.
 fn patient(nodes: &quorumlock_testkit::RedisNodes) -> Redlock {
     builder(nodes)
-        .retry_delay(Duration::from_secs(2))
+        .node_timeout(ROOMY)
+        .retry_delay(Duration::from_secs(10))
         .retry_jitter(Duration::ZERO)
         .build()
         .unwrap()
 }
 
 /// Waits until an acquire of `resource` by `waiter` (in a task) stands in the line on every
-/// master, and has just made one of its periodic attempts: the release that follows at once
-/// meets no attempt of the waiter's under way. (One under way would, rightly, make the waiter
-/// attempt instead of holding on the announcements: it may have taken the key over.)
+/// master, and has just made one of its periodic attempts, and that attempt failed: the release
+/// that follows at once meets no attempt of the waiter's under way. (One under way would,
+/// rightly, make the waiter attempt instead of holding on the announcements: it may have taken
+/// the key over.) Every failed attempt of a waiter here counts as contended.
 async fn queued_everywhere(
     nodes: &quorumlock_testkit::RedisNodes,
     resource: &str,
@@ -42,12 +59,13 @@ async fn queued_everywhere(
     })
     .await;
     let attempted = waiter.stats().attempts;
-    let polled = eventually(Duration::from_secs(2), || {
-        waiter.stats().attempts > attempted
+    let polled = eventually(Duration::from_secs(5), || {
+        let stats = waiter.stats();
+        stats.attempts > attempted && stats.contended == stats.attempts
     })
     .await;
-    // The attempt counts as it starts: let it finish.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The attempt was decided by a quorum of refusals: let the last masters' answers come in.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     queued && polled
 }
 
@@ -55,7 +73,7 @@ async fn queued_everywhere(
 async fn a_release_makes_the_head_the_holder_with_no_attempt_of_its_own_then_it_renews_to_the_ttl()
 {
     let nodes = five();
-    let (holder, waiter) = (connected(&nodes).await, patient(&nodes));
+    let (holder, waiter) = (releasing(&nodes).await, patient(&nodes));
     let lock = acquired_everywhere(&nodes, &holder, "r", TTL).await;
     let waiting = {
         let rl = waiter.clone();
@@ -92,8 +110,11 @@ async fn a_release_makes_the_head_the_holder_with_no_attempt_of_its_own_then_it_
 
     // Held first for what the hand-off proves (about an entry lease), then renewed to the TTL on
     // the masters and in the lock's own deadline.
-    let renewed = eventually(Duration::from_secs(2), || {
-        let renewed = nodes.iter().filter(|s| pttl(s, &key) > 5_000).count();
+    let renewed = eventually(Duration::from_secs(10), || {
+        let renewed = nodes
+            .iter()
+            .filter(|s| pttl(s, &key) > (TTL / 2).as_millis() as i64)
+            .count();
         handed.remaining() > TTL / 2 && renewed >= 3
     })
     .await;
@@ -176,7 +197,7 @@ async fn a_lock_handed_on_in_turn_never_has_two_holders() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_handed_lock_released_before_a_third_of_its_validity_is_never_renewed() {
     let nodes = five();
-    let (holder, waiter) = (connected(&nodes).await, patient(&nodes));
+    let (holder, waiter) = (releasing(&nodes).await, patient(&nodes));
     let lock = acquired_everywhere(&nodes, &holder, "short", TTL).await;
     let waiting = {
         let rl = waiter.clone();
@@ -186,9 +207,10 @@ async fn a_handed_lock_released_before_a_third_of_its_validity_is_never_renewed(
     lock.release().await.unwrap();
     let handed = waiting.await.unwrap().unwrap();
     assert!(handed.token().expose().starts_with("~queued:"));
+    let renewal_due = handed.remaining() / 3;
     handed.release().await.unwrap();
     // Well past the third of its validity at which a renewal would have been sent.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(renewal_due + Duration::from_secs(1)).await;
     assert_eq!(waiter.stats().renewals, 0, "no renewal after the release");
     assert!(
         eventually(Duration::from_secs(2), || present(
@@ -202,13 +224,14 @@ async fn a_handed_lock_released_before_a_third_of_its_validity_is_never_renewed(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hold_on_a_handed_lock_starts_its_body_with_the_whole_ttl() {
     let nodes = five();
-    let (holder, waiter) = (connected(&nodes).await, patient(&nodes));
+    let (holder, waiter) = (releasing(&nodes).await, patient(&nodes));
     let lock = acquired_everywhere(&nodes, &holder, "held", TTL).await;
     let holding = {
         let rl = waiter.clone();
         tokio::spawn(async move {
-            // A hand-off proves less than the entry lease here (1 s): less than twice the
-            // default loss margin (TTL / 10 = 1 s), and far less than the TTL a body expects.
+            // A hand-off proves less than the releasing holder's entry lease here (5 s): less
+            // than twice the default loss margin (TTL / 10 = 3 s), and far less than the TTL a
+            // body expects.
             rl.with_lock("held", TTL, |held| async move {
                 let handed = held.token().expose().starts_with("~queued:");
                 let at_start = held.remaining();

@@ -467,8 +467,11 @@ async fn a_handed_lock_extended_shorter_at_once_holds_as_long_as_it_says() {
     };
     // The holder's grant must reach every master so that the waiter waits in line on each: a
     // 100 ms node timeout on a loaded machine, connecting on first use, can leave one behind.
+    // The waiter's node timeout leaves room for the hand-off on a loaded machine: a quorum of
+    // announcements within a tenth of it of the first, and attempts a third of an entry lease
+    // (1.67 s) apart, so that the release below meets none under way.
     let holder = settings(Duration::from_secs(2));
-    let waiter = settings(Duration::from_millis(100));
+    let waiter = settings(Duration::from_millis(500));
     holder.connect().await.unwrap();
     waiter.connect().await.unwrap();
     let lock = holder.acquire("h", Duration::from_secs(10)).await.unwrap();
@@ -486,7 +489,15 @@ async fn a_handed_lock_extended_shorter_at_once_holds_as_long_as_it_says() {
             == 1))
         .await
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Release just after one of the waiter's attempts in line was refused (every failed
+    // attempt of it is contended): one under way would rightly make it attempt instead.
+    let attempted = waiter.stats().attempts;
+    let refused = eventually(Duration::from_secs(5), || {
+        let stats = waiter.stats();
+        stats.attempts > attempted && stats.contended == stats.attempts
+    });
+    assert!(refused.await);
+    tokio::time::sleep(Duration::from_millis(50)).await;
     lock.release().await.unwrap();
     let mut handed = waiting.await.unwrap().unwrap();
     assert!(
@@ -494,7 +505,7 @@ async fn a_handed_lock_extended_shorter_at_once_holds_as_long_as_it_says() {
         "not handed over in one trip"
     );
     let before = handed.deadline();
-    handed.extend(Duration::from_millis(150)).await.unwrap();
+    handed.extend(Duration::from_millis(600)).await.unwrap();
     assert!(
         handed.deadline() >= before,
         "the extend moved the deadline back"
