@@ -62,7 +62,7 @@ async fn still_exclusive(nodes: &RedisNodes, lock: &Lock, what: &str) {
 async fn chain(b_first: bool) -> (RedisNodes, Lock, Redlock, [String; 3]) {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let held = first.acquire_as("r", OWNER, TTL).await.unwrap();
     let v = held.token().expose().to_owned();
     assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);
@@ -197,7 +197,7 @@ async fn a_released_resource_is_free_again_within_the_released_locks_ttl() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
     let a_ttl = Duration::from_secs(2);
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let held = first.acquire_as("r", OWNER, a_ttl).await.unwrap();
     let v = held.token().expose().to_owned();
     assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);

@@ -54,7 +54,7 @@ async fn still_exclusive(nodes: &RedisNodes, lock: &Lock, what: &str) {
 async fn a_later_failed_attempt_of_the_same_process_never_deletes_an_earlier_live_lock() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let held = first.acquire_as("r", "worker-7", TTL).await.unwrap();
     let token = held.token().expose().to_owned();
     assert!(
@@ -98,7 +98,7 @@ async fn a_later_failed_attempt_of_the_same_process_never_deletes_an_earlier_liv
 async fn a_later_cancelled_attempt_of_the_same_process_never_deletes_an_earlier_live_lock() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let held = first.acquire_as("r", "worker-7", TTL).await.unwrap();
     let token = held.token().expose().to_owned();
     assert!(

@@ -151,7 +151,7 @@ async fn watch(nodes: &RedisNodes, key: &str, until: Instant) {
 async fn three_dropped(order: [usize; 3]) -> Result<(), String> {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let mut held = first.acquire_as("r", OWNER, TTL).await.unwrap();
     let v = held.token().expose().to_owned();
     assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);
@@ -226,7 +226,7 @@ async fn released_under_a_chain(b_first: bool) -> Result<(), String> {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
     let a_ttl = Duration::from_secs(3);
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let held = first.acquire_as("r", OWNER, a_ttl).await.unwrap();
     let v = held.token().expose().to_owned();
     let released_by = Instant::now() + a_ttl;
@@ -295,7 +295,7 @@ async fn a_value_displaced_twice_then_released_leaves_the_resource_free_within_i
 async fn winner_in_the_middle(b_first: bool) -> Result<(), String> {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let held = first.acquire_as("r", OWNER, TTL).await.unwrap();
     let v = held.token().expose().to_owned();
     assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);
@@ -379,7 +379,7 @@ async fn a_winning_attempt_in_the_middle_of_a_chain_keeps_its_lock_whatever_the_
 async fn a_long_extend_between_takeovers_keeps_the_notes_alive_for_the_rollback() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let mut held = first
         .acquire_as("r", OWNER, Duration::from_secs(2))
         .await
@@ -489,7 +489,7 @@ async fn a_takeover_that_lands_after_its_rollback_on_a_twice_replaced_connection
     const SLOW: Duration = Duration::from_secs(8);
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let mut held = first
         .acquire_as("r", OWNER, Duration::from_secs(30))
         .await
@@ -603,7 +603,7 @@ async fn a_takeover_that_lands_after_its_rollback_on_a_twice_replaced_connection
 async fn while_a_dropped_takeovers_rollback_is_on_its_way_nobody_else_gets_in_and_then_v_is_back() {
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let mut held = first.acquire_as("r", OWNER, TTL).await.unwrap();
     let v = held.token().expose().to_owned();
     assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);
@@ -644,7 +644,7 @@ async fn a_rollback_after_the_live_lock_released_hands_the_key_to_the_waiter_in_
     let nodes = RedisNodes::spawn(3).unwrap();
     let key = lock_key("r");
     let a_ttl = Duration::from_secs(6);
-    let first = Redlock::builder(nodes.urls()).build().unwrap();
+    let first = Redlock::builder(nodes.urls()).connected().await;
     let held = first.acquire_as("r", OWNER, a_ttl).await.unwrap();
     let v = held.token().expose().to_owned();
     assert!(eventually(Duration::from_secs(2), || holders(&nodes, &key, &v) == 3).await);
