@@ -16,7 +16,7 @@
 //! | `lua` | the embedded Lua 5.1: the `redis` table and Redis's Lua ↔ reply conversions |
 //! | `pubsub` | subscriptions and each connection's outbox |
 //! | `data` | what the commands run against (keyspace, subscriptions, [`Config`]) |
-//! | `master` | [`Master`]: connections, connection commands (`HELLO`, `AUTH`, `EVAL`, ...), faults (crash, snapshot, restore) |
+//! | `master` | [`Master`]: connections, connection commands (`HELLO`, `AUTH`, `EVAL`, ...), faults (crash, snapshot, restore), the [`Monitor`] that sees every command |
 //! | `reply` | [`Reply`] and how a score is written |
 //! | `resp` | RESP2/RESP3 parsing and writing |
 //! | `server` | [`serve`] over any async stream, [`listen`] on a loopback TCP port (or [`listen_on`] a given one) |
@@ -50,7 +50,9 @@ mod server;
 
 pub use clock::{Clock, VirtualTime};
 pub use keyspace::{Entry, Hash, SortedSet, Value};
-pub use master::{Config, Error as MasterError, Master, Protocol, Snapshot, DEFAULT_VERSION};
+pub use master::{
+    Config, Error as MasterError, Master, Monitor, Monitored, Protocol, Snapshot, DEFAULT_VERSION,
+};
 pub use pubsub::ClientId;
 pub use reply::{format_double, Reply};
 pub use server::{listen, listen_on, lock, serve, shared, Server, SharedMaster};

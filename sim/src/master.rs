@@ -54,6 +54,22 @@ pub struct Snapshot {
     keyspace: Keyspace,
 }
 
+/// A command a client sent, as a [`Monitor`] sees it: once before it runs (`replies` is
+/// `None`), once after (every reply it wrote).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Monitored<'a> {
+    /// The command and its arguments.
+    pub argv: &'a [Vec<u8>],
+    /// Its replies, once it ran.
+    pub replies: Option<&'a [Reply]>,
+}
+
+/// Sees every command a master runs, its connections' and [`Master::run`]'s (the scripts' own
+/// calls are part of their `EVAL`), before and after it runs, with the master as it stands then: Redis's `MONITOR`,
+/// with the keyspace to read too. Set with [`Master::set_monitor`].
+pub type Monitor = Box<dyn FnMut(&Master, Monitored<'_>) + Send>;
+
 /// The error of a master that could not be set up.
 #[derive(Debug)]
 pub struct Error(String);
@@ -91,6 +107,7 @@ pub struct Master {
     next_client: u64,
     restarts: u64,
     instance: u64,
+    monitor: Option<Monitor>,
 }
 
 impl fmt::Debug for Master {
@@ -142,6 +159,7 @@ impl Master {
             next_client: 1,
             restarts: 0,
             instance,
+            monitor: None,
         };
         master.open_console();
         Ok(master)
@@ -247,6 +265,49 @@ impl Master {
     /// Runs the command `argv` for `client`; every reply it writes, in order (one, except for
     /// a subscription command, which confirms each channel).
     pub fn execute_frames(&mut self, client: ClientId, argv: &[Vec<u8>]) -> Vec<Reply> {
+        let Some(mut monitor) = self.monitor.take() else {
+            return self.run_frames(client, argv);
+        };
+        let replies = None;
+        monitor(self, Monitored { argv, replies });
+        let frames = self.run_frames(client, argv);
+        let replies = Some(frames.as_slice());
+        monitor(self, Monitored { argv, replies });
+        self.monitor = Some(monitor);
+        frames
+    }
+
+    /// Sets what sees every command from now on (see [`Monitor`]); `None` takes it away.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use quorumlock_sim::{Clock, Master, Monitored, VirtualTime};
+    ///
+    /// let time = VirtualTime::new(Duration::from_secs(1_700_000_000));
+    /// let mut master = Master::new(Clock::following(&time))?;
+    /// // What the key held before and after each command.
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// master.set_monitor(Some(Box::new(move |m: &Master, c: Monitored<'_>| {
+    ///     let value = m.peek(b"k").map(|e| e.value);
+    ///     log.lock().unwrap().push((c.replies.is_some(), value));
+    /// })));
+    /// master.run(&["SET", "k", "v"]);
+    /// let seen = seen.lock().unwrap();
+    /// assert_eq!(seen.len(), 2);
+    /// assert_eq!(seen[0], (false, None));
+    /// assert!(seen[1].0 && seen[1].1.is_some());
+    /// # Ok::<(), quorumlock_sim::MasterError>(())
+    /// ```
+    pub fn set_monitor(&mut self, monitor: Option<Monitor>) {
+        self.monitor = monitor;
+    }
+
+    /// [`execute_frames`](Self::execute_frames) unmonitored.
+    fn run_frames(&mut self, client: ClientId, argv: &[Vec<u8>]) -> Vec<Reply> {
         let Some(first) = argv.first() else {
             return vec![Reply::error("ERR empty command")];
         };

@@ -119,7 +119,8 @@ impl KeyLog {
         lines.into_iter().map(|(_, line)| line).collect()
     }
 
-    fn lost_between(&self, master: usize, from: Duration, to: Duration) -> bool {
+    /// Whether `master` lost its data between `from` and `to`.
+    pub(super) fn lost_between(&self, master: usize, from: Duration, to: Duration) -> bool {
         self.data_lost
             .iter()
             .any(|&(at, m)| m == master && at >= from && at <= to)
@@ -288,7 +289,7 @@ fn first_loss(
 /// attempt stamped later, which takes the lock over by design; see `lua/line.lua`, `later`). A
 /// key holding an earlier attempt of the owner is not the lock's: the earlier one's release
 /// frees it.
-fn belongs(value: &[u8], token: &str) -> bool {
+pub(super) fn belongs(value: &[u8], token: &str) -> bool {
     let token = token.as_bytes();
     if value == token || value.strip_prefix(b"~elected:") == Some(token) {
         return true;
@@ -308,7 +309,7 @@ pub(super) fn owner_of(value: &[u8]) -> Option<&[u8]> {
 }
 
 /// A value as the report shows it: an owner's token by its owner, another by its fingerprint.
-fn shown(value: &[u8]) -> String {
+pub(super) fn shown(value: &[u8]) -> String {
     let text = String::from_utf8_lossy(value);
     match owner_of(value) {
         Some(owner) => format!(

@@ -11,8 +11,9 @@ use quorumlock_sim::{lock, shared, Clock, Master, SharedMaster, Snapshot};
 use quorumlock_testkit::{check_fence_order, check_overlaps, Op, OpKind, Outcome, Violation};
 
 use super::net::{self, SharedLinks};
-use super::plan::{Fault, Plan};
+use super::plan::{Fault, Hold, Plan};
 use super::quorum::{self, KeyLog, QuorumLoss};
+use super::rollbacks::{self, Executed, LostKey};
 use super::takeovers::{late_takeovers, LateTakeover};
 use super::workload::{self, Ops};
 
@@ -32,6 +33,8 @@ pub struct RunReport {
     pub quorum_losses: Vec<QuorumLoss>,
     /// The takeovers named by attempts of an owner already decided.
     pub late_takeovers: Vec<LateTakeover>,
+    /// The keys a failed attempt's rollback left without the live lock it took them from.
+    pub lost_keys: Vec<LostKey>,
     /// A digest of the history: two runs of one seed must print the same.
     pub digest: u64,
     /// Successful acquisitions.
@@ -48,24 +51,29 @@ pub struct RunReport {
 
 impl RunReport {
     /// The first violation (an overlap, else a lock short of its quorum, else a late
-    /// takeover), its times in ms from the run's start.
+    /// takeover, else a key a rollback did not give back), its times in ms from the run's
+    /// start.
     pub fn first_violation(&self) -> Option<String> {
         self.violations
             .first()
             .map(|v| v.display_from(self.origin).to_string())
             .or_else(|| self.quorum_losses.first().map(ToString::to_string))
             .or_else(|| self.late_takeovers.first().map(ToString::to_string))
+            .or_else(|| self.lost_keys.first().map(ToString::to_string))
     }
 
     /// Whether a checker found a violation (an overlap, a fence out of order, a lock short of
-    /// its quorum, a late takeover).
+    /// its quorum, a late takeover, a key a rollback did not give back).
     pub fn violated(&self) -> bool {
         self.violation_count() > 0
     }
 
     /// How many violations the checkers found.
     pub fn violation_count(&self) -> usize {
-        self.violations.len() + self.quorum_losses.len() + self.late_takeovers.len()
+        self.violations.len()
+            + self.quorum_losses.len()
+            + self.late_takeovers.len()
+            + self.lost_keys.len()
     }
 
     /// Whether the run found nothing wrong.
@@ -106,7 +114,20 @@ impl RunReport {
                 let _ = writeln!(out, "the clients:");
                 (None, self.origin + late.sent)
             }
-            _ => return out,
+            _ => match self.lost_keys.first() {
+                Some(lost) => {
+                    let _ = writeln!(
+                        out,
+                        "the owners' commands on the key, as the master ran them:"
+                    );
+                    for line in &lost.commands {
+                        let _ = writeln!(out, "  {line}");
+                    }
+                    let _ = writeln!(out, "the clients:");
+                    (None, self.origin + lost.at)
+                }
+                None => return out,
+            },
         };
         let window = Duration::from_secs(1);
         for op in &self.ops {
@@ -145,6 +166,10 @@ impl RunReport {
 pub fn run(plan: &Plan) -> RunReport {
     let plan = Rc::new(plan.clone());
     let masters: Vec<SharedMaster> = plan.clock_ahead.iter().map(|&a| new_master(a)).collect();
+    let executed: Executed = Arc::default();
+    for (i, master) in masters.iter().enumerate() {
+        lock(master).set_monitor(Some(rollbacks::monitor(i, executed.clone())));
+    }
     let links: SharedLinks = Arc::default();
     let ops: Ops = Ops::default();
     let origin: Rc<std::cell::Cell<Option<std::time::Instant>>> = Rc::default();
@@ -189,7 +214,7 @@ pub fn run(plan: &Plan) -> RunReport {
     }
 
     DRIVER_TIME.with(|t| t.set(Duration::ZERO));
-    let mut faults = Faults::new(&plan, masters.clone(), links.clone());
+    let mut faults = Faults::new(&plan, masters.clone(), links.clone(), executed.clone());
     let mut error = None;
     loop {
         match sim.step() {
@@ -216,6 +241,11 @@ pub fn run(plan: &Plan) -> RunReport {
     let origin = origin.get().unwrap_or_else(std::time::Instant::now);
     let quorum_losses = quorum::quorum_losses(&plan, &ended, &faults.log, origin);
     let late_takeovers = late_takeovers(&owner_requests, &ops, origin);
+    let executed = std::mem::take(&mut *match executed.lock() {
+        Ok(executed) => executed,
+        Err(poisoned) => poisoned.into_inner(),
+    });
+    let lost_keys = rollbacks::lost_keys(&executed, &ended, &faults.log, origin);
     RunReport {
         seed: plan.seed,
         acquisitions: ops
@@ -227,6 +257,7 @@ pub fn run(plan: &Plan) -> RunReport {
         violations,
         quorum_losses,
         late_takeovers,
+        lost_keys,
         faults: faults.struck,
         simulated,
         error,
@@ -452,6 +483,13 @@ struct Faults {
     struck: usize,
     /// The resources' keys on every master, read after every step (see [`quorum`]).
     log: KeyLog,
+    /// The owners' commands the masters ran, and how many of them were looked at.
+    executed: Executed,
+    seen: usize,
+    /// Held routes waiting for their worker's next takeover: (worker, how long).
+    armed: Vec<(usize, Duration)>,
+    /// The workers that renew their locks.
+    renewing: Vec<usize>,
 }
 
 enum Undo {
@@ -460,7 +498,12 @@ enum Undo {
 }
 
 impl Faults {
-    fn new(plan: &Plan, masters: Vec<SharedMaster>, links: SharedLinks) -> Faults {
+    fn new(
+        plan: &Plan,
+        masters: Vec<SharedMaster>,
+        links: SharedLinks,
+        executed: Executed,
+    ) -> Faults {
         Faults {
             schedule: plan.faults.clone(),
             next: 0,
@@ -470,6 +513,13 @@ impl Faults {
             undo: Vec::new(),
             struck: 0,
             log: KeyLog::new(plan),
+            executed,
+            seen: 0,
+            armed: Vec::new(),
+            renewing: (plan.workers.iter().enumerate())
+                .filter(|(_, w)| matches!(w.hold, Hold::Extend { .. }))
+                .map(|(i, _)| i)
+                .collect(),
         }
     }
 
@@ -505,7 +555,49 @@ impl Faults {
             self.struck += 1;
             self.apply(sim, now, fault);
         }
+        self.hold_after_takeovers(now);
         self.log.observe(now, &self.masters);
+    }
+
+    /// Holds the routes armed by [`Fault::HoldAfterTakeover`] whose worker took over another
+    /// process's value on a master since the last step: its attempt may still be waiting for
+    /// the other masters (and now waits longer), so its rollback, if it fails, is held too.
+    fn hold_after_takeovers(&mut self, now: Duration) {
+        let executed = match self.executed.lock() {
+            Ok(executed) => executed,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let new = executed.get(self.seen..).unwrap_or_default();
+        self.seen = executed.len();
+        if self.armed.is_empty() {
+            return;
+        }
+        let Ok(mut links) = self.links.lock() else {
+            return;
+        };
+        let worker_of = |links: &net::Links, token: &[u8]| {
+            let requests = links.owner_requests();
+            requests.iter().find(|r| r.token == token).map(|r| r.worker)
+        };
+        for c in new {
+            // A takeover of another process's value: a live lock, perhaps.
+            let Some(named) = c.taken_over() else {
+                continue;
+            };
+            // Taken from a worker that renews its locks: the lock may outlive the hold.
+            let (worker, from) = (worker_of(&links, &c.token), worker_of(&links, named));
+            let renews = from.is_some_and(|w| self.renewing.contains(&w));
+            let Some(worker) = worker.filter(|w| renews && Some(*w) != from) else {
+                continue;
+            };
+            let Some(i) = self.armed.iter().position(|(w, _)| *w == worker) else {
+                continue;
+            };
+            let (_, for_) = self.armed.remove(i);
+            for master in 0..self.masters.len() {
+                links.hold(worker, master, now + for_);
+            }
+        }
     }
 
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, fault: Fault) {
@@ -557,6 +649,7 @@ impl Faults {
                     links.hold(worker, master, now + for_);
                 }
             }
+            Fault::HoldAfterTakeover { worker, for_ } => self.armed.push((worker, for_)),
             Fault::Latency {
                 worker,
                 master,

@@ -37,16 +37,23 @@ pub enum RequestKind {
     Other,
 }
 
-impl OwnerRequest {
-    /// The owner's request among `args`, one command's arguments, if it is one.
-    fn of(args: &[&[u8]], sent: Instant, worker: usize, master: usize) -> Option<OwnerRequest> {
+/// What an owner's command is made of: its attempt's token, the value it names, its kind.
+pub(super) struct OwnerCommand<'a> {
+    pub(super) token: &'a [u8],
+    pub(super) named: Option<&'a [u8]>,
+    pub(super) kind: RequestKind,
+}
+
+impl<'a> OwnerCommand<'a> {
+    /// The owner's command among `args`, one command's arguments, if it is one.
+    pub(super) fn of(args: &[&'a [u8]]) -> Option<OwnerCommand<'a>> {
         let at = args.iter().position(|a| owner_of(a).is_some())?;
         let token = args[at];
         let owner = owner_of(token);
         let named = args[at + 1..]
             .iter()
             .find(|a| **a != token && owner_of(a) == owner)
-            .map(|a| a.to_vec());
+            .copied();
         let kind = if args[at + 1..].iter().any(|a| Some(*a) == owner) {
             RequestKind::Acquire
         } else if args
@@ -57,13 +64,21 @@ impl OwnerRequest {
         } else {
             RequestKind::Other
         };
+        Some(OwnerCommand { token, named, kind })
+    }
+}
+
+impl OwnerRequest {
+    /// The owner's request among `args`, one command's arguments, if it is one.
+    fn of(args: &[&[u8]], sent: Instant, worker: usize, master: usize) -> Option<OwnerRequest> {
+        let command = OwnerCommand::of(args)?;
         Some(OwnerRequest {
             sent,
             worker,
             master,
-            token: token.to_vec(),
-            named,
-            kind,
+            token: command.token.to_vec(),
+            named: command.named.map(<[u8]>::to_vec),
+            kind: command.kind,
         })
     }
 }
