@@ -13,15 +13,15 @@
 //! * [`wire`]: the requests as they leave the clients, and of them the owner's attempts'.
 //! * [`takeovers`]: the third checker, on the wire: a decided attempt of an owner names no new
 //!   value for a takeover.
-//! * [`rollbacks`]: the fourth checker, on what the masters ran: a failed attempt of an owner
-//!   costs a lock it took a key from nothing once its rollback ran.
+//! * [`owner_keys`]: the fourth checker, on what the masters ran: a key of an owner's lock
+//!   holds its value while the lock's grant and renewals there keep it.
 //! * [`shrink`]: a failing plan made smaller (faults taken away one at a time, then clients, then
 //!   time) while it still fails.
 
 pub mod net;
+pub mod owner_keys;
 pub mod plan;
 pub mod quorum;
-pub mod rollbacks;
 pub mod run;
 pub mod shrink;
 pub mod takeovers;

@@ -11,9 +11,9 @@ use quorumlock_sim::{lock, shared, Clock, Master, SharedMaster, Snapshot};
 use quorumlock_testkit::{check_fence_order, check_overlaps, Op, OpKind, Outcome, Violation};
 
 use super::net::{self, SharedLinks};
+use super::owner_keys::{self, Executed, LostKey};
 use super::plan::{Fault, Hold, Plan};
 use super::quorum::{self, KeyLog, QuorumLoss};
-use super::rollbacks::{self, Executed, LostKey};
 use super::takeovers::{late_takeovers, LateTakeover};
 use super::workload::{self, Ops};
 
@@ -168,7 +168,7 @@ pub fn run(plan: &Plan) -> RunReport {
     let masters: Vec<SharedMaster> = plan.clock_ahead.iter().map(|&a| new_master(a)).collect();
     let executed: Executed = Arc::default();
     for (i, master) in masters.iter().enumerate() {
-        lock(master).set_monitor(Some(rollbacks::monitor(i, executed.clone())));
+        lock(master).set_monitor(Some(owner_keys::monitor(i, executed.clone())));
     }
     let links: SharedLinks = Arc::default();
     let ops: Ops = Ops::default();
@@ -245,7 +245,7 @@ pub fn run(plan: &Plan) -> RunReport {
         Ok(executed) => executed,
         Err(poisoned) => poisoned.into_inner(),
     });
-    let lost_keys = rollbacks::lost_keys(&executed, &ended, &faults.log, origin);
+    let lost_keys = owner_keys::lost_keys(&executed, &ended, &faults.log, origin);
     RunReport {
         seed: plan.seed,
         acquisitions: ops

@@ -30,8 +30,8 @@ use quorumlock_testkit::{Op, OpKind, TokenFingerprint};
 use super::quorum::{belongs, shown, KeyLog};
 use super::wire::{OwnerCommand, RequestKind};
 
-/// Ms the checker leaves to the rounding of expiries: a lease that ends this close to the
-/// rollback is not held against it.
+/// Ms the checker leaves to the rounding of expiries: a lease that ends this close to a
+/// command is not held against it.
 const ROUNDING_MS: i64 = 2;
 
 /// The SHA1 of the renewal script (`lua/extend.lua`), which the library sends as `EVALSHA`.
@@ -113,11 +113,8 @@ pub fn monitor(master: usize, log: Executed) -> Monitor {
             return;
         };
         let Some(key) = first_key(&args) else { return };
-        let Some(replies) = seen.replies else {
+        if seen.replies.is_none() {
             before = Some(string(m, key));
-            return;
-        };
-        if replies.is_empty() {
             return;
         }
         let after = string(m, key);
