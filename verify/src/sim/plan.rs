@@ -125,18 +125,6 @@ pub enum Fault {
         /// How long.
         for_: Duration,
     },
-    /// From now on, the next time a master runs a takeover by one of the worker's attempts of
-    /// a value another worker wrote (a live lock of the owner, perhaps), the worker's
-    /// connections to every master hold their requests for `for_` from then on, as
-    /// [`Fault::HoldConnections`] does. Held routes struck at the moment that matters: the
-    /// attempt likely fails, and its rollback lands late, perhaps after the key it took would
-    /// have expired.
-    HoldAfterTakeover {
-        /// Which worker.
-        worker: usize,
-        /// How long.
-        for_: Duration,
-    },
     /// A worker's link to a master gets these latencies from now on, each direction its own.
     Latency {
         /// Which worker.
@@ -317,16 +305,6 @@ impl Plan {
                     master,
                     for_: Duration::from_millis(rng.random_range(1..=2_000)),
                 }
-            };
-            faults.push((at, fault));
-        }
-        // And one to three held routes struck just after a takeover ran, some for longer than
-        // the key it took could live.
-        for _ in 0..rng.random_range(1..=3) {
-            let at = Duration::from_millis(rng.random_range(0..duration.as_millis().max(1) as u64));
-            let fault = Fault::HoldAfterTakeover {
-                worker: rng.random_range(0..workers.len()),
-                for_: Duration::from_millis(rng.random_range(300..=3_000)),
             };
             faults.push((at, fault));
         }

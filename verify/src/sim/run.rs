@@ -12,7 +12,7 @@ use quorumlock_testkit::{check_fence_order, check_overlaps, Op, OpKind, Outcome,
 
 use super::net::{self, SharedLinks};
 use super::owner_keys::{self, Executed, LostKey};
-use super::plan::{Fault, Hold, Plan};
+use super::plan::{Fault, Plan};
 use super::quorum::{self, KeyLog, QuorumLoss};
 use super::takeovers::{late_takeovers, LateTakeover};
 use super::workload::{self, Ops};
@@ -33,7 +33,7 @@ pub struct RunReport {
     pub quorum_losses: Vec<QuorumLoss>,
     /// The takeovers named by attempts of an owner already decided.
     pub late_takeovers: Vec<LateTakeover>,
-    /// The keys a failed attempt's rollback left without the live lock it took them from.
+    /// The keys of owners' locks that held another value while the lock's lease there lasted.
     pub lost_keys: Vec<LostKey>,
     /// A digest of the history: two runs of one seed must print the same.
     pub digest: u64,
@@ -51,8 +51,7 @@ pub struct RunReport {
 
 impl RunReport {
     /// The first violation (an overlap, else a lock short of its quorum, else a late
-    /// takeover, else a key a rollback did not give back), its times in ms from the run's
-    /// start.
+    /// takeover, else an owner's key lost), its times in ms from the run's start.
     pub fn first_violation(&self) -> Option<String> {
         self.violations
             .first()
@@ -63,7 +62,7 @@ impl RunReport {
     }
 
     /// Whether a checker found a violation (an overlap, a fence out of order, a lock short of
-    /// its quorum, a late takeover, a key a rollback did not give back).
+    /// its quorum, a late takeover, an owner's key lost).
     pub fn violated(&self) -> bool {
         self.violation_count() > 0
     }
@@ -214,7 +213,7 @@ pub fn run(plan: &Plan) -> RunReport {
     }
 
     DRIVER_TIME.with(|t| t.set(Duration::ZERO));
-    let mut faults = Faults::new(&plan, masters.clone(), links.clone(), executed.clone());
+    let mut faults = Faults::new(&plan, masters.clone(), links.clone());
     let mut error = None;
     loop {
         match sim.step() {
@@ -483,13 +482,6 @@ struct Faults {
     struck: usize,
     /// The resources' keys on every master, read after every step (see [`quorum`]).
     log: KeyLog,
-    /// The owners' commands the masters ran, and how many of them were looked at.
-    executed: Executed,
-    seen: usize,
-    /// Held routes waiting for their worker's next takeover: (worker, how long).
-    armed: Vec<(usize, Duration)>,
-    /// The workers that renew their locks.
-    renewing: Vec<usize>,
 }
 
 enum Undo {
@@ -498,12 +490,7 @@ enum Undo {
 }
 
 impl Faults {
-    fn new(
-        plan: &Plan,
-        masters: Vec<SharedMaster>,
-        links: SharedLinks,
-        executed: Executed,
-    ) -> Faults {
+    fn new(plan: &Plan, masters: Vec<SharedMaster>, links: SharedLinks) -> Faults {
         Faults {
             schedule: plan.faults.clone(),
             next: 0,
@@ -513,13 +500,6 @@ impl Faults {
             undo: Vec::new(),
             struck: 0,
             log: KeyLog::new(plan),
-            executed,
-            seen: 0,
-            armed: Vec::new(),
-            renewing: (plan.workers.iter().enumerate())
-                .filter(|(_, w)| matches!(w.hold, Hold::Extend { .. }))
-                .map(|(i, _)| i)
-                .collect(),
         }
     }
 
@@ -555,49 +535,7 @@ impl Faults {
             self.struck += 1;
             self.apply(sim, now, fault);
         }
-        self.hold_after_takeovers(now);
         self.log.observe(now, &self.masters);
-    }
-
-    /// Holds the routes armed by [`Fault::HoldAfterTakeover`] whose worker took over another
-    /// process's value on a master since the last step: its attempt may still be waiting for
-    /// the other masters (and now waits longer), so its rollback, if it fails, is held too.
-    fn hold_after_takeovers(&mut self, now: Duration) {
-        let executed = match self.executed.lock() {
-            Ok(executed) => executed,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let new = executed.get(self.seen..).unwrap_or_default();
-        self.seen = executed.len();
-        if self.armed.is_empty() {
-            return;
-        }
-        let Ok(mut links) = self.links.lock() else {
-            return;
-        };
-        let worker_of = |links: &net::Links, token: &[u8]| {
-            let requests = links.owner_requests();
-            requests.iter().find(|r| r.token == token).map(|r| r.worker)
-        };
-        for c in new {
-            // A takeover of another process's value: a live lock, perhaps.
-            let Some(named) = c.taken_over() else {
-                continue;
-            };
-            // Taken from a worker that renews its locks: the lock may outlive the hold.
-            let (worker, from) = (worker_of(&links, &c.token), worker_of(&links, named));
-            let renews = from.is_some_and(|w| self.renewing.contains(&w));
-            let Some(worker) = worker.filter(|w| renews && Some(*w) != from) else {
-                continue;
-            };
-            let Some(i) = self.armed.iter().position(|(w, _)| *w == worker) else {
-                continue;
-            };
-            let (_, for_) = self.armed.remove(i);
-            for master in 0..self.masters.len() {
-                links.hold(worker, master, now + for_);
-            }
-        }
     }
 
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, fault: Fault) {
@@ -649,7 +587,6 @@ impl Faults {
                     links.hold(worker, master, now + for_);
                 }
             }
-            Fault::HoldAfterTakeover { worker, for_ } => self.armed.push((worker, for_)),
             Fault::Latency {
                 worker,
                 master,
