@@ -85,8 +85,20 @@ pub enum Kind {
     },
     /// A cleanup: a rollback, or a release behind a request still out.
     Cleanup,
-    /// Anything else (a holder's release).
+    /// Anything else: a holder's release.
     Other,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Acquire { named: None } => write!(f, "acquire"),
+            Kind::Acquire { named: Some(n) } => write!(f, "acquire naming {}", shown(n)),
+            Kind::Extend { ttl_ms } => write!(f, "extend for {ttl_ms} ms"),
+            Kind::Cleanup => write!(f, "cleanup"),
+            Kind::Other => write!(f, "release"),
+        }
+    }
 }
 
 /// What master `master` runs for the owners, into `log` (see [`Command`]).
@@ -278,7 +290,7 @@ pub fn lost_keys(executed: &[Command], ops: &[Op], log: &KeyLog, origin: Instant
                     lock: TokenFingerprint::of(&text).to_string(),
                     at: c.at,
                     command: format!(
-                        "{phase} {} {:?}",
+                        "{phase} {}'s {}",
                         TokenFingerprint::of(&String::from_utf8_lossy(&c.token)),
                         c.kind
                     ),
@@ -329,7 +341,7 @@ fn commands_on(executed: &[Command], last: &Command, from: Duration) -> Vec<Stri
         .filter(|c| c.at >= from && c.at <= last.at)
         .map(|c| {
             format!(
-                "{:>10.3} ms  m{} ({} ms on its clock)  {} {:?}: {} -> {}",
+                "{:>10.3} ms  m{} ({} ms on its clock)  {} {}: {} -> {}",
                 ms(c.at),
                 c.master,
                 c.master_ms,
