@@ -322,7 +322,9 @@ fn renew<'a>(held: &mut Leases<'a>, c: &'a Command) {
         }
         (Kind::Extend { ttl_ms }, _) => {
             if let Some(lease) = held.get_mut(c.token.as_slice()) {
-                if lease.until >= c.master_ms {
+                // Strictly: a record's lease ends at its last millisecond (`lua/extend.lua`
+                // refuses a renewal then), a key's just after it; the stricter rule holds both.
+                if lease.until > c.master_ms {
                     lease.until = lease.until.max(c.master_ms + ttl_ms);
                 }
             }
