@@ -66,8 +66,8 @@ pub struct Monitored<'a> {
 }
 
 /// Sees every command a master runs, its connections' and [`Master::run`]'s (the scripts' own
-/// calls are part of their `EVAL`), before and after it runs, with the master as it stands then: Redis's `MONITOR`,
-/// with the keyspace to read too. Set with [`Master::set_monitor`].
+/// calls are part of their `EVAL`), before and after it runs, with the master as it stands
+/// then: Redis's `MONITOR`, with the keyspace to read too. Set with [`Master::set_monitor`].
 pub type Monitor = Box<dyn FnMut(&Master, Monitored<'_>) + Send>;
 
 /// The error of a master that could not be set up.

@@ -67,7 +67,7 @@ pub struct Links {
 /// The links, shared by the connector and the fault driver.
 pub type SharedLinks = Arc<Mutex<Links>>;
 
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use quorumlock_sim::{Master, Monitor, Monitored, Value};
 use quorumlock_testkit::{Op, OpKind, TokenFingerprint};
 
+use super::net::locked;
 use super::quorum::{belongs, shown, KeyLog};
 use super::wire::{OwnerCommand, RequestKind};
 
@@ -136,10 +137,7 @@ pub fn monitor(master: usize, log: Executed) -> Monitor {
             after,
             lease: lease.flatten(),
         };
-        match log.lock() {
-            Ok(mut log) => log.push(command),
-            Err(poisoned) => poisoned.into_inner().push(command),
-        }
+        locked(&log).push(command);
     })
 }
 

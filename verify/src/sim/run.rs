@@ -84,6 +84,13 @@ impl RunReport {
     /// resource, for a late takeover) within a second of it, times in ms from the run's start.
     pub fn around_first_violation(&self) -> String {
         let mut out = String::new();
+        let heading = |out: &mut String, what: &str, lines: &[String]| {
+            let _ = writeln!(out, "{what}:");
+            for line in lines {
+                let _ = writeln!(out, "  {line}");
+            }
+            let _ = writeln!(out, "the clients:");
+        };
         let (resource, from) = match (
             self.violations.first(),
             self.quorum_losses.first(),
@@ -98,31 +105,19 @@ impl RunReport {
                 _,
             ) => (Some(resource), later.start),
             (_, Some(loss), _) => {
-                let _ = writeln!(out, "the key on the masters, from the lock's attempt on:");
-                for line in &loss.changes {
-                    let _ = writeln!(out, "  {line}");
-                }
-                let _ = writeln!(out, "the clients:");
+                let what = "the key on the masters, from the lock's attempt on";
+                heading(&mut out, what, &loss.changes);
                 (Some(&loss.resource), self.origin + loss.at)
             }
             (_, _, Some(late)) => {
-                let _ = writeln!(out, "the attempt's requests, as they left its client:");
-                for line in &late.requests {
-                    let _ = writeln!(out, "  {line}");
-                }
-                let _ = writeln!(out, "the clients:");
+                let what = "the attempt's requests, as they left its client";
+                heading(&mut out, what, &late.requests);
                 (None, self.origin + late.sent)
             }
             _ => match self.lost_keys.first() {
                 Some(lost) => {
-                    let _ = writeln!(
-                        out,
-                        "the owners' commands on the key, as the master ran them:"
-                    );
-                    for line in &lost.commands {
-                        let _ = writeln!(out, "  {line}");
-                    }
-                    let _ = writeln!(out, "the clients:");
+                    let what = "the owners' commands on the key, as the master ran them";
+                    heading(&mut out, what, &lost.commands);
                     (None, self.origin + lost.at)
                 }
                 None => return out,
@@ -227,10 +222,7 @@ pub fn run(plan: &Plan) -> RunReport {
     }
     let simulated = sim.elapsed();
     drop(sim);
-    let owner_requests = match links.lock() {
-        Ok(links) => links.owner_requests().to_vec(),
-        Err(poisoned) => poisoned.into_inner().owner_requests().to_vec(),
-    };
+    let owner_requests = net::locked(&links).owner_requests().to_vec();
     quorumlock::simulation::reset();
     workload::LINKS.with(|l| *l.borrow_mut() = None);
 
@@ -240,10 +232,7 @@ pub fn run(plan: &Plan) -> RunReport {
     let origin = origin.get().unwrap_or_else(std::time::Instant::now);
     let quorum_losses = quorum::quorum_losses(&plan, &ended, &faults.log, origin);
     let late_takeovers = late_takeovers(&owner_requests, &ops, origin);
-    let executed = std::mem::take(&mut *match executed.lock() {
-        Ok(executed) => executed,
-        Err(poisoned) => poisoned.into_inner(),
-    });
+    let executed = std::mem::take(&mut *net::locked(&executed));
     let lost_keys = owner_keys::lost_keys(&executed, &ended, &faults.log, origin);
     RunReport {
         seed: plan.seed,
