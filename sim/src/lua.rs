@@ -16,8 +16,8 @@
 //!   `false` and `nil` → nil; `{err = ...}` → error; `{ok = ...}` → status; other tables →
 //!   arrays, up to their first `nil`.
 
-use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 
@@ -48,6 +48,16 @@ redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 
 
 /// The chunk name, as Redis names a script (errors read `user_script:3: ...`).
 const CHUNK_NAME: &str = "@user_script";
+
+/// How many scripts' bytecode a thread keeps (see [`BYTECODE`]) before it starts afresh.
+const BYTECODE_KEPT: usize = 256;
+
+thread_local! {
+    /// The bytecode of the scripts compiled on this thread, by SHA1, with its line numbers and
+    /// chunk name: a master compiles its scripts again after every restart, and every master
+    /// that starts compiles them anew; loading bytecode skips Lua's parser, the costliest part.
+    static BYTECODE: RefCell<HashMap<String, Vec<u8>>> = RefCell::new(HashMap::new());
+}
 
 impl Engine {
     /// A fresh Lua state with the `redis` table.
@@ -81,10 +91,21 @@ impl Engine {
         if self.compiled.contains_key(sha) {
             return Ok(());
         }
+        let cached = BYTECODE.with(|b| {
+            let bytecode = b.borrow();
+            let bytecode = bytecode.get(sha)?;
+            let chunk = self.lua.load(bytecode.as_slice()).set_name(CHUNK_NAME);
+            chunk.set_mode(mlua::ChunkMode::Binary).into_function().ok()
+        });
+        if let Some(function) = cached {
+            self.compiled.insert(sha.to_owned(), function);
+            return Ok(());
+        }
         let function = self
             .lua
             .load(body)
             .set_name(CHUNK_NAME)
+            .set_mode(mlua::ChunkMode::Text)
             .into_function()
             .map_err(|e| {
                 let message = match e {
@@ -96,6 +117,13 @@ impl Engine {
                     one_line(&message)
                 ))
             })?;
+        BYTECODE.with(|b| {
+            let mut bytecode = b.borrow_mut();
+            if bytecode.len() >= BYTECODE_KEPT {
+                bytecode.clear();
+            }
+            bytecode.insert(sha.to_owned(), function.dump(false));
+        });
         self.compiled.insert(sha.to_owned(), function);
         Ok(())
     }

@@ -292,7 +292,7 @@ impl Master {
     /// let seen = Arc::new(Mutex::new(Vec::new()));
     /// let log = seen.clone();
     /// master.set_monitor(Some(Box::new(move |m: &Master, c: Monitored<'_>| {
-    ///     let value = m.peek(b"k").map(|e| e.value);
+    ///     let value = m.peek(b"k").map(|e| e.value.clone());
     ///     log.lock().unwrap().push((c.replies.is_some(), value));
     /// })));
     /// master.run(&["SET", "k", "v"]);
@@ -532,7 +532,7 @@ impl Master {
 
     /// Caches `body`, compiled; its SHA1.
     fn load(&mut self, body: &[u8]) -> Result<String, Reply> {
-        let sha = sha1_smol::Sha1::from(body).digest().to_string();
+        let sha = sha1_of(body);
         self.engine.compile(&sha, body)?;
         self.scripts.insert(sha.clone(), body.to_vec());
         Ok(sha)
@@ -658,8 +658,8 @@ impl Master {
 
     /// `key`'s value and expiry if it is live on the master's clock now: an observer's read,
     /// which changes nothing (no expiry is carried out, no command counted).
-    pub fn peek(&self, key: &[u8]) -> Option<Entry> {
-        self.data.keyspace.peek(key, self.clock.now_ms()).cloned()
+    pub fn peek(&self, key: &[u8]) -> Option<&Entry> {
+        self.data.keyspace.peek(key, self.clock.now_ms())
     }
 
     /// Every key live on the master's clock now, in byte order, with its value and expiry.
@@ -671,6 +671,31 @@ impl Master {
             .map(|(k, e)| (k.to_vec(), e.clone()))
             .collect()
     }
+}
+
+/// How many scripts' SHA1s a thread keeps (see [`sha1_of`]) before it starts afresh.
+const SHAS_KEPT: usize = 256;
+
+thread_local! {
+    static SHAS: std::cell::RefCell<std::collections::HashMap<Vec<u8>, String>> =
+        std::cell::RefCell::default();
+}
+
+/// The SHA1 of a script's `body`, in hex, remembered by the thread: every connection of the
+/// library loads every script, so the same few bodies come again and again.
+fn sha1_of(body: &[u8]) -> String {
+    SHAS.with(|shas| {
+        let mut shas = shas.borrow_mut();
+        if let Some(sha) = shas.get(body) {
+            return sha.clone();
+        }
+        if shas.len() >= SHAS_KEPT {
+            shas.clear();
+        }
+        let sha = sha1_smol::Sha1::from(body).digest().to_string();
+        shas.insert(body.to_vec(), sha.clone());
+        sha
+    })
 }
 
 /// The commands answered here, which a script may not run.

@@ -162,8 +162,8 @@ fn extend_ttl(args: &[&[u8]], token: &[u8]) -> Option<i64> {
 
 /// `key`'s string value on `master` now.
 fn string(master: &Master, key: &[u8]) -> Option<Vec<u8>> {
-    master.peek(key).and_then(|e| match e.value {
-        Value::String(v) => Some(v),
+    master.peek(key).and_then(|e| match &e.value {
+        Value::String(v) => Some(v.clone()),
         _ => None,
     })
 }

@@ -59,18 +59,18 @@ impl KeyLog {
         for (m, master) in masters.iter().enumerate() {
             let master = lock(master);
             for (r, key) in self.keys.iter().enumerate() {
-                let value = master.peek(key.as_bytes()).and_then(|e| match e.value {
-                    Value::String(v) => Some(v),
+                let value = master.peek(key.as_bytes()).and_then(|e| match &e.value {
+                    Value::String(v) => Some(v.as_slice()),
                     _ => None,
                 });
                 let last = self.last.entry((m, r)).or_default();
-                if *last != value {
-                    last.clone_from(&value);
+                if last.as_deref() != value {
+                    *last = value.map(<[u8]>::to_vec);
                     self.changes.push(Change {
                         at,
                         master: m,
                         resource: r,
-                        value,
+                        value: last.clone(),
                     });
                 }
             }

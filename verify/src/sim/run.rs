@@ -458,6 +458,9 @@ async fn clients(
         .await;
 }
 
+/// How far back a lossy failover may go: the masters' snapshots are kept this long.
+const SNAPSHOTS_KEPT: Duration = Duration::from_millis(300);
+
 /// The masters' and the network's faults, applied between the simulation's steps.
 struct Faults {
     schedule: Vec<(Duration, Fault)>,
@@ -495,12 +498,20 @@ impl Faults {
     fn strike(&mut self, sim: &mut turmoil::Sim<'_>) {
         let now = sim.elapsed();
         DRIVER_TIME.with(|t| t.set(now));
-        // Keep a snapshot of each master every 10 ms for the last 300 ms.
+        // Keep a snapshot of each master every 10 ms for the last 300 ms, once a lossy
+        // failover of it is that close (no other fault reads them, and copying every keyspace
+        // so often is a good part of a run's time).
         if now.as_millis() % 10 == 0 {
             for (i, m) in self.masters.iter().enumerate() {
                 let snaps = &mut self.snapshots[i];
-                snaps.push((now, lock(m).snapshot()));
-                snaps.retain(|(t, _)| now.saturating_sub(*t) <= Duration::from_millis(300));
+                if self.schedule[self.next..]
+                    .iter()
+                    .take_while(|(at, _)| at.saturating_sub(now) <= SNAPSHOTS_KEPT)
+                    .any(|(_, f)| matches!(f, Fault::LossyFailover { master, .. } if *master == i))
+                {
+                    snaps.push((now, lock(m).snapshot()));
+                }
+                snaps.retain(|(t, _)| now.saturating_sub(*t) <= SNAPSHOTS_KEPT);
             }
         }
         let mut i = 0;
