@@ -71,6 +71,21 @@ pub struct Command {
     pub lease: Option<i64>,
 }
 
+impl Command {
+    /// The owner's value it took over, if it did: an acquire that found the value it named and
+    /// left its own.
+    pub fn taken_over(&self) -> Option<&[u8]> {
+        match &self.kind {
+            Kind::Acquire { named: Some(n) }
+                if self.before.as_ref() == Some(n) && self.after.as_ref() == Some(&self.token) =>
+            {
+                Some(n)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// What an owner's command is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {

@@ -125,6 +125,18 @@ pub enum Fault {
         /// How long.
         for_: Duration,
     },
+    /// From now on, the next time a master runs a takeover by one of the worker's attempts of
+    /// the value of another worker, one that renews its locks, the worker's connections to
+    /// every master hold their requests for `for_` from then on, as
+    /// [`Fault::HoldConnections`] does. Held routes struck at the moment that matters: the
+    /// attempt likely fails, its rollback lands late, perhaps after the key it took would have
+    /// expired, while the lock it took the key from still renews.
+    HoldAfterTakeover {
+        /// Which worker.
+        worker: usize,
+        /// How long.
+        for_: Duration,
+    },
     /// A worker's link to a master gets these latencies from now on, each direction its own.
     Latency {
         /// Which worker.
@@ -308,6 +320,11 @@ impl Plan {
             };
             faults.push((at, fault));
         }
+        // Drawn from a generator of its own, so that the races without it stay as they were.
+        let mut late = ChaCha8Rng::seed_from_u64(seed ^ LATE_ROLLBACK_STREAM);
+        if late.random_bool(0.5) {
+            late_rollbacks(&mut late, duration, &mut workers, &mut faults);
+        }
         faults.sort_by_key(|(at, _)| *at);
         let max_latency = Duration::from_micros(rng.random_range(200..=3_000));
         // Two races in three fence: an attempt that won its quorum then fails for its fences
@@ -330,6 +347,66 @@ impl Plan {
             max_latency,
             clock_ahead: vec![Duration::ZERO; 3],
         }
+    }
+}
+
+/// Mixed into a seed for the draws of [`late_rollbacks`].
+const LATE_ROLLBACK_STREAM: u64 = 0x6c61_7465_2d72_6f6c;
+
+/// Turns an owner's race into one where an attempt's rollback lands after the key it took
+/// over would have expired, while the lock it took the key from still renews: what the
+/// renewal's keeping of a taken key (`keep_taken` in `lua/extend.lua`) is for. The owner's
+/// workers take keys for a short TTL and renew what they win, often, for a longer one; their
+/// requests go out on routes of different lengths (so that an attempt's first takeover lands
+/// while its others are on the way); and a few of their routes are held the moment they take
+/// over a key of a renewing lock, for longer than the key they wrote lives.
+fn late_rollbacks(
+    rng: &mut ChaCha8Rng,
+    duration: Duration,
+    workers: &mut [WorkerPlan],
+    faults: &mut Vec<(Duration, Fault)>,
+) {
+    let owners: Vec<usize> = (0..workers.len())
+        .filter(|&i| matches!(workers[i].kind, WorkerKind::Owner(_)))
+        .collect();
+    for &i in &owners {
+        let w = &mut workers[i];
+        w.ttl = Duration::from_millis(rng.random_range(150..=400));
+        w.node_timeout = Duration::from_millis(rng.random_range(60..=300));
+        w.hold = Hold::Extend {
+            ttl: Duration::from_millis(rng.random_range(400..=900)),
+            times: rng.random_range(8..=16),
+        };
+        for master in 0..3 {
+            faults.push((
+                Duration::ZERO,
+                Fault::Latency {
+                    worker: i,
+                    master,
+                    up: Duration::from_micros(rng.random_range(0..=30_000)),
+                    down: Duration::from_micros(rng.random_range(0..=5_000)),
+                },
+            ));
+        }
+    }
+    // A master that loses writes still stays down longer than any lease it granted lasts.
+    let lossy_down = max_ttl(workers) + Duration::from_millis(50);
+    for (_, fault) in faults.iter_mut() {
+        if let Fault::Crash {
+            keep_data: false,
+            down,
+            ..
+        }
+        | Fault::LossyFailover { down, .. } = fault
+        {
+            *down = (*down).max(lossy_down);
+        }
+    }
+    for _ in 0..rng.random_range(2..=6) {
+        let at = Duration::from_millis(rng.random_range(0..duration.as_millis().max(1) as u64));
+        let worker = owners[rng.random_range(0..owners.len())];
+        let for_ = Duration::from_millis(rng.random_range(500..=2_500));
+        faults.push((at, Fault::HoldAfterTakeover { worker, for_ }));
     }
 }
 

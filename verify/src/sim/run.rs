@@ -12,7 +12,7 @@ use quorumlock_testkit::{check_fence_order, check_overlaps, Op, OpKind, Outcome,
 
 use super::net::{self, SharedLinks};
 use super::owner_keys::{self, Executed, LostKey};
-use super::plan::{Fault, Plan};
+use super::plan::{Fault, Hold, Plan};
 use super::quorum::{self, KeyLog, QuorumLoss};
 use super::takeovers::{late_takeovers, LateTakeover};
 use super::workload::{self, Ops};
@@ -208,7 +208,7 @@ pub fn run(plan: &Plan) -> RunReport {
     }
 
     DRIVER_TIME.with(|t| t.set(Duration::ZERO));
-    let mut faults = Faults::new(&plan, masters.clone(), links.clone());
+    let mut faults = Faults::new(&plan, masters.clone(), links.clone(), executed.clone());
     let mut error = None;
     loop {
         match sim.step() {
@@ -474,6 +474,13 @@ struct Faults {
     struck: usize,
     /// The resources' keys on every master, read after every step (see [`quorum`]).
     log: KeyLog,
+    /// The owners' commands the masters ran, and how many of them were looked at.
+    executed: Executed,
+    seen: usize,
+    /// Held routes waiting for their worker's next takeover: (worker, how long).
+    armed: Vec<(usize, Duration)>,
+    /// The workers that renew their locks.
+    renewing: Vec<usize>,
 }
 
 enum Undo {
@@ -482,7 +489,12 @@ enum Undo {
 }
 
 impl Faults {
-    fn new(plan: &Plan, masters: Vec<SharedMaster>, links: SharedLinks) -> Faults {
+    fn new(
+        plan: &Plan,
+        masters: Vec<SharedMaster>,
+        links: SharedLinks,
+        executed: Executed,
+    ) -> Faults {
         Faults {
             schedule: plan.faults.clone(),
             next: 0,
@@ -492,6 +504,13 @@ impl Faults {
             undo: Vec::new(),
             struck: 0,
             log: KeyLog::new(plan),
+            executed,
+            seen: 0,
+            armed: Vec::new(),
+            renewing: (plan.workers.iter().enumerate())
+                .filter(|(_, w)| matches!(w.hold, Hold::Extend { .. }))
+                .map(|(i, _)| i)
+                .collect(),
         }
     }
 
@@ -535,7 +554,42 @@ impl Faults {
             self.struck += 1;
             self.apply(sim, now, fault);
         }
+        self.hold_after_takeovers(now);
         self.log.observe(now, &self.masters);
+    }
+
+    /// Holds the routes armed by [`Fault::HoldAfterTakeover`] whose worker took over the value
+    /// of a renewing worker on a master since the last step: its attempt may still be waiting
+    /// for the other masters (and now waits longer), so its rollback, if it fails, is held too.
+    fn hold_after_takeovers(&mut self, now: Duration) {
+        let executed = net::locked(&self.executed);
+        let new = executed.get(self.seen..).unwrap_or_default();
+        self.seen = executed.len();
+        if self.armed.is_empty() {
+            return;
+        }
+        let mut links = net::locked(&self.links);
+        let worker_of = |links: &net::Links, token: &[u8]| {
+            let requests = links.owner_requests();
+            requests.iter().find(|r| r.token == token).map(|r| r.worker)
+        };
+        for c in new {
+            let Some(named) = c.taken_over() else {
+                continue;
+            };
+            let (worker, from) = (worker_of(&links, &c.token), worker_of(&links, named));
+            let renews = from.is_some_and(|w| self.renewing.contains(&w));
+            let Some(worker) = worker.filter(|w| renews && Some(*w) != from) else {
+                continue;
+            };
+            let Some(i) = self.armed.iter().position(|(w, _)| *w == worker) else {
+                continue;
+            };
+            let (_, for_) = self.armed.remove(i);
+            for master in 0..self.masters.len() {
+                links.hold(worker, master, now + for_);
+            }
+        }
     }
 
     fn apply(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, fault: Fault) {
@@ -587,6 +641,7 @@ impl Faults {
                     links.hold(worker, master, now + for_);
                 }
             }
+            Fault::HoldAfterTakeover { worker, for_ } => self.armed.push((worker, for_)),
             Fault::Latency {
                 worker,
                 master,

@@ -50,6 +50,7 @@ pub fn shrink(plan: &Plan, max_runs: usize) -> (Plan, usize) {
 fn names_worker(fault: &Fault, worker: usize) -> bool {
     match fault {
         Fault::HoldConnections { worker: w, .. }
+        | Fault::HoldAfterTakeover { worker: w, .. }
         | Fault::Latency { worker: w, .. }
         | Fault::CrashWorker { worker: w, .. } => *w == worker,
         _ => false,
