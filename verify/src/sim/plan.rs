@@ -320,9 +320,10 @@ impl Plan {
             };
             faults.push((at, fault));
         }
-        // Drawn from a generator of its own, so that the races without it stay as they were.
+        // One race in four, drawn from a generator of its own, so that the races without it
+        // stay as they were (in one in two, the late-win patch took 789 runs to find, not 374).
         let mut late = ChaCha8Rng::seed_from_u64(seed ^ LATE_ROLLBACK_STREAM);
-        if late.random_bool(0.5) {
+        if late.random_bool(0.25) {
             late_rollbacks(&mut late, duration, &mut workers, &mut faults);
         }
         faults.sort_by_key(|(at, _)| *at);
