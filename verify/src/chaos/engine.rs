@@ -100,6 +100,7 @@ where
             client_error.get_or_insert(io::Error::other(format!("a client task failed: {e}")));
         }
     }
+    let clients_ended = Instant::now();
     stop.store(true, Ordering::SeqCst);
     let driven = driver.await.map_err(io::Error::other)?;
     let immortal_keys = monitor.await.map_err(io::Error::other)?;
@@ -120,6 +121,7 @@ where
         immortal_keys,
         elapsed: began.elapsed(),
         stopped_at,
+        clients_ended,
         finished_at,
         stalls,
     })

@@ -135,6 +135,25 @@ impl Cluster {
         Some(keys.into_iter().filter(|k| !is_auxiliary(k)).collect())
     }
 
+    /// The lock keys on the running masters that answer, each with its master, its value and
+    /// its remaining time to live (`PTTL`), for a failing check to show.
+    pub(super) fn lock_keys_described(&self) -> Vec<String> {
+        let running = self.running();
+        let mut out = Vec::new();
+        for i in (0..self.addrs.len()).filter(|i| running[*i]) {
+            for key in self.lock_keys(i).unwrap_or_default() {
+                let read: Option<(Option<String>, i64)> =
+                    direct_query(self.addrs[i], Duration::from_millis(200), |c| {
+                        redis::pipe().get(&key).pttl(&key).query(c)
+                    });
+                let (value, pttl) = read.unwrap_or((None, -3));
+                let value = value.unwrap_or_else(|| "(gone)".to_owned());
+                out.push(format!("master {i}: {key} = {value}, PTTL {pttl} ms"));
+            }
+        }
+        out
+    }
+
     /// Lock keys on the running masters that answer.
     pub(super) fn lock_keys_everywhere(&self) -> usize {
         let running = self.running();

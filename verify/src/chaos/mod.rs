@@ -99,7 +99,7 @@ pub enum Scenario {
     ///    no key may be left behind on the live masters.
     MajorityKilled,
     /// 4. Two masters at a time paused with `SIGSTOP`, then resumed; stray keys are gone within a
-    ///    TTL after the last resume.
+    ///    TTL after the last resume (or after the clients' end, when they worked on past it).
     MinorityPaused,
     /// 5. One or two masters killed, left down for more than a TTL, restarted empty (no AOF).
     MinorityRestartedAfterTtl,

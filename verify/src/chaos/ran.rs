@@ -25,6 +25,8 @@ pub(super) struct Ran {
     pub(super) elapsed: Duration,
     /// When the clients were told to stop.
     pub(super) stopped_at: Instant,
+    /// When the last client had finished what it was doing then (the faults still active).
+    pub(super) clients_ended: Instant,
     /// When the clients and the fault driver had ended.
     pub(super) finished_at: Instant,
     /// When the runtime could not run its tasks on time.
