@@ -49,14 +49,37 @@ redis.LOG_DEBUG, redis.LOG_VERBOSE, redis.LOG_NOTICE, redis.LOG_WARNING = 0, 1, 
 /// The chunk name, as Redis names a script (errors read `user_script:3: ...`).
 const CHUNK_NAME: &str = "@user_script";
 
-/// How many scripts' bytecode a thread keeps (see [`BYTECODE`]) before it starts afresh.
-const BYTECODE_KEPT: usize = 256;
+/// How many scripts a thread's caches ([`SHAS`], [`BYTECODE`]) keep before they start afresh.
+const SCRIPTS_KEPT: usize = 256;
 
 thread_local! {
+    /// The SHA1s of the script bodies loaded on this thread: every connection of the library
+    /// loads every script, so the same few bodies come again and again.
+    static SHAS: RefCell<HashMap<Vec<u8>, String>> = RefCell::new(HashMap::new());
     /// The bytecode of the scripts compiled on this thread, by SHA1, with its line numbers and
     /// chunk name: a master compiles its scripts again after every restart, and every master
     /// that starts compiles them anew; loading bytecode skips Lua's parser, the costliest part.
     static BYTECODE: RefCell<HashMap<String, Vec<u8>>> = RefCell::new(HashMap::new());
+}
+
+/// Puts `key` in one of the caches above, emptied first when it is full.
+fn remember<K: std::hash::Hash + Eq, V>(cache: &mut HashMap<K, V>, key: K, value: V) {
+    if cache.len() >= SCRIPTS_KEPT {
+        cache.clear();
+    }
+    cache.insert(key, value);
+}
+
+/// The SHA1 of a script's `body`, in hex.
+pub(crate) fn sha1_of(body: &[u8]) -> String {
+    SHAS.with(|shas| {
+        if let Some(sha) = shas.borrow().get(body) {
+            return sha.clone();
+        }
+        let sha = sha1_smol::Sha1::from(body).digest().to_string();
+        remember(&mut shas.borrow_mut(), body.to_vec(), sha.clone());
+        sha
+    })
 }
 
 impl Engine {
@@ -117,13 +140,7 @@ impl Engine {
                     one_line(&message)
                 ))
             })?;
-        BYTECODE.with(|b| {
-            let mut bytecode = b.borrow_mut();
-            if bytecode.len() >= BYTECODE_KEPT {
-                bytecode.clear();
-            }
-            bytecode.insert(sha.to_owned(), function.dump(false));
-        });
+        BYTECODE.with(|b| remember(&mut b.borrow_mut(), sha.to_owned(), function.dump(false)));
         self.compiled.insert(sha.to_owned(), function);
         Ok(())
     }

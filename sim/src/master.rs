@@ -532,7 +532,7 @@ impl Master {
 
     /// Caches `body`, compiled; its SHA1.
     fn load(&mut self, body: &[u8]) -> Result<String, Reply> {
-        let sha = sha1_of(body);
+        let sha = crate::lua::sha1_of(body);
         self.engine.compile(&sha, body)?;
         self.scripts.insert(sha.clone(), body.to_vec());
         Ok(sha)
@@ -671,31 +671,6 @@ impl Master {
             .map(|(k, e)| (k.to_vec(), e.clone()))
             .collect()
     }
-}
-
-/// How many scripts' SHA1s a thread keeps (see [`sha1_of`]) before it starts afresh.
-const SHAS_KEPT: usize = 256;
-
-thread_local! {
-    static SHAS: std::cell::RefCell<std::collections::HashMap<Vec<u8>, String>> =
-        std::cell::RefCell::default();
-}
-
-/// The SHA1 of a script's `body`, in hex, remembered by the thread: every connection of the
-/// library loads every script, so the same few bodies come again and again.
-fn sha1_of(body: &[u8]) -> String {
-    SHAS.with(|shas| {
-        let mut shas = shas.borrow_mut();
-        if let Some(sha) = shas.get(body) {
-            return sha.clone();
-        }
-        if shas.len() >= SHAS_KEPT {
-            shas.clear();
-        }
-        let sha = sha1_smol::Sha1::from(body).digest().to_string();
-        shas.insert(body.to_vec(), sha.clone());
-        sha
-    })
 }
 
 /// The commands answered here, which a script may not run.

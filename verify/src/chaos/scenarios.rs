@@ -745,20 +745,22 @@ async fn keys_gone_by(ran: &Ran, until: Instant) -> Result<Instant, Vec<String>>
     loop {
         let cluster = Arc::clone(&ran.cluster);
         let late = Instant::now() >= until;
-        let keys = tokio::task::spawn_blocking(move || {
+        // Counted while there is time; described, to be shown, once there is none.
+        let (count, left) = tokio::task::spawn_blocking(move || {
             if late {
-                cluster.lock_keys_described()
+                let left = cluster.lock_keys_described();
+                (left.len(), left)
             } else {
-                vec![String::new(); cluster.lock_keys_everywhere()]
+                (cluster.lock_keys_everywhere(), Vec::new())
             }
         })
         .await
-        .unwrap_or_else(|_| vec!["(no answer)".to_owned()]);
-        if keys.is_empty() {
+        .unwrap_or_else(|_| (usize::MAX, vec!["(no answer)".to_owned()]));
+        if count == 0 {
             return Ok(Instant::now());
         }
         if late {
-            return Err(keys);
+            return Err(left);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
